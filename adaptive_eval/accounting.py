@@ -1,0 +1,81 @@
+"""Compute used versus the fixed-N baseline: one formula, one function."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Savings:
+    """Compute of an adaptive run next to the fixed-N run it replaces.
+
+    ``trials_fraction`` = 1 - trials_used / baseline_trials (negative when the adaptive run
+    used more, e.g. a max_trials cap above fixed_n).
+    """
+
+    fixed_n: int
+    trials_used: int
+    baseline_trials: int
+    trials_fraction: float
+    tokens_used: int | None
+    baseline_tokens: float | None
+    tokens_fraction: float | None
+    gpu_s_used: float | None
+    baseline_gpu_s: float | None
+    gpu_fraction: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cell_means(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per-cell mean; cells never observed borrow their model's mean, then the global mean."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cell = total / count
+        model = total.sum(axis=1) / count.sum(axis=1)
+    overall = total.sum() / count.sum()
+    model = np.where(np.isfinite(model), model, overall)
+    return np.where(count > 0, cell, model[:, None])
+
+
+def compute_savings(trials: np.ndarray, tokens_sum: np.ndarray, tokens_count: np.ndarray,
+                    gpu_s_sum: np.ndarray, fixed_n: int) -> Savings:
+    """Trials, tokens and GPU-seconds used, and what fixed N per question would have cost.
+
+    Trials are exact: the baseline runs ``fixed_n`` trials on every (model, question) cell, i.e.
+    ``L * M * fixed_n``. Tokens and GPU-seconds of the baseline are estimated as
+    ``sum_cells fixed_n * mean_cell``, the mean observed per trial in each cell (a model's mean
+    for a cell it never sampled), since cost differs a lot between models and questions.
+    Arrays are (L, M): ``trials`` per cell, ``tokens_sum`` and ``tokens_count`` over trials with a
+    known token count, ``gpu_s_sum`` attributed GPU-seconds (zero when unknown).
+
+    >>> s = compute_savings(np.array([[10, 30]]), np.array([[100, 600]]), np.array([[10, 30]]),
+    ...                     np.zeros((1, 2)), fixed_n=40)
+    >>> s.baseline_trials, s.trials_fraction, s.tokens_used, s.baseline_tokens
+    (80, 0.5, 700, 1200.0)
+    """
+    trials = np.asarray(trials)
+    used = int(trials.sum())
+    baseline = int(trials.size * fixed_n)
+    tokens_used: int | None = None
+    baseline_tokens: float | None = None
+    if tokens_count.sum() > 0:
+        tokens_used = int(tokens_sum.sum())
+        baseline_tokens = float((_cell_means(tokens_sum, tokens_count) * fixed_n).sum())
+    gpu_used: float | None = None
+    baseline_gpu: float | None = None
+    if gpu_s_sum.sum() > 0:
+        gpu_used = float(gpu_s_sum.sum())
+        baseline_gpu = float((_cell_means(gpu_s_sum, trials) * fixed_n).sum())
+
+    def fraction(spent: float | None, reference: float | None) -> float | None:
+        if spent is None or not reference:
+            return None
+        return 1.0 - spent / reference
+
+    return Savings(fixed_n, used, baseline, 1.0 - used / baseline if baseline else 0.0,
+                   tokens_used, baseline_tokens, fraction(tokens_used, baseline_tokens),
+                   gpu_used, baseline_gpu, fraction(gpu_used, baseline_gpu))

@@ -1,0 +1,115 @@
+"""The backend contract.
+
+A backend factory (registered by name) turns one ``models:`` entry of the config into a
+:class:`BackendPlan`, on the driver, before any Ray call: it validates its files and says which
+models it serves, how many categories its outcomes have (if it produces categories itself),
+how many trials a cell can give at most, and how to build a :class:`Worker` inside a Ray actor.
+
+Workers run in actors and must be constructible from a picklable zero-argument callable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from adaptive_eval.types import Batch, BatchResult, Trial, trial_seed
+
+
+class Worker(Protocol):
+    """Runs batches inside a Ray actor. Raising means the batch failed and is re-dispatched."""
+
+    def run(self, batch: Batch) -> BatchResult: ...
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend factory may use besides its own entry."""
+
+    campaign_seed: int
+    question_ids: tuple[str, ...] | None  # set when a dataset is configured
+    source: str
+    field: str
+    default_workers: int
+    resolve_path: Callable[[str], Any]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackendPlan:
+    """One config entry, validated: the models it serves and how to build its workers.
+
+    ``models`` are display names; the campaign gives them consecutive global indices starting
+    at the entry's offset. ``make_worker(offset)`` returns a picklable zero-argument callable
+    that builds the worker inside its actor.
+    """
+
+    backend: str
+    models: tuple[str, ...]
+    question_ids: tuple[str, ...]
+    num_categories: int | None
+    capacity: int | None
+    workers: int
+    actor_options: dict[str, Any]
+    make_worker: Callable[[int], Callable[[], Worker]]
+    files: dict[str, str] = field(default_factory=dict)  # role -> sha256, recorded in the run
+    weights: tuple[float, ...] | None = None  # suggested rubric weights shipped with the data
+    describe: str = ""
+    load_cost_s: float = 0.0  # time to load a model into a worker slot (time-sharing)
+    validate_categories: Callable[[int], None] | None = None  # checks data against C+1
+
+
+def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:
+    """Deterministic uniforms in [0, 1) from integer seeds (splitmix64 finaliser).
+
+    ``stream`` separates independent draws made from the same seed.
+    """
+    with np.errstate(over="ignore"):
+        x = seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(stream + 1)
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def expand_items(batch: Batch, question_ids: Sequence[str], model_name: str,
+                 seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten a batch into arrays of (question index, trial index, trial seed)."""
+    questions: list[int] = []
+    trials: list[int] = []
+    seeds: list[int] = []
+    name = model_name
+    for item in batch.items:
+        qid = question_ids[item.question]
+        for trial in item.trials:
+            questions.append(item.question)
+            trials.append(trial)
+            seeds.append(trial_seed(seed, name, qid, trial))
+    return (np.asarray(questions, dtype=np.int64), np.asarray(trials, dtype=np.int64),
+            np.asarray(seeds, dtype=np.int64))
+
+
+def result_from_arrays(batch: Batch, worker: str, started: float, questions: np.ndarray,
+                       trials: np.ndarray, seeds: np.ndarray, categories: np.ndarray,
+                       tokens: np.ndarray | None, gpu_s: float = 0.0) -> BatchResult:
+    """Pack per-trial arrays into a :class:`BatchResult`; GPU time is shared by token count."""
+    busy = time.perf_counter() - started
+    count = len(trials)
+    if tokens is not None and tokens.sum() > 0:
+        shares = tokens / tokens.sum()
+    else:
+        shares = np.full(count, 1.0 / max(count, 1))
+    latency = busy / max(count, 1)
+    out = tuple(
+        Trial(model=batch.model, question=int(questions[i]), trial=int(trials[i]),
+              seed=int(seeds[i]), category=int(categories[i]),
+              tokens=None if tokens is None else int(tokens[i]), latency_s=latency,
+              gpu_s=float(gpu_s * shares[i]))
+        for i in range(count))
+    return BatchResult(batch.batch_id, batch.round, worker, out, busy, gpu_s)

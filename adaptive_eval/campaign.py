@@ -1,0 +1,172 @@
+"""Turn a validated config into a runnable :class:`Campaign`. No Ray calls happen here.
+
+This is the only place that maps names from the config to plug-in objects; the controller sees
+protocols only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval import stats
+from adaptive_eval.backends.base import BackendContext, BackendPlan
+from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
+from adaptive_eval.errors import InputError
+from adaptive_eval.npzio import NpzFile, check_categories
+from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
+from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+
+DEFAULT_FIXED_N = 80
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """Everything the controller needs, resolved and validated."""
+
+    config: CampaignConfig
+    plans: tuple[BackendPlan, ...]
+    offsets: tuple[int, ...]  # global index of each plan's first model
+    names: tuple[str, ...]
+    question_ids: tuple[str, ...]
+    weights: np.ndarray
+    capacity: np.ndarray  # (L,) most trials per question per model
+    prior: np.ndarray  # (L, M, K) Dirichlet prior counts n0
+    prior_note: str
+    pair_rules: tuple[PairRule, ...]
+    stopping: StoppingRule
+    allocator: Allocator
+    fixed_n: int
+    fingerprint: str  # hash of the config identity and input files
+
+    @property
+    def num_models(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_questions(self) -> int:
+        return len(self.question_ids)
+
+    @property
+    def num_categories(self) -> int:
+        return len(self.weights)
+
+    def plan_of(self, model: int) -> tuple[int, BackendPlan]:
+        index = int(np.searchsorted(self.offsets, model, side="right")) - 1
+        return index, self.plans[index]
+
+
+def _spec(ref: str | PluginSpec) -> tuple[str, dict[str, Any]]:
+    return (ref, {}) if isinstance(ref, str) else (ref.name, ref.params())
+
+
+def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], StoppingRule]:
+    source = config.source
+    policy = config.policy
+    if policy.pair_rules is None:
+        refs: list[str | PluginSpec] = ["z_rank"]
+        if policy.rope is not None:
+            refs.append(PluginSpec(name="rope", epsilon=policy.rope))  # type: ignore[call-arg]
+    else:
+        refs = list(policy.pair_rules)
+    rules = tuple(
+        pair_rules.build(*_spec(ref), source=source, field=f"policy.pair_rules[{i}]")
+        for i, ref in enumerate(refs))
+    stop_refs = policy.stopping if policy.stopping is not None else ["pairs_settled"]
+    stopping = [
+        stopping_rules.build(*_spec(ref), source=source, field=f"policy.stopping[{i}]")
+        for i, ref in enumerate(stop_refs)]
+    budget = config.budget
+    if budget.trials or budget.tokens or budget.wall_clock_s:
+        stopping.append(stopping_rules.build(
+            "budget", {"trials": budget.trials, "tokens": budget.tokens,
+                       "wall_clock_s": budget.wall_clock_s}, source=source, field="budget"))
+    return rules, any_of(*stopping)
+
+
+def _build_prior(config: CampaignConfig, names: tuple[str, ...], num_questions: int,
+                 num_categories: int) -> tuple[np.ndarray, str, str | None]:
+    uniform = np.ones((len(names), num_questions, num_categories))
+    prior_config = config.policy.prior
+    if prior_config is None:
+        return uniform, "uniform Dirichlet(1, ..., 1) per question", None
+    path = config.resolve_path(prior_config.path)
+    file = NpzFile(path, field="policy.prior")
+    outcomes = file.get(prior_config.key, ndim=(2, 3), kind="i").astype(np.int64)
+    if outcomes.ndim == 2:
+        outcomes = np.broadcast_to(outcomes, (len(names), *outcomes.shape))
+    if outcomes.shape[:2] != (len(names), num_questions):
+        raise file.error(prior_config.key, f"shape {outcomes.shape} does not match "
+                                           f"(L, M) = {(len(names), num_questions)}")
+    check_categories(outcomes, num_categories, file=file, name=prior_config.key)
+    kept = outcomes[:, :, : prior_config.max_trials]
+    prior = uniform + stats.counts_from_outcomes(kept, num_categories)
+    note = (f"uniform + {kept.shape[2]} prior trials per question from {path.name}"
+            f"[{prior_config.key}] (capped at policy.prior.max_trials={prior_config.max_trials}"
+            f" of {outcomes.shape[2]} recorded)")
+    return prior, note, file_sha256(path)
+
+
+def build_campaign(config: CampaignConfig) -> Campaign:
+    source = config.source
+    plans: list[BackendPlan] = []
+    for index, entry in enumerate(config.models):
+        field = f"models[{index}]"
+        context = BackendContext(
+            campaign_seed=config.seed, question_ids=None, source=source, field=field,
+            default_workers=config.execution.workers, resolve_path=config.resolve_path,
+            extras={"config": config})
+        plan = backends.build(entry.backend, {"entry": entry, "context": context},
+                              source=source, field=f"{field}.backend")
+        plans.append(plan)
+    question_ids = plans[0].question_ids
+    for index, plan in enumerate(plans[1:], start=1):
+        if plan.question_ids != question_ids:
+            raise InputError(f"has {len(plan.question_ids)} questions that differ from "
+                             f"models[0]'s {len(question_ids)}; every entry must cover the "
+                             "same questions", source=source, field=f"models[{index}]")
+    names = tuple(name for plan in plans for name in plan.models)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InputError(f"model name {name!r} appears twice; give entries distinct names",
+                             source=source, field="models")
+        seen.add(name)
+    weights = np.asarray(config.rubric.weights, dtype=np.float64)
+    for index, plan in enumerate(plans):
+        if plan.num_categories is not None and plan.num_categories != len(weights):
+            raise InputError(
+                f"has {len(weights)} weights but models[{index}] ({plan.describe}) has "
+                f"{plan.num_categories} categories (C+1); give one weight per category",
+                source=source, field="rubric.weights")
+        if plan.validate_categories is not None:
+            plan.validate_categories(len(weights))
+    offsets = tuple(int(x) for x in np.cumsum([0] + [len(p.models) for p in plans[:-1]]))
+    max_trials = config.policy.max_trials_per_question
+    capacity = np.asarray([min(max_trials, plan.capacity or max_trials)
+                           for plan in plans for _ in plan.models], dtype=np.int64)
+    fixed_n = _fixed_n(config, plans)
+    prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
+    rules, stopping = _build_rules(config)
+    allocator = allocators.build(*_spec(config.policy.allocation), source=source,
+                                 field="policy.allocation")
+    identity = {"config": config.identity(), "files": [plan.files for plan in plans],
+                "prior": prior_hash}
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return Campaign(config, tuple(plans), offsets, names, question_ids, weights, capacity, prior,
+                    prior_note, rules, stopping, allocator, fixed_n, fingerprint)
+
+
+def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> int:
+    recorded = [plan.capacity for plan in plans if plan.capacity is not None]
+    if config.baseline.fixed_n is None:
+        return min([DEFAULT_FIXED_N, *recorded])
+    if recorded and config.baseline.fixed_n > min(recorded):
+        raise InputError(f"fixed_n={config.baseline.fixed_n} exceeds the {min(recorded)} "
+                         "trials per question recorded in a replay; the fixed-N baseline could "
+                         "not have been run on it", source=config.source, field="baseline.fixed_n")
+    return config.baseline.fixed_n

@@ -1,0 +1,200 @@
+"""``adaptive-eval run | validate | report | score | completions``.
+
+Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval.errors import AdaptiveEvalError, InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def _parse_floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{what} must be comma-separated numbers, got {text!r}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.runner import render_console, run_campaign
+
+    config = load_config(args.config, args.set)
+    summary = run_campaign(config, Path(args.out), quiet=args.quiet)
+    print(json.dumps(summary, indent=2) if args.json else render_console(summary))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.config import load_config
+
+    config = load_config(args.config, args.set)
+    campaign = build_campaign(config)
+    policy = config.policy
+    lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
+    for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
+        lines.append(f"  [{offset}..{offset + len(plan.models) - 1}] {plan.describe}; "
+                     f"{plan.workers} worker(s)")
+    lines += [
+        f"  models ({campaign.num_models}): {', '.join(campaign.names)}",
+        f"  questions: {campaign.num_questions}; categories C+1 = {campaign.num_categories}, "
+        f"weights {list(campaign.weights)}",
+        f"  prior: {campaign.prior_note}",
+        f"  trials per question: min {policy.min_trials_per_question}, max "
+        f"{int(campaign.capacity.max())}"
+        + (" (capped by recorded trials)" if campaign.capacity.min()
+           < policy.max_trials_per_question else ""),
+        f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
+        f"rope {policy.rope}",
+        f"  budget: trials {config.budget.trials}, tokens {config.budget.tokens}, wall clock "
+        f"{config.budget.wall_clock_s} s",
+        f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
+        f"  fixed-N baseline: N = {campaign.fixed_n} -> "
+        f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.runner import render_console, report_run
+
+    run_dir = Path(args.run_dir)
+    config_path = Path(args.config) if args.config else run_dir / "config.yaml"
+    if not config_path.exists():
+        raise InputError("no config.yaml: not a run directory", source=str(run_dir))
+    summary = report_run(load_config(config_path), run_dir)
+    print(json.dumps(summary, indent=2) if args.json else render_console(summary))
+    return 0
+
+
+def score_tensor(outcomes: np.ndarray, names: Sequence[str], weights: np.ndarray,
+                 prior: np.ndarray | None, confidence: float, ks: Sequence[int]
+                 ) -> dict[str, Any]:
+    """Bayes@N, avg@N and Pass@k of a recorded (L, M, N) tensor, and both rankings."""
+    from adaptive_eval import stats
+
+    num_trials = outcomes.shape[2]
+    mu, sigma = stats.bayes(outcomes, weights, prior)
+    low, high = stats.credible_interval(mu, sigma, confidence)
+    avg = stats.avg_at_n(outcomes, weights)
+    correct = weights[outcomes] == weights.max()
+    ranks = stats.rank_with_ties(mu, sigma, stats.z_threshold(confidence))
+    plain = stats.rank_no_ties(mu)
+    rows = []
+    for i in np.argsort(-mu, kind="stable"):
+        row: dict[str, Any] = {
+            "name": names[i], "mu": float(mu[i]), "sigma": float(sigma[i]),
+            "ci_low": float(low[i]), "ci_high": float(high[i]), "avg@N": float(avg[i]),
+            "rank": int(ranks[i]), "rank_no_ties": int(plain[i])}
+        for k in ks:
+            row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
+        rows.append(row)
+    return {"trials_per_question": num_trials, "confidence": confidence,
+            "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
+            "models": rows}
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from adaptive_eval.npzio import NpzFile, check_categories
+
+    file = NpzFile(args.file)
+    outcomes = file.get(args.key, ndim=3, kind="i").astype(np.int64)
+    num_models, _, num_trials = outcomes.shape
+    names = file.names("models", num_models, "model-")
+    weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else
+                         [0.0, 1.0])
+    check_categories(outcomes, len(weights), file=file, name=args.key)
+    prior = None
+    if args.prior:
+        prior_file = NpzFile(args.prior)
+        prior = prior_file.get(args.prior_key, ndim=(2, 3), kind="i").astype(np.int64)
+        check_categories(prior, len(weights), file=prior_file, name=args.prior_key)
+        if prior.shape[-2] != outcomes.shape[1]:
+            raise prior_file.error(args.prior_key, f"has {prior.shape[-2]} questions, the "
+                                                   f"outcomes have {outcomes.shape[1]}")
+    ks = [int(k) for k in _parse_floats(args.k, "--k")] if args.k else [1]
+    bad = [k for k in ks if not 1 <= k <= num_trials]
+    if bad:
+        raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
+    if not 0.5 < args.confidence < 1:
+        raise InputError(f"--confidence must be in (0.5, 1), got {args.confidence}")
+    result = score_tensor(outcomes, names, weights, prior, args.confidence, ks)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    head = f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'sigma':>7} {'CI':>19} " \
+           f"{'avg@N':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+    print(f"Bayes@{num_trials} ({result['prior']} prior, {args.confidence:.0%} CI)\n{head}")
+    for row in result["models"]:
+        print(f"{row['rank']:>4} {row['rank_no_ties']:>7}  {row['name']:<24} {row['mu']:7.4f} "
+              f"{row['sigma']:7.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}] "
+              f"{row['avg@N']:7.4f}" + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run or resume a campaign")
+    run.add_argument("config")
+    run.add_argument("--out", required=True, help="run directory (resumed if it exists)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config field, e.g. --set policy.confidence=0.99")
+    run.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    run.add_argument("--quiet", action="store_true", help="only warnings on the console")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check a config and print the plan")
+    validate.add_argument("config")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    validate.set_defaults(func=cmd_validate)
+
+    report = sub.add_parser("report", help="rebuild summary.json/report.md from a run's store")
+    report.add_argument("run_dir")
+    report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=cmd_report)
+
+    score = sub.add_parser("score", help="score a recorded (L, M, N) outcome tensor offline")
+    score.add_argument("file")
+    score.add_argument("--key", default="outcomes", help="array name (default outcomes)")
+    score.add_argument("--weights", help="comma-separated rubric weights (default 0,1)")
+    score.add_argument("--prior", help="npz with prior outcomes R0, (M, D) or (L, M, D)")
+    score.add_argument("--prior-key", default="outcomes")
+    score.add_argument("--confidence", type=float, default=0.95)
+    score.add_argument("--k", help="comma-separated k for Pass@k (default 1)")
+    score.add_argument("--json", action="store_true")
+    score.set_defaults(func=cmd_score)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except InputError as error:
+        print(f"adaptive-eval: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except AdaptiveEvalError as error:
+        print(f"adaptive-eval: failed: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

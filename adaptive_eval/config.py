@@ -1,0 +1,247 @@
+"""Campaign configuration: the YAML schema, loading and error reporting.
+
+Every model rejects unknown keys (``extra="forbid"``). A validation error becomes an
+:class:`~adaptive_eval.errors.InputError` naming the file, the dotted field path and the value.
+Paths in a config are resolved relative to the config file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from adaptive_eval.errors import InputError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyModel(_Strict):
+    """Emulated generation time of a simulated worker (to emulate GPU time without a GPU)."""
+
+    per_batch_s: float = Field(0.0, ge=0, description="Fixed seconds per batch.")
+    per_trial_s: float = Field(0.0, ge=0, description="Seconds per trial in the batch.")
+    per_token_s: float = Field(0.0, ge=0, description="Seconds per completion token.")
+
+
+class ModelEntry(_Strict):
+    """One entry of ``models:``: a backend by name plus its parameters.
+
+    ``simulated`` and ``replay`` entries expand to every model in their file (or ``select``).
+    """
+
+    backend: str = Field(description="Registered backend name: simulated, replay, vllm, openai.")
+    path: str | None = Field(None, description="Scenario/replay npz file or model directory.")
+    key: str | None = Field(None, description="Array name in a replay npz (default 'outcomes').")
+    name: str | None = Field(None, description="Display name (single-model backends).")
+    select: list[str] | None = Field(None, description="Subset of the file's models, by name.")
+    workers: int | None = Field(None, ge=1, description="Ray actors for this entry.")
+    latency: LatencyModel | None = Field(None, description="Simulated per-batch latency.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Backend-specific options (engine args, ...).")
+
+
+class RubricConfig(_Strict):
+    weights: list[float] = Field(description="Weight w_k of each category k = 0..C.")
+
+    @field_validator("weights")
+    @classmethod
+    def _at_least_two(cls, weights: list[float]) -> list[float]:
+        if len(weights) < 2:
+            raise ValueError(f"needs at least 2 categories, got {weights}")
+        return weights
+
+
+class PluginSpec(_Strict):
+    """A registered plug-in by name with keyword parameters, e.g. ``{name: ci_width, width: 0.05}``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+PluginRef = Annotated[str | PluginSpec, Field(union_mode="left_to_right")]
+
+
+class PriorConfig(_Strict):
+    """Prior evidence R0 (earlier outcomes) used as Dirichlet prior counts, capped in weight."""
+
+    path: str = Field(description="npz with an (L, M, D) or (M, D) integer array of categories.")
+    key: str = Field("outcomes", description="Array name in the npz.")
+    max_trials: int = Field(4, ge=0, description="Cap on D: prior trials kept per question.")
+
+
+class PolicyConfig(_Strict):
+    confidence: float = Field(0.95, gt=0.5, lt=1,
+                              description="One-sided ranking confidence for a resolved pair.")
+    rope: float | None = Field(0.02, ge=0,
+                               description="Pairs whose difference is surely within +-rope are "
+                                           "equivalent; null disables equivalence.")
+    min_trials_per_question: int = Field(2, ge=1)
+    max_trials_per_question: int = Field(400, ge=1)
+    allocation: PluginRef = Field("pairwise", description="Allocation policy name or spec.")
+    pair_rules: list[PluginRef] | None = Field(
+        None, description="Pair rules tried in order; default: z_rank then rope.")
+    stopping: list[PluginRef] | None = Field(
+        None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled.")
+    round_trials: int = Field(256, ge=1,
+                              description="Minimum trials planned per round (amortises dispatch).")
+    prior: PriorConfig | None = None
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> PolicyConfig:
+        if self.min_trials_per_question > self.max_trials_per_question:
+            raise ValueError(
+                f"min_trials_per_question={self.min_trials_per_question} exceeds "
+                f"max_trials_per_question={self.max_trials_per_question}")
+        return self
+
+
+class BudgetConfig(_Strict):
+    trials: int | None = Field(None, ge=1, description="Total trials for the campaign.")
+    tokens: int | None = Field(None, ge=1, description="Total completion tokens.")
+    wall_clock_s: float | None = Field(None, gt=0, description="Wall-clock seconds of sampling.")
+
+
+class BaselineConfig(_Strict):
+    fixed_n: int | None = Field(None, ge=1,
+                                description="Trials per question of the fixed-N run compared "
+                                            "against (default 80; a replay's N if smaller).")
+
+
+class ExecutionConfig(_Strict):
+    ray_address: str | None = Field(None, description="Ray cluster address; null starts a local one.")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster.")
+    workers: int = Field(2, ge=1, description="Default actors per backend entry.")
+    batch_size: int = Field(64, ge=1, description="Trials per batch sent to a worker.")
+    in_flight_per_worker: int = Field(2, ge=1, description="Batches queued at each worker.")
+    rounds_in_flight: int = Field(2, ge=1,
+                                  description="Planned rounds ahead of the posterior (the fixed "
+                                              "pipelining lag that keeps decisions deterministic).")
+    max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
+
+
+class OutputConfig(_Strict):
+    keep_completions: bool = Field(True, description="Store full completion texts (compressed).")
+    progress: bool = Field(True, description="Show a progress bar on a terminal.")
+    fsync: Literal["full", "normal"] = Field(
+        "full", description="SQLite synchronous mode: full survives power loss, normal a crash.")
+
+
+class CampaignConfig(_Strict):
+    name: str
+    seed: int = 0
+    models: list[ModelEntry] = Field(min_length=1)
+    rubric: RubricConfig
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    baseline: BaselineConfig = Field(default_factory=BaselineConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    dataset: dict[str, Any] | None = Field(None, description="Dataset spec for generating backends.")
+    grader: PluginRef | None = Field(None, description="Grader for generating backends.")
+
+    #: Where the config was read from; paths resolve against its folder.
+    source: str = Field("<memory>", exclude=True)
+
+    def resolve_path(self, path: str) -> Path:
+        candidate = Path(path).expanduser()
+        if candidate.is_absolute():
+            return candidate
+        base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
+        return (base / candidate).resolve()
+
+    def identity(self) -> dict[str, Any]:
+        """The parts that decide which trials are drawn and how they are judged.
+
+        Execution and output settings are left out: changing workers or batch size does not
+        change results, so a resume may change them.
+        """
+        data = self.model_dump(mode="json", exclude={"execution", "output", "source"})
+        for entry in data["models"]:
+            entry.pop("workers", None)
+            entry.pop("latency", None)
+        return data
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in {"str", "PluginSpec", "function-after[_at_least_two()]"}:
+            continue
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _raise_validation(error: ValidationError, source: str) -> None:
+    first = error.errors()[0]
+    field = _location(tuple(first["loc"])) or "<root>"
+    value = first.get("input")
+    shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+    if first["type"] == "extra_forbidden":
+        message = f"unknown key (value {shown})"
+    else:
+        message = f"{first['msg']} (got {shown})"
+    extra = len(error.errors()) - 1
+    if extra:
+        message += f"; and {extra} more error(s)"
+    raise InputError(message, source=source, field=field) from None
+
+
+def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:
+    if not isinstance(data, dict):
+        raise InputError(f"a campaign config must be a mapping, got {type(data).__name__}",
+                         source=source)
+    try:
+        return CampaignConfig.model_validate({**data, "source": source})
+    except ValidationError as error:
+        _raise_validation(error, source)
+        raise  # unreachable; keeps type checkers content
+
+
+def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
+    if "=" not in override:
+        raise InputError(f"override {override!r} is not KEY=VALUE", source=source)
+    dotted, raw = override.split("=", 1)
+    node: Any = data
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise InputError(f"override {override!r}: {key} is not a mapping", source=source)
+    node[keys[-1]] = yaml.safe_load(raw)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> CampaignConfig:
+    """Read a YAML campaign, apply ``KEY.PATH=VALUE`` overrides, validate."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise InputError(f"cannot read config: {error.strerror}", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(f"invalid YAML: {error}", source=source) from None
+    for override in overrides or []:
+        _apply_override(data, override, source)
+    return parse_config(data, source=str(Path(path).resolve()))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

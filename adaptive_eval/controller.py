@@ -1,0 +1,283 @@
+"""The sequential loop: collect -> record -> apply -> decide -> allocate -> dispatch.
+
+Determinism: rounds are planned ``rounds_in_flight`` ahead of the posterior and applied whole, in
+round order. The plan of round r is made right after round r - rounds_in_flight is applied, so it
+depends on the recorded trials alone, never on which batch happened to finish first. A resumed run
+replays the stored rounds through the same code and reaches the same state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from adaptive_eval.accounting import Savings, compute_savings
+from adaptive_eval.campaign import Campaign
+from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
+from adaptive_eval.state import RunState
+from adaptive_eval.store import TrialStore
+from adaptive_eval.types import (
+    Batch,
+    BatchResult,
+    PairDecision,
+    Stop,
+    StopReason,
+    Verdict,
+    WorkItem,
+)
+
+SLOW_POLICY_S = 0.05
+
+
+class DispatchPort(Protocol):
+    def submit(self, batches: list[Batch]) -> None: ...
+    def poll(self, timeout: float) -> list[BatchResult]: ...
+    def pending(self) -> int: ...
+
+
+@dataclass
+class _Round:
+    missing: int  # planned trials not yet recorded
+    trials: list[tuple[int, int, int, int, float]]  # model, question, category, tokens, gpu_s
+
+
+class Controller:
+    def __init__(self, campaign: Campaign, store: TrialStore, dispatcher: DispatchPort,
+                 log: Any, on_progress: Callable[[Controller], None] | None = None) -> None:
+        self.campaign = campaign
+        self.config = campaign.config
+        self.store = store
+        self.dispatcher = dispatcher
+        self.log = log
+        self.on_progress = on_progress
+        self.state = RunState(campaign.prior, campaign.weights)
+        self.rounds: dict[int, _Round] = {}
+        self.decisions: tuple[PairDecision, ...] = ()
+        self.stop: Stop | None = None
+        self.started = time.monotonic()
+        self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
+        self.logged_through = store.last_event_round()
+        self._next_batch_id = 0
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.resume()
+        while self.step():
+            pass
+        self.store.set_meta(elapsed_s=self.elapsed_s, finished=True)
+
+    def step(self) -> bool:
+        """One turn: collect finished batches, record them, then apply every complete round."""
+        self.record(self.dispatcher.poll(timeout=0.5))
+        while self.next_round_complete():
+            self.apply_round()
+            self.decide()
+            self.plan()
+        return not self.finished()
+
+    # -- phases ---------------------------------------------------------------------------------
+    def record(self, results: list[BatchResult]) -> None:
+        """Make each result durable first; only then does it count towards its round."""
+        for result in results:
+            if result.round not in self.rounds:
+                self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
+                continue
+            added = self.store.record(result, self.config.output.keep_completions)
+            if added != len(result.trials):
+                self.log.warning("duplicate_trials_ignored", batch=result.batch_id,
+                                 duplicates=len(result.trials) - added)
+            entry = self.rounds[result.round]
+            entry.missing -= added
+            entry.trials.extend((t.model, t.question, t.category,
+                                 -1 if t.tokens is None else t.tokens, t.gpu_s or 0.0)
+                                for t in result.trials)
+        if results and self.on_progress:
+            self.on_progress(self)
+
+    def next_round_complete(self) -> bool:
+        entry = self.rounds.get(self.state.applied_rounds)
+        return entry is not None and entry.missing <= 0
+
+    def apply_round(self) -> None:
+        entry = self.rounds.pop(self.state.applied_rounds)
+        # Sorting makes the applied order independent of arrival order.
+        table = np.asarray(sorted(entry.trials), dtype=np.float64).reshape(-1, 5)
+        ints = table[:, :4].astype(np.int64)
+        self.state.apply(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], table[:, 4])
+
+    def decide(self) -> None:
+        view = self.view()
+        started = time.perf_counter()
+        decisions = decide_pairs(view, self.campaign.pair_rules)
+        stop = self.stop or self.campaign.stopping.should_stop(view, decisions)
+        self._warn_if_slow("decide", started)
+        self._log_changes(decisions, stop)
+        self.decisions, self.stop = decisions, stop
+
+    def plan(self) -> None:
+        """Plan and dispatch rounds until ``rounds_in_flight`` are ahead of the posterior."""
+        depth = self.config.execution.rounds_in_flight
+        while self.stop is None and len(self.state.plans) - self.state.applied_rounds < depth:
+            plan = self.allocate(self.view())
+            if plan.sum() == 0:
+                if len(self.state.plans) == self.state.applied_rounds:
+                    self.stop = self._nothing_left()
+                    self._emit("stop", reason=self.stop.reason.value, detail=self.stop.detail)
+                return
+            round_index = len(self.state.plans)
+            self.store.add_round(round_index, plan)
+            starts = self.state.add_plan(plan)
+            self.rounds[round_index] = _Round(int(plan.sum()), [])
+            self.dispatcher.submit(self.batches(round_index, plan, starts))
+
+    def finished(self) -> bool:
+        return self.stop is not None and not self.rounds
+
+    # -- helpers --------------------------------------------------------------------------------
+    @property
+    def elapsed_s(self) -> float:
+        return self.elapsed_before + time.monotonic() - self.started
+
+    def view(self) -> CampaignView:
+        policy = self.config.policy
+        return self.state.view(self.campaign.names, self.campaign.capacity, policy.confidence,
+                               policy.min_trials_per_question, self.elapsed_s)
+
+    def allocate(self, view: CampaignView) -> np.ndarray:
+        started = time.perf_counter()
+        needs = self.campaign.stopping.needs(view, self.decisions)
+        if needs is None:
+            needs = np.ones(view.num_models, dtype=bool)
+        plan = self.campaign.allocator(view, self.decisions, needs | view.below_min(),
+                                       self.config.policy.round_trials)
+        budget = self.config.budget.trials
+        left = None if budget is None else budget - int(view.planned.sum())
+        self._warn_if_slow("allocate", started)
+        return cap_plan(plan, view, left)
+
+    def batches(self, round_index: int, plan: np.ndarray, starts: np.ndarray) -> list[Batch]:
+        """Split a round into batches of at most ``batch_size`` trials, one model per batch."""
+        size = self.config.execution.batch_size
+        out: list[Batch] = []
+        for model in np.flatnonzero(plan.sum(axis=1)):
+            items: list[WorkItem] = []
+            filled = 0
+            for question in np.flatnonzero(plan[model]):
+                first, count = int(starts[model, question]), int(plan[model, question])
+                while count:
+                    take = min(count, size - filled)
+                    items.append(WorkItem(int(model), int(question), first, take))
+                    first, count, filled = first + take, count - take, filled + take
+                    if filled == size:
+                        out.append(self._batch(round_index, int(model), items))
+                        items, filled = [], 0
+            if items:
+                out.append(self._batch(round_index, int(model), items))
+        return out
+
+    def _batch(self, round_index: int, model: int, items: list[WorkItem]) -> Batch:
+        self._next_batch_id += 1
+        return Batch(self._next_batch_id, round_index, model, tuple(items))
+
+    def _nothing_left(self) -> Stop:
+        view = self.view()
+        at_cap = view.planned.min(axis=1) >= view.capacity
+        limit = self.config.policy.max_trials_per_question
+        if (view.capacity < limit).any() and at_cap.all():
+            return Stop(StopReason.EXHAUSTED, "every replayed cell is exhausted")
+        return Stop(StopReason.MAX_TRIALS, "models still undecided are at "
+                                           f"max_trials_per_question={limit}")
+
+    def savings(self) -> Savings:
+        state = self.state
+        return compute_savings(state.trials, state.tokens_sum, state.tokens_count,
+                               state.gpu_s_sum, self.campaign.fixed_n)
+
+    def _warn_if_slow(self, phase: str, started: float) -> None:
+        spent = time.perf_counter() - started
+        if spent > SLOW_POLICY_S:
+            self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+
+    # -- events ---------------------------------------------------------------------------------
+    def _emit(self, kind: str, **payload: Any) -> None:
+        """Log once: rounds already logged before a resume are replayed silently."""
+        round_index = self.state.applied_rounds
+        if round_index <= self.logged_through:
+            return
+        self.store.add_events(round_index, [(kind, payload)])
+        self.log.info(kind, round=round_index, **payload)
+
+    def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
+        names = self.campaign.names
+        before = {frozenset((d.a, d.b)): d.verdict for d in self.decisions}
+        changed = False
+        for d in decisions:
+            old = before.get(frozenset((d.a, d.b)), Verdict.UNDECIDED)
+            if d.verdict is not old and (d.settled or old.settled):
+                changed = True
+                self._emit("pair_decision", a=names[d.a], b=names[d.b], z=round(d.z, 4),
+                           decision=d.verdict.value, rule=d.rule,
+                           trials_used=self.state.trials_used)
+        if changed:
+            self._emit("compute", **self.savings().as_dict())
+        if stop is not None and self.stop is None:
+            self._emit("stop", reason=stop.reason.value, detail=stop.detail)
+
+    # -- resume ---------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Rebuild the state from the store, re-dispatch what was in flight, then plan ahead."""
+        plans = self.store.rounds()
+        recorded = self.store.trial_arrays()
+        for round_index, plan in enumerate(plans):
+            starts = self.state.add_plan(plan)
+            in_round = recorded.round == round_index
+            trials = list(zip(recorded.model[in_round].tolist(),
+                              recorded.question[in_round].tolist(),
+                              recorded.category[in_round].tolist(),
+                              recorded.tokens[in_round].tolist(),
+                              recorded.gpu_s[in_round].tolist(), strict=True))
+            self.rounds[round_index] = _Round(int(plan.sum()) - len(trials), trials)
+            self._redispatch_missing(round_index, plan, starts, recorded)
+        if plans:
+            self.log.info("resume", rounds=len(plans), trials=len(recorded.model),
+                          in_flight=sum(r.missing for r in self.rounds.values()))
+        self.decide()
+        self.plan()
+        while self.next_round_complete():
+            self.apply_round()
+            self.decide()
+            self.plan()
+
+    def _redispatch_missing(self, round_index: int, plan: np.ndarray, starts: np.ndarray,
+                            recorded: Any) -> None:
+        if self.rounds[round_index].missing == 0:
+            return
+        num_questions = plan.shape[1]
+        have = set(zip((recorded.model * num_questions + recorded.question).tolist(),
+                       recorded.trial.tolist(), strict=True))
+        items: list[Batch] = []
+        for model, question in zip(*np.nonzero(plan), strict=True):
+            cell = int(model) * num_questions + int(question)
+            first = int(starts[model, question])
+            for trial in range(first, first + int(plan[model, question])):
+                if (cell, trial) not in have:
+                    items.append(self._batch(round_index, int(model),
+                                             [WorkItem(int(model), int(question), trial, 1)]))
+        self.dispatcher.submit(_merge_single_trials(items, self.config.execution.batch_size))
+
+
+def _merge_single_trials(batches: list[Batch], size: int) -> list[Batch]:
+    """Re-pack one-trial batches of the same model and round into batches of ``size``."""
+    merged: list[Batch] = []
+    for batch in batches:
+        last = merged[-1] if merged else None
+        if (last is not None and last.model == batch.model and last.round == batch.round
+                and last.size < size):
+            merged[-1] = Batch(last.batch_id, last.round, last.model, last.items + batch.items)
+        else:
+            merged.append(batch)
+    return merged

@@ -1,0 +1,185 @@
+"""Dispatch on Ray: a pool of long-lived worker actors fed from per-backend queues.
+
+Each worker actor keeps ``in_flight_per_worker`` batches queued (Ray runs an actor's calls in
+order), so while it works on one batch the next is already waiting and the worker never waits on
+the controller. Results come back through ``ray.wait``. A batch whose worker raised is
+re-queued up to ``max_batch_retries`` times; a dead actor is restarted by Ray
+(``max_restarts``) and its unfinished batches are re-queued. No trial is recorded from a failed
+batch, so re-dispatching cannot double-count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from adaptive_eval.backends.base import BackendPlan, Worker
+from adaptive_eval.errors import BackendError
+from adaptive_eval.types import Batch, BatchResult
+
+
+class WorkerActor:
+    """Ray actor body: builds its backend worker once and runs batches on it."""
+
+    def __init__(self, make_worker: Callable[[], Worker], worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.worker = make_worker()
+
+    def ready(self) -> str:
+        return self.worker_id
+
+    def run(self, batch: Batch) -> BatchResult:
+        started = time.perf_counter()
+        try:
+            result = self.worker.run(batch)
+        except Exception as error:  # a failed batch is data for the dispatcher, not a crash
+            detail = f"{type(error).__name__}: {error}"
+            if not isinstance(error, BackendError):
+                detail += "\n" + traceback.format_exc(limit=6)
+            return BatchResult.failed(batch, self.worker_id, detail,
+                                      time.perf_counter() - started)
+        return replace(result, worker=self.worker_id)
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    worker_id: str
+    plan_index: int
+    outstanding: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass
+class DispatchStats:
+    batches: int = 0
+    failures: int = 0
+    restarts: int = 0
+    first_submit: float | None = None
+    last_result: float | None = None
+    busy_s: dict[str, float] = field(default_factory=dict)
+
+    def utilisation(self) -> float:
+        """Mean fraction of the dispatch wall time each worker spent running batches."""
+        if self.first_submit is None or self.last_result is None or not self.busy_s:
+            return 0.0
+        wall = self.last_result - self.first_submit
+        return sum(self.busy_s.values()) / (wall * len(self.busy_s)) if wall > 0 else 0.0
+
+
+def init_ray(address: str | None, num_cpus: int | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=True, configure_logging=False)
+
+
+class Dispatcher:
+    """Routes batches to the actors of the backend that serves their model."""
+
+    def __init__(self, plans: Sequence[BackendPlan], offsets: Sequence[int], *,
+                 in_flight_per_worker: int, max_batch_retries: int,
+                 actor_restarts: int = 3) -> None:
+        import ray
+
+        self._ray = ray
+        self.in_flight_per_worker = in_flight_per_worker
+        self.max_batch_retries = max_batch_retries
+        self.stats = DispatchStats()
+        self._queues: list[deque[Batch]] = [deque() for _ in plans]
+        self._inflight: dict[Any, tuple[Batch, _Slot]] = {}
+        self._attempts: dict[int, int] = {}
+        self._slots: list[_Slot] = []
+        remote = ray.remote(WorkerActor)
+        for plan_index, (plan, offset) in enumerate(zip(plans, offsets, strict=True)):
+            for replica in range(plan.workers):
+                worker_id = f"{plan.backend}-{plan_index}-{replica}"
+                actor = remote.options(max_restarts=actor_restarts, max_task_retries=0,
+                                       **plan.actor_options).remote(plan.make_worker(offset),
+                                                                    worker_id)
+                self._slots.append(_Slot(actor, worker_id, plan_index))
+        ray.get([slot.actor.ready.remote() for slot in self._slots])
+        self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    def submit(self, batches: Sequence[Batch]) -> None:
+        for batch in batches:
+            self._queues[self._plan_of_model[batch.model]].append(batch)
+        self._fill()
+
+    def pending(self) -> int:
+        return len(self._inflight) + sum(len(queue) for queue in self._queues)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        """Results that finished within ``timeout`` seconds (at least one unless timed out)."""
+        if not self._inflight:
+            return []
+        ready, _ = self._ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
+        if ready:
+            more, _ = self._ray.wait(list(self._inflight), num_returns=len(self._inflight),
+                                     timeout=0)
+            ready = list(dict.fromkeys([*ready, *more]))
+        results = []
+        now = time.perf_counter()
+        for ref in ready:
+            batch, slot = self._inflight.pop(ref)
+            slot.outstanding -= 1
+            try:
+                result: BatchResult = self._ray.get(ref)
+            except self._ray.exceptions.RayActorError as error:
+                self.stats.restarts += 1
+                result = BatchResult.failed(batch, slot.worker_id, f"worker died: {error}")
+            self.stats.last_result = now
+            slot.busy_s += result.busy_s
+            self.stats.busy_s[slot.worker_id] = slot.busy_s
+            if result.error is None:
+                self.stats.batches += 1
+                results.append(result)
+            else:
+                self._retry(batch, result)
+        self._fill()
+        return results
+
+    def _retry(self, batch: Batch, result: BatchResult) -> None:
+        self.stats.failures += 1
+        attempts = self._attempts.get(batch.batch_id, 0) + 1
+        self._attempts[batch.batch_id] = attempts
+        if attempts > self.max_batch_retries:
+            raise BackendError(f"batch {batch.batch_id} (model {batch.model}, round "
+                               f"{batch.round}) failed {attempts} times; last error on "
+                               f"{result.worker}: {result.error}")
+        self._queues[self._plan_of_model[batch.model]].appendleft(batch)
+
+    def _fill(self) -> None:
+        """Top up workers one batch at a time, least loaded first, so load stays even."""
+        progress = True
+        while progress:
+            progress = False
+            for slot in sorted(self._slots, key=lambda s: s.outstanding):
+                queue = self._queues[slot.plan_index]
+                if queue and slot.outstanding < self.in_flight_per_worker:
+                    batch = queue.popleft()
+                    self._inflight[slot.actor.run.remote(batch)] = (batch, slot)
+                    slot.outstanding += 1
+                    progress = True
+                    if self.stats.first_submit is None:
+                        self.stats.first_submit = time.perf_counter()
+
+    def shutdown(self) -> None:
+        for slot in self._slots:
+            self._ray.kill(slot.actor)
+        self._slots.clear()

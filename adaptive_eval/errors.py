@@ -1,0 +1,29 @@
+"""Errors that carry enough context to be shown to a user as they are."""
+
+from __future__ import annotations
+
+
+class AdaptiveEvalError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InputError(AdaptiveEvalError):
+    """Bad user input: a config, a data file or a run directory.
+
+    The message names the file, the field and the offending value; the CLI prints it to stderr
+    and exits with status 2.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        where = ": ".join(part for part in (source, field) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class BackendError(AdaptiveEvalError):
+    """A backend failed to produce a batch; the batch is re-dispatched, never silently dropped."""
+
+
+class ExhaustedError(BackendError):
+    """A replayed cell was asked for more trials than were recorded."""

@@ -1,0 +1,289 @@
+"""A small pool of checker processes that enforces a wall-clock timeout on every call.
+
+math-verify protects its own parsing and comparison with ``signal.alarm``, which only works on the
+main thread of the main interpreter; graders run inside Ray worker threads. So math-verify is called
+with its timeouts disabled (``parsing_timeout=None``, ``timeout_seconds=None``) and the timeout is
+enforced here instead: each check runs in a separate process, the caller waits on the socket for at
+most ``timeout_s`` seconds, and a process that overruns (or dies) is killed and replaced by a fresh
+one, without disturbing the other processes of the pool or the calls they are serving.
+
+Checker processes are plain ``python -c`` subprocesses (not ``multiprocessing`` children): they are
+safe to start from any thread, inherit no locks, and never re-import the caller's ``__main__``
+(``spawn`` and ``forkserver`` re-run an unguarded user script in every child). They receive the
+caller's ``sys.path``, talk over a socket pair with pickled ``(function, args)`` messages, and exit
+when the caller closes its end. They start lazily and are reused; one announces itself ready only
+after importing its heavy modules, so start-up time is never charged to a call's timeout. A pool
+created before ``os.fork`` is never used by the child: :func:`shared_pool` makes one per process id.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import multiprocessing.connection
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: Modules a checker process imports before it reports ready (heavy imports paid once).
+DEFAULT_PRELOAD: tuple[str, ...] = ("math_verify",)
+
+_BOOT = (
+    "import json, sys\n"
+    "sys.path[:0] = json.loads(sys.argv[2])\n"
+    "from adaptive_eval.grading._pool import serve\n"
+    "serve(int(sys.argv[1]), [m for m in sys.argv[3].split(',') if m])\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """Outcome of one call: ``ok`` (``value`` holds the return value), ``timeout`` or ``error``."""
+
+    status: Literal["ok", "timeout", "error"]
+    value: Any = None
+    detail: str = ""
+
+
+def serve(fd: int, preload: Sequence[str]) -> None:
+    """Body of a checker process: import ``preload``, say ready, then serve ``(fn, args)`` calls."""
+    import importlib
+    import logging
+
+    conn = multiprocessing.connection.Connection(fd)
+    # math-verify warns once that its own timeout is disabled; that is on purpose here.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:
+        conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the caller went away
+            return
+        if message is None:
+            return
+        try:
+            fn, args = message
+            reply: tuple[str, Any] = ("ok", fn(*args))
+        except BaseException as exc:
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except Exception as exc:  # e.g. an unpicklable return value
+            conn.send(("error", f"cannot send result back: {type(exc).__name__}: {exc}"))
+
+
+class _Worker:
+    def __init__(self, preload: Sequence[str], startup_timeout_s: float):
+        parent_sock, child_sock = socket.socketpair()
+        try:
+            child_fd = child_sock.fileno()
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT,
+                    str(child_fd),
+                    json.dumps([p for p in sys.path if isinstance(p, str)]),
+                    ",".join(preload),
+                ],
+                pass_fds=(child_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+        self.conn = multiprocessing.connection.Connection(parent_sock.detach())
+        try:
+            if not self.conn.poll(startup_timeout_s):
+                raise RuntimeError(f"checker process not ready after {startup_timeout_s:g} s")
+            kind, detail = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            self.kill()
+            raise RuntimeError(
+                f"checker process died while starting (exit code {self.process.poll()})"
+            ) from exc
+        except BaseException:
+            self.kill()
+            raise
+        if kind != "ready":
+            self.kill()
+            raise RuntimeError(f"checker process failed to start: {detail}")
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(5.0)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.send(None)
+            self.process.wait(1.0)
+        self.kill()
+
+
+class CheckerPool:
+    """Up to ``max_workers`` checker processes; :meth:`call` never raises for a bad call.
+
+    Thread-safe: each call checks out one idle process (starting one if fewer than
+    ``max_workers`` exist, else waiting for one), so concurrent callers never share a pipe.
+    """
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        startup_timeout_s: float = 120.0,
+    ):
+        self.max_workers = max(1, max_workers or min(4, os.cpu_count() or 1))
+        self._preload = tuple(preload)
+        self._startup_timeout_s = startup_timeout_s
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._starting = 0
+        self._closed = False
+        #: Processes killed after a timeout or a crash, for tests and diagnostics.
+        self.replaced = 0
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RuntimeError("checker pool is closed")
+                if self._idle:
+                    worker = self._idle.pop()
+                    self._busy.add(worker)
+                    return worker
+                if len(self._busy) + self._starting < self.max_workers:
+                    self._starting += 1
+                    break
+                self._cond.wait()
+        try:
+            worker = _Worker(self._preload, self._startup_timeout_s)
+        except BaseException:
+            with self._cond:
+                self._starting -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._starting -= 1
+            self._busy.add(worker)
+        return worker
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        with self._cond:
+            self._busy.discard(worker)
+            keep = healthy and not self._closed
+            if keep:
+                self._idle.append(worker)
+            if not healthy:
+                self.replaced += 1
+            self._cond.notify()
+        if not keep:
+            worker.kill()
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> CallResult:
+        """Run ``fn(*args)`` in a checker process; give up after ``timeout_s`` seconds.
+
+        ``fn`` and ``args`` must be picklable (a module-level function). On a timeout the process
+        is killed; the next call starts a fresh one.
+        """
+        try:
+            worker = self._acquire()
+        except Exception as exc:
+            return CallResult("error", detail=f"cannot start checker process: {exc}")
+        healthy = False
+        try:
+            start = time.monotonic()
+            worker.conn.send((fn, args))
+            if not worker.conn.poll(max(0.0, timeout_s)):
+                return CallResult(
+                    "timeout", detail=f"no result after {time.monotonic() - start:.2f} s"
+                )
+            kind, value = worker.conn.recv()
+            healthy = True
+            if kind == "ok":
+                return CallResult("ok", value=value)
+            return CallResult("error", detail=str(value))
+        except (EOFError, OSError) as exc:
+            code = worker.exitcode
+            return CallResult("error", detail=f"checker process died (exit code {code}): {exc!r}")
+        except Exception as exc:
+            return CallResult("error", detail=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._release(worker, healthy)
+
+    def close(self) -> None:
+        """Stop every idle process; busy ones are killed when their call returns."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for worker in idle:
+            worker.stop()
+
+    @property
+    def size(self) -> int:
+        """Processes alive now (idle or busy)."""
+        with self._cond:
+            return len(self._idle) + len(self._busy)
+
+
+_shared: tuple[int, CheckerPool] | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> CheckerPool:
+    """The process-wide pool, created on first use (a new one after ``os.fork``)."""
+    global _shared
+    pid = os.getpid()
+    with _shared_lock:
+        if _shared is None or _shared[0] != pid:
+            _shared = (pid, CheckerPool())
+        return _shared[1]
+
+
+def configure_shared_pool(max_workers: int | None = None) -> None:
+    """Replace the process-wide pool (closing the old one) with one of the given size."""
+    global _shared
+    with _shared_lock:
+        old = _shared
+        _shared = (os.getpid(), CheckerPool(max_workers))
+    if old is not None and old[0] == os.getpid():
+        old[1].close()
+
+
+@atexit.register
+def _close_shared() -> None:
+    if _shared is not None and _shared[0] == os.getpid():
+        _shared[1].close()
+
+
+def sleep_then_return(seconds: float, *args: Any) -> bool:
+    """A picklable stand-in for a check that hangs; used by tests of the timeout path."""
+    time.sleep(seconds)
+    return True

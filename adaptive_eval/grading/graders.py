@@ -1,0 +1,414 @@
+r"""Graders: turn one generated sample into a category, found by name from the config.
+
+A grader is any object with ``num_categories`` (``C + 1``) and
+``__call__(sample, question) -> Graded``. Built-in graders are made by factories registered with
+:func:`grader` and built with :func:`build_grader`, which checks the name and the parameters:
+
+- ``math``: last ``\boxed{}`` answer checked with math-verify (:func:`math_equal`); categories
+  0 wrong / 1 correct, or, with ``schema=<name>`` and ``thresholds``, one of the paper's rubric
+  schemata (:mod:`adaptive_eval.grading.schemata`).
+- ``exact``: normalised string comparison of the boxed answer (``extract="boxed"``) or of the
+  whole completion (``extract="none"``) with the gold answer.
+- ``regex``: the one group of ``pattern`` (its last match by default) compared with the gold.
+
+A grader never raises on a sample: when the check times out or crashes, the sample gets the
+configured ``invalid_category`` (default 0), ``invalid=True`` and the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from adaptive_eval.datasets import Question
+from adaptive_eval.errors import InputError
+from adaptive_eval.grading.answers import extract_boxed, is_grader_failure, math_equal
+from adaptive_eval.grading.schemata import Schema, Thresholds, get_schema
+from adaptive_eval.grading.signals import (
+    DEFAULT_MAX_TOKENS_REF,
+    GeneratedSample,
+    Signals,
+    base_signals,
+    compute_signals,
+)
+
+#: Supplies verifier probabilities (A correct, B wrong, C off-task) for a sample.
+VerifierFn = Callable[[GeneratedSample, Question], tuple[float, float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Graded:
+    """A graded sample. ``invalid`` means the grader could not grade it (timeout, crash): the
+    category is then the grader's ``invalid_category`` and ``reason`` says why. (A schema's own
+    category 0, "invalid" in the paper's sense, is an ordinary outcome with ``invalid=False``.)
+    """
+
+    category: int
+    answer: str | None = None
+    signals: Signals | None = None
+    reason: str | None = None
+    invalid: bool = False
+
+
+@runtime_checkable
+class Grader(Protocol):
+    """Maps a sample of a question to a category in ``0 .. num_categories - 1``."""
+
+    num_categories: int
+
+    def __call__(self, sample: GeneratedSample, question: Question) -> Graded: ...
+
+
+GraderFactory = Callable[..., Grader]
+GRADERS: dict[str, GraderFactory] = {}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def grader(name: str) -> Callable[[_F], _F]:
+    """Register a grader factory under ``name``; its keyword parameters are the config keys."""
+
+    def register(factory: _F) -> _F:
+        if name in GRADERS and GRADERS[name] is not factory:
+            raise ValueError(f"grader {name!r} is already registered")
+        GRADERS[name] = factory
+        return factory
+
+    return register
+
+
+def build_grader(name: str, **params: Any) -> Grader:
+    """Build the grader registered as ``name`` from config ``params``.
+
+    An unknown name, an unknown or missing parameter, or a bad value is an :class:`InputError`
+    naming the grader and the parameter.
+    """
+    factory = GRADERS.get(name)
+    if factory is None:
+        raise InputError(
+            f"unknown grader {name!r}; known: {', '.join(sorted(GRADERS))}", field="grader"
+        )
+    signature = inspect.signature(factory)
+    accepted = signature.parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        for key in params:
+            if key not in accepted:
+                raise InputError(
+                    f"grader {name!r} has no parameter {key!r}; "
+                    f"parameters: {', '.join(accepted) or '(none)'}",
+                    field=key,
+                )
+    for key, p in accepted.items():
+        required = p.default is inspect.Parameter.empty and p.kind in (
+            inspect.Parameter.KEYWORD_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+        if required and key not in params:
+            raise InputError(f"grader {name!r} needs parameter {key!r}", field=key)
+    try:
+        return factory(**params)
+    except InputError as exc:
+        err = InputError(f"grader {name!r}: {exc}")
+        err.source, err.field = exc.source, exc.field
+        raise err from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"grader {name!r}: {exc}") from None
+
+
+# ---- shared helpers ----------------------------------------------------------------------------
+
+
+def _normalize(text: str) -> str:
+    """Strip, collapse whitespace and casefold (for exact/regex comparison)."""
+    return " ".join(text.split()).casefold()
+
+
+def _check_number(name: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{name} must be a number, got {value!r}", field=name)
+    if positive and value <= 0:
+        raise InputError(f"{name} must be positive, got {value!r}", field=name)
+    return float(value)
+
+
+def _check_invalid_category(value: Any, num_categories: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < num_categories:
+        raise InputError(
+            f"invalid_category must be an integer in 0..{num_categories - 1}, got {value!r}",
+            field="invalid_category",
+        )
+    return value
+
+
+def _check_weights(
+    weights: Sequence[float] | None, default: tuple[float, ...]
+) -> tuple[float, ...]:
+    if weights is None:
+        return default
+    values = tuple(weights)
+    if len(values) != len(default):
+        raise InputError(
+            f"weights need {len(default)} entries (one per category), got {len(values)}",
+            field="weights",
+        )
+    return tuple(_check_number("weights", w, positive=False) for w in values)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(choices)}, got {value!r}", field=name)
+    return str(value)
+
+
+def _failed(invalid_category: int, reason: str, answer: str | None = None) -> Graded:
+    return Graded(invalid_category, answer, None, reason, True)
+
+
+def _crash(invalid_category: int, exc: Exception) -> Graded:
+    return _failed(invalid_category, f"grader error: {type(exc).__name__}: {exc}")
+
+
+def _verifier_probs(
+    fn: VerifierFn, sample: GeneratedSample, question: Question
+) -> tuple[float, float, float]:
+    probs = tuple(float(p) for p in fn(sample, question))
+    if len(probs) != 3 or not all(0.0 <= p <= 1.0 for p in probs):
+        raise ValueError(f"verifier returned {probs!r}; expected three probabilities (A, B, C)")
+    return probs[0], probs[1], probs[2]
+
+
+# ---- math --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MathGrader:
+    """math-verify grading, binary or through a rubric schema; see :func:`math_grader`."""
+
+    num_categories: int
+    default_weights: tuple[float, ...]
+    schema: Schema | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    timeout_s: float = 5.0
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF
+    invalid_category: int = 0
+    unboxed_fallback: bool = True
+    verifier: VerifierFn | None = None
+
+    def __call__(self, sample: GeneratedSample, question: Question) -> Graded:
+        try:
+            signals, answer, failure = compute_signals(
+                sample,
+                question,
+                self.max_tokens_ref,
+                self.timeout_s,
+                unboxed_fallback=self.unboxed_fallback,
+            )
+            if self.verifier is not None:
+                signals = replace(
+                    signals, verifier=_verifier_probs(self.verifier, sample, question)
+                )
+            if failure is not None:
+                return Graded(self.invalid_category, answer, signals, failure, True)
+            if self.schema is None:
+                category = int(signals.is_correct)
+            else:
+                category = self.schema(signals, self.thresholds)
+            note = None if answer is not None else "no \\boxed{} answer"
+            return Graded(category, answer, signals, note, False)
+        except Exception as exc:
+            return _crash(self.invalid_category, exc)
+
+
+@grader("math")
+def math_grader(
+    *,
+    schema: str | None = None,
+    thresholds: Thresholds | Mapping[str, float] | None = None,
+    weights: Sequence[float] | None = None,
+    timeout_s: float = 5.0,
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
+    invalid_category: int = 0,
+    unboxed_fallback: bool = True,
+    verifier: VerifierFn | None = None,
+) -> MathGrader:
+    r"""math-verify grader.
+
+    Without ``schema``: 0 wrong, 1 correct (weights ``(0, 1)``). With ``schema`` (a name in
+    :data:`~adaptive_eval.grading.schemata.SCHEMATA`), the signals are mapped through it, using
+    ``thresholds`` (a :class:`Thresholds` or a mapping of its fields), fixed here for the whole
+    run. Verifier schemata need ``verifier``, a callable giving (A, B, C) probabilities.
+    ``unboxed_fallback`` checks completions without a ``\boxed{}`` on their tail.
+    """
+    if importlib.util.find_spec("math_verify") is None:
+        raise InputError(
+            "needs math-verify, which is not installed: pip install 'adaptive-eval[grading]'"
+        )
+    timeout = _check_number("timeout_s", timeout_s)
+    ref = int(_check_number("max_tokens_ref", max_tokens_ref))
+    if thresholds is None:
+        fixed = Thresholds()
+    elif isinstance(thresholds, Thresholds):
+        fixed = thresholds
+    elif isinstance(thresholds, Mapping):
+        fixed = Thresholds.from_mapping(thresholds)
+    else:
+        raise InputError(f"thresholds must be a mapping, got {thresholds!r}", field="thresholds")
+    chosen: Schema | None = None
+    default: tuple[float, ...]
+    if schema is None:
+        n, default = 2, (0.0, 1.0)
+    else:
+        chosen = get_schema(schema)
+        fixed.require(chosen.thresholds, f"schema {chosen.name!r}")
+        if chosen.needs_verifier and verifier is None:
+            raise InputError(
+                f"schema {chosen.name!r} needs verifier probabilities: pass a verifier",
+                field="verifier",
+            )
+        n, default = chosen.num_categories, chosen.default_weights
+    if verifier is not None and not callable(verifier):
+        raise InputError(f"verifier must be callable, got {verifier!r}", field="verifier")
+    return MathGrader(
+        num_categories=n,
+        default_weights=_check_weights(weights, default),
+        schema=chosen,
+        thresholds=fixed,
+        timeout_s=timeout,
+        max_tokens_ref=ref,
+        invalid_category=_check_invalid_category(invalid_category, n),
+        unboxed_fallback=bool(unboxed_fallback),
+        verifier=verifier,
+    )
+
+
+# ---- exact -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExactGrader:
+    """Normalised string equality (strip, collapse whitespace, casefold): 0 wrong, 1 correct."""
+
+    extract: str = "boxed"
+    invalid_category: int = 0
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF
+    num_categories: int = 2
+    default_weights: tuple[float, ...] = (0.0, 1.0)
+
+    def __call__(self, sample: GeneratedSample, question: Question) -> Graded:
+        try:
+            boxed = extract_boxed(sample.text)
+            answer = boxed if self.extract == "boxed" else sample.text.strip()
+            correct = answer is not None and _normalize(answer) == _normalize(question.answer)
+            signals = base_signals(
+                sample,
+                has_box=boxed is not None,
+                is_correct=correct,
+                max_tokens_ref=self.max_tokens_ref,
+            )
+            note = "no \\boxed{} answer" if answer is None else None
+            return Graded(int(correct), answer, signals, note, False)
+        except Exception as exc:
+            return _crash(self.invalid_category, exc)
+
+
+@grader("exact")
+def exact_grader(
+    *,
+    extract: str = "boxed",
+    invalid_category: int = 0,
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
+) -> ExactGrader:
+    r"""Exact match of the ``\boxed{}`` answer (``extract="boxed"``) or whole text (``"none"``)."""
+    return ExactGrader(
+        extract=_check_choice("extract", extract, ("boxed", "none")),
+        invalid_category=_check_invalid_category(invalid_category, 2),
+        max_tokens_ref=int(_check_number("max_tokens_ref", max_tokens_ref)),
+    )
+
+
+# ---- regex -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegexGrader:
+    """The one group of ``pattern`` compared with the gold answer: 0 wrong, 1 correct."""
+
+    pattern: re.Pattern[str]
+    match: str = "last"
+    compare: str = "exact"
+    timeout_s: float = 5.0
+    invalid_category: int = 0
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF
+    num_categories: int = 2
+    default_weights: tuple[float, ...] = (0.0, 1.0)
+
+    def __call__(self, sample: GeneratedSample, question: Question) -> Graded:
+        try:
+            found = None
+            for m in self.pattern.finditer(sample.text):
+                found = m
+                if self.match == "first":
+                    break
+            answer = None if found is None or found.group(1) is None else found.group(1).strip()
+            reason: str | None = None
+            if answer is None:
+                correct, reason = False, "no match for pattern"
+            elif self.compare == "math":
+                correct, failure = math_equal(question.answer, answer, self.timeout_s)
+                if is_grader_failure(failure):
+                    assert failure is not None
+                    return _failed(self.invalid_category, failure, answer)
+            else:
+                correct = _normalize(answer) == _normalize(question.answer)
+            signals = base_signals(
+                sample,
+                has_box=extract_boxed(sample.text) is not None,
+                is_correct=correct,
+                max_tokens_ref=self.max_tokens_ref,
+            )
+            return Graded(int(correct), answer, signals, reason, False)
+        except Exception as exc:
+            return _crash(self.invalid_category, exc)
+
+
+@grader("regex")
+def regex_grader(
+    *,
+    pattern: str,
+    ignore_case: bool = False,
+    match: str = "last",
+    compare: str = "exact",
+    timeout_s: float = 5.0,
+    invalid_category: int = 0,
+    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
+) -> RegexGrader:
+    """Regex grader: ``pattern`` must have exactly one capturing group (the answer).
+
+    ``match``: use the ``last`` (default) or ``first`` match; ``compare``: ``exact`` (normalised
+    strings) or ``math`` (math-verify, with ``timeout_s``).
+    """
+    if not isinstance(pattern, str):
+        raise InputError(f"pattern must be a string, got {pattern!r}", field="pattern")
+    try:
+        compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise InputError(
+            f"invalid regular expression {pattern!r}: {exc}", field="pattern"
+        ) from None
+    if compiled.groups != 1:
+        raise InputError(
+            f"pattern {pattern!r} must have exactly one capturing group, has {compiled.groups}",
+            field="pattern",
+        )
+    return RegexGrader(
+        pattern=compiled,
+        match=_check_choice("match", match, ("last", "first")),
+        compare=_check_choice("compare", compare, ("exact", "math")),
+        timeout_s=_check_number("timeout_s", timeout_s),
+        invalid_category=_check_invalid_category(invalid_category, 2),
+        max_tokens_ref=int(_check_number("max_tokens_ref", max_tokens_ref)),
+    )

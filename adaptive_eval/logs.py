@@ -1,0 +1,61 @@
+"""Structured logging: JSON lines to ``DIR/events.jsonl``, readable lines on the console.
+
+Every event carries the campaign id; decision events are also written to the trial store so a
+resumed run does not log them twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+
+class _JsonlTee:
+    """structlog processor: append the event as one JSON line, then pass it on."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle = handle
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        record = {"ts": time.time(), "level": method, **event}
+        self.handle.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+        self.handle.flush()
+        return event
+
+
+class _QuietBelow:
+    """Drop console output below a level (the JSON file already has the event)."""
+
+    LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+
+    def __init__(self, level: str) -> None:
+        self.level = self.LEVELS[level]
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        if self.LEVELS.get(method, 20) < self.level:
+            raise structlog.DropEvent
+        return event
+
+
+def open_event_log(run_dir: Path, campaign_id: str, console_level: str = "info",
+                   console: IO[str] | None = None) -> tuple[structlog.BoundLogger, IO[str]]:
+    """A logger bound to ``campaign_id`` writing to ``run_dir/events.jsonl`` and the console."""
+    handle = (run_dir / "events.jsonl").open("a", encoding="utf-8")
+    stream = console or sys.stderr
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(stream),
+        processors=[
+            structlog.processors.add_log_level,
+            _JsonlTee(handle),
+            _QuietBelow(console_level),
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+        ],
+        wrapper_class=structlog.BoundLogger,
+    )
+    return logger.bind(campaign=campaign_id), handle

@@ -1,0 +1,77 @@
+"""Validated reading of ``.npz`` inputs; every error names the file, the array and the value."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from adaptive_eval.errors import InputError
+
+
+class NpzFile:
+    """The arrays of one npz file, read eagerly, with checked accessors."""
+
+    def __init__(self, path: str | Path, field: str | None = None) -> None:
+        self.path = str(path)
+        self.field = field
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                self.arrays = {name: data[name] for name in data.files}
+        except FileNotFoundError:
+            raise InputError("file not found", source=self.path, field=field) from None
+        except (OSError, ValueError, zipfile.BadZipFile) as error:
+            raise InputError(f"not a readable npz file ({error})", source=self.path,
+                             field=field) from None
+
+    def error(self, array: str, message: str) -> InputError:
+        return InputError(f"array {array!r}: {message}", source=self.path, field=self.field)
+
+    def has(self, name: str) -> bool:
+        return name in self.arrays
+
+    def get(self, name: str, *, ndim: int | tuple[int, ...], kind: str) -> np.ndarray:
+        """Array ``name`` with ``ndim`` dimensions and dtype kind in ``kind`` ('i', 'f', 'U')."""
+        if name not in self.arrays:
+            present = ", ".join(sorted(self.arrays)) or "none"
+            raise self.error(name, f"missing (arrays present: {present})")
+        array = self.arrays[name]
+        dims = (ndim,) if isinstance(ndim, int) else ndim
+        if array.ndim not in dims:
+            raise self.error(name, f"expected {' or '.join(map(str, dims))} dimensions, "
+                                   f"got shape {array.shape}")
+        if array.dtype.kind not in kind:
+            if "i" in kind and array.dtype.kind == "u":
+                return array.astype(np.int64)
+            raise self.error(name, f"expected dtype kind {kind!r}, got {array.dtype}")
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            bad = np.argwhere(~np.isfinite(array))[0]
+            raise self.error(name, f"non-finite value {array[tuple(bad)]} at index {tuple(bad)}")
+        return array
+
+    def names(self, name: str, count: int, default_prefix: str) -> tuple[str, ...]:
+        """A 1-D array of ``count`` unique string names, or generated ones if absent."""
+        if name not in self.arrays:
+            return tuple(f"{default_prefix}{i}" for i in range(count))
+        array = self.get(name, ndim=1, kind="UO")
+        if len(array) != count:
+            raise self.error(name, f"has {len(array)} names, expected {count}")
+        names = tuple(str(x) for x in array)
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise self.error(name, f"duplicate name {duplicates[0]!r}")
+        return names
+
+
+def check_categories(array: np.ndarray, num_categories: int, *, file: NpzFile, name: str) -> None:
+    """Every entry must be an integer category in ``0..num_categories-1``."""
+    if array.size == 0:
+        raise file.error(name, f"is empty (shape {array.shape})")
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= num_categories:
+        bad_value = low if low < 0 else high
+        index = tuple(int(i) for i in np.argwhere(array == bad_value)[0])
+        raise file.error(name, f"category {bad_value} at index {index} is outside "
+                               f"0..{num_categories - 1} (C+1 = {num_categories} categories "
+                               "from the rubric weights)")

@@ -1,0 +1,192 @@
+"""Policy contracts: what pair rules, stopping rules and allocators see and return.
+
+Policies are pure functions of a :class:`CampaignView`, a frozen snapshot of the posterior after
+the last applied round, so a campaign's decisions are a deterministic function of its recorded
+trials. Concrete policies live in the top-level ``policies`` package and are found by name through
+the registry.
+
+* A **pair rule** settles an adjacent pair (a ranked above b) or returns ``None``.
+* A **stopping rule** decides whether the campaign stops and which models it still needs data
+  from (``needs``); shared guards live in :class:`StoppingRule`.
+* An **allocator** turns the needy models into an (L, M) plan of trials for the next round.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from adaptive_eval import stats
+from adaptive_eval.types import PairDecision, Stop
+
+
+@dataclass(frozen=True)
+class CampaignView:
+    """Read-only state after the last applied round. Arrays must not be written to."""
+
+    names: tuple[str, ...]
+    counts: np.ndarray  # (L, M, K) observed category counts
+    mu: np.ndarray  # (L,)
+    sigma: np.ndarray  # (L,)
+    trials: np.ndarray  # (L, M) applied trials per cell
+    planned: np.ndarray  # (L, M) trials recorded or in flight per cell
+    capacity: np.ndarray  # (L,) most trials per question for each model
+    confidence: float
+    min_trials: int
+    round: int
+    trials_used: int
+    tokens_used: int | None
+    elapsed_s: float
+
+    @property
+    def num_models(self) -> int:
+        return len(self.names)
+
+    @property
+    def z_threshold(self) -> float:
+        return stats.z_threshold(self.confidence)
+
+    @property
+    def order(self) -> np.ndarray:
+        """Model indices by posterior mean, best first (stable for exact ties)."""
+        return np.argsort(-self.mu, kind="stable")
+
+    def ci(self) -> tuple[np.ndarray, np.ndarray]:
+        low, high = stats.credible_interval(self.mu, self.sigma, self.confidence)
+        return np.asarray(low), np.asarray(high)
+
+    def pair_z(self, a: int, b: int) -> float:
+        spread = float(np.hypot(self.sigma[a], self.sigma[b]))
+        gap = float(self.mu[a] - self.mu[b])
+        if spread == 0:
+            return 0.0 if gap == 0 else float("inf")
+        return abs(gap) / spread
+
+    def below_min(self) -> np.ndarray:
+        """(L,) models with a question below ``min_trials``."""
+        return np.asarray(self.trials.min(axis=1) < self.min_trials)
+
+
+class PairRule(Protocol):
+    """Settle the adjacent pair (a above b) or return ``None`` to pass to the next rule."""
+
+    def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None: ...
+
+
+class Allocator(Protocol):
+    """Plan the next round: trials to add per (model, question), an int64 (L, M) array.
+
+    ``needs`` marks models some stopping rule still wants data from; ``round_trials`` is the
+    smallest round worth dispatching. The controller then caps the plan at each model's
+    capacity and at the trial budget (:func:`cap_plan`).
+    """
+
+    name: str
+
+    def __call__(self, view: CampaignView, decisions: tuple[PairDecision, ...],
+                 needs: np.ndarray, round_trials: int) -> np.ndarray: ...
+
+
+class StoppingRule(abc.ABC):
+    """Template for campaign stopping rules (after Ax's early-stopping strategies).
+
+    :meth:`should_stop` applies the shared guard (no stop before every model has
+    ``min_trials`` on every question, unless the rule ignores it, as budgets do) and then calls
+    :meth:`_should_stop`. :meth:`needs` says which models the rule still wants data from;
+    ``None`` means the rule does not steer allocation.
+    """
+
+    name: str = "rule"
+    respects_min_trials: bool = True
+
+    def should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
+        if self.respects_min_trials and view.below_min().any():
+            return None
+        return self._should_stop(view, decisions)
+
+    @abc.abstractmethod
+    def _should_stop(self, view: CampaignView,
+                     decisions: tuple[PairDecision, ...]) -> Stop | None: ...
+
+    def needs(self, view: CampaignView,
+              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+        return None
+
+
+class AnyOf(StoppingRule):
+    """Stop when any rule stops; a model is needed if any steering rule needs it."""
+
+    name = "any_of"
+    respects_min_trials = False
+
+    def __init__(self, *rules: StoppingRule) -> None:
+        self.rules = rules
+
+    def _should_stop(self, view: CampaignView,
+                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+        for rule in self.rules:
+            stop = rule.should_stop(view, decisions)
+            if stop is not None:
+                return stop
+        return None
+
+    def needs(self, view: CampaignView,
+              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+        masks = [m for m in (r.needs(view, decisions) for r in self.rules) if m is not None]
+        if not masks:
+            return None
+        return np.logical_or.reduce(masks)
+
+
+class AllOf(AnyOf):
+    """Stop when every rule stops (the reason of the last one is reported)."""
+
+    name = "all_of"
+
+    def _should_stop(self, view: CampaignView,
+                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+        stops = [rule.should_stop(view, decisions) for rule in self.rules]
+        if stops and all(stop is not None for stop in stops):
+            return stops[-1]
+        return None
+
+
+def any_of(*rules: StoppingRule) -> StoppingRule:
+    return AnyOf(*rules)
+
+
+def all_of(*rules: StoppingRule) -> StoppingRule:
+    return AllOf(*rules)
+
+
+def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairDecision, ...]:
+    """Decisions on the adjacent pairs of the current ordering, best first.
+
+    A pair stays undecided until both models have ``min_trials`` on every question; otherwise
+    the first rule that settles it wins.
+    """
+    order = view.order
+    young = view.below_min()
+    decisions = []
+    for a, b in zip(order[:-1], order[1:], strict=True):
+        a, b = int(a), int(b)
+        z = view.pair_z(a, b)
+        decision = None
+        if not (young[a] or young[b]):
+            decision = next((d for d in (rule(view, a, b, z) for rule in rules) if d), None)
+        decisions.append(decision or PairDecision.undecided(a, b, z))
+    return tuple(decisions)
+
+
+def cap_plan(plan: np.ndarray, view: CampaignView, trial_budget_left: int | None) -> np.ndarray:
+    """Clip a plan to each model's capacity and to the trial budget (model-major order)."""
+    room = np.maximum(view.capacity[:, None] - view.planned, 0)
+    capped = np.minimum(np.maximum(plan, 0), room).astype(np.int64)
+    if trial_budget_left is not None and capped.sum() > trial_budget_left:
+        flat = capped.ravel()
+        keep = np.minimum(flat, np.maximum(trial_budget_left - (np.cumsum(flat) - flat), 0))
+        capped = keep.reshape(capped.shape)
+    return capped

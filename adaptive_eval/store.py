@@ -1,0 +1,193 @@
+"""Durable trial ledger of a run directory: SQLite in WAL mode.
+
+Why SQLite/WAL: one file, atomic multi-row transactions (a batch is recorded whole or not at
+all), a primary key on (model, question, trial) that makes a double insert impossible, readers
+(``adaptive-eval report``) that never block the writer, and ``synchronous=FULL`` so a committed
+batch survives ``kill -9`` and power loss. An append-only log would need its own torn-write
+recovery and de-duplication; SQLite already has both, and the write rate (a transaction per
+batch, tens per second) is far below what it sustains.
+
+Besides trials the store keeps each round's plan (the per-cell trial counts the allocation
+asked for), so that a resumed run knows exactly which work was in flight, and the decision log.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval.types import BatchResult, Trial
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (
+    round INTEGER PRIMARY KEY, shape TEXT NOT NULL, plan BLOB NOT NULL, planned_at REAL);
+CREATE TABLE IF NOT EXISTS trials (
+    model INTEGER NOT NULL, question INTEGER NOT NULL, trial INTEGER NOT NULL,
+    round INTEGER NOT NULL, batch_id INTEGER NOT NULL, seed INTEGER NOT NULL,
+    category INTEGER NOT NULL, tokens INTEGER, prompt_tokens INTEGER, latency_s REAL,
+    gpu_s REAL, worker TEXT, answer TEXT, reason TEXT, recorded_at REAL NOT NULL,
+    PRIMARY KEY (model, question, trial)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS completions (
+    model INTEGER NOT NULL, question INTEGER NOT NULL, trial INTEGER NOT NULL,
+    text BLOB, signals TEXT, PRIMARY KEY (model, question, trial)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, kind TEXT NOT NULL,
+    payload TEXT NOT NULL, at REAL NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class TrialArrays:
+    """Recorded trials as columns (sorted by model, question, trial)."""
+
+    model: np.ndarray
+    question: np.ndarray
+    trial: np.ndarray
+    round: np.ndarray
+    category: np.ndarray
+    tokens: np.ndarray  # -1 where unknown
+    gpu_s: np.ndarray
+
+
+class TrialStore:
+    """One run directory's ledger. Not thread-safe: the controller is its only writer."""
+
+    FILENAME = "trials.sqlite"
+
+    def __init__(self, run_dir: Path, *, fsync: str = "full", readonly: bool = False) -> None:
+        self.path = Path(run_dir) / self.FILENAME
+        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        self.conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        if not readonly:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+            self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- metadata -----------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, **values: Any) -> None:
+        with self._transaction():
+            self.conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(key, json.dumps(value, sort_keys=True)) for key, value in values.items()])
+
+    # -- rounds -------------------------------------------------------------------------------
+    def add_round(self, round_index: int, plan: np.ndarray) -> None:
+        blob = zlib.compress(np.ascontiguousarray(plan, dtype=np.int32).tobytes())
+        with self._transaction():
+            self.conn.execute(
+                "INSERT INTO rounds(round, shape, plan, planned_at) VALUES (?, ?, ?, ?)",
+                (round_index, json.dumps(list(plan.shape)), blob, time.time()))
+
+    def rounds(self) -> list[np.ndarray]:
+        out = []
+        for index, (round_index, shape, blob) in enumerate(
+                self.conn.execute("SELECT round, shape, plan FROM rounds ORDER BY round")):
+            if round_index != index:
+                raise RuntimeError(f"{self.path}: round {index} missing from the plan log")
+            plan = np.frombuffer(zlib.decompress(blob), dtype=np.int32)
+            out.append(plan.reshape(json.loads(shape)).astype(np.int64))
+        return out
+
+    # -- trials -------------------------------------------------------------------------------
+    def record(self, result: BatchResult, keep_text: bool) -> int:
+        """Record a batch in one transaction; returns how many trials were new."""
+        now = time.time()
+        rows = [(t.model, t.question, t.trial, result.round, result.batch_id, t.seed, t.category,
+                 t.tokens, t.prompt_tokens, t.latency_s, t.gpu_s, result.worker, t.answer,
+                 t.reason, now) for t in result.trials]
+        with self._transaction():
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO trials(model, question, trial, round, batch_id, seed, "
+                "category, tokens, prompt_tokens, latency_s, gpu_s, worker, answer, reason, "
+                "recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            added = self.conn.total_changes - before
+            extra = [(t.model, t.question, t.trial,
+                      zlib.compress(t.text.encode()) if keep_text and t.text is not None else None,
+                      json.dumps(t.signals) if t.signals is not None else None)
+                     for t in result.trials if t.text is not None or t.signals is not None]
+            if extra:
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO completions(model, question, trial, text, signals) "
+                    "VALUES (?,?,?,?,?)", extra)
+        return added
+
+    def trial_arrays(self) -> TrialArrays:
+        rows = self.conn.execute(
+            "SELECT model, question, trial, round, category, COALESCE(tokens, -1), "
+            "COALESCE(gpu_s, 0) FROM trials ORDER BY model, question, trial").fetchall()
+        table = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
+        ints = table[:, :6].astype(np.int64)
+        return TrialArrays(*(ints[:, i] for i in range(6)), gpu_s=table[:, 6])
+
+    def count_trials(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
+    def trials(self, model: int | None = None) -> Iterator[Trial]:
+        query = ("SELECT t.model, t.question, t.trial, t.seed, t.category, t.tokens, "
+                 "t.prompt_tokens, t.latency_s, t.gpu_s, t.answer, t.reason, c.text, c.signals "
+                 "FROM trials t LEFT JOIN completions c USING (model, question, trial)")
+        args: tuple[Any, ...] = ()
+        if model is not None:
+            query += " WHERE t.model = ?"
+            args = (model,)
+        for row in self.conn.execute(query + " ORDER BY t.model, t.question, t.trial", args):
+            text = zlib.decompress(row[11]).decode() if row[11] is not None else None
+            signals = json.loads(row[12]) if row[12] is not None else None
+            yield Trial(*row[:11], text=text, signals=signals)
+
+    # -- events -------------------------------------------------------------------------------
+    def add_events(self, round_index: int, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        now = time.time()
+        rows = [(round_index, kind, json.dumps(payload, sort_keys=True), now)
+                for kind, payload in events]
+        if rows:
+            with self._transaction():
+                self.conn.executemany(
+                    "INSERT INTO events(round, kind, payload, at) VALUES (?,?,?,?)", rows)
+
+    def events(self, kind: str | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        query = "SELECT round, kind, payload FROM events"
+        args: tuple[Any, ...] = ()
+        if kind is not None:
+            query += " WHERE kind = ?"
+            args = (kind,)
+        return [(r, k, json.loads(p)) for r, k, p in self.conn.execute(query + " ORDER BY seq",
+                                                                         args)]
+
+    def last_event_round(self) -> int:
+        row = self.conn.execute("SELECT MAX(round) FROM events").fetchone()
+        return -1 if row[0] is None else int(row[0])
+
+    # -- helpers ------------------------------------------------------------------------------
+    class _Tx:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def __enter__(self) -> None:
+            self.conn.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, kind: object, value: object, tb: object) -> None:
+            self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+
+    def _transaction(self) -> TrialStore._Tx:
+        return TrialStore._Tx(self.conn)

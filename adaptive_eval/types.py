@@ -1,0 +1,176 @@
+"""Frozen value types that flow through the controller.
+
+Data flows one way: the allocation policy emits :class:`WorkItem` values, the dispatcher packs
+them into :class:`Batch` values for workers, workers return :class:`BatchResult` values holding one
+:class:`Trial` per sampled answer, the posterior consumes categories, and the stopping policy
+returns :class:`PairDecision` and :class:`Stop` values. None of these import anything else from the
+project.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def trial_seed(campaign_seed: int, model: str, question: str, trial: int) -> int:
+    """Seed of one trial: a stable 31-bit hash of (campaign seed, model, question, trial index).
+
+    The same trial gets the same seed on every worker and after a resume, so a resumed campaign
+    re-creates the samples it lost.
+
+    >>> trial_seed(0, "m", "q1", 0) == trial_seed(0, "m", "q1", 0)
+    True
+    >>> trial_seed(0, "m", "q1", 0) != trial_seed(0, "m", "q1", 1)
+    True
+    """
+    payload = f"{campaign_seed}\x1f{model}\x1f{question}\x1f{trial}".encode()
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """Trials ``first_trial .. first_trial + count - 1`` of one (model, question) cell."""
+
+    model: int
+    question: int
+    first_trial: int
+    count: int
+
+    @property
+    def trials(self) -> range:
+        return range(self.first_trial, self.first_trial + self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A unit of work sent to one worker: items of a single model."""
+
+    batch_id: int
+    round: int
+    model: int
+    items: tuple[WorkItem, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(item.count for item in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One graded sample. ``category`` is in ``0..C``; ``tokens`` may be unknown (``None``)."""
+
+    model: int
+    question: int
+    trial: int
+    seed: int
+    category: int
+    tokens: int | None = None
+    prompt_tokens: int | None = None
+    latency_s: float | None = None
+    gpu_s: float | None = None
+    answer: str | None = None
+    reason: str | None = None
+    text: str | None = None
+    signals: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What a worker returns for a batch. ``error`` set means no trial of it may be recorded."""
+
+    batch_id: int
+    round: int
+    worker: str
+    trials: tuple[Trial, ...]
+    busy_s: float
+    gpu_s: float = 0.0
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, batch: Batch, worker: str, error: str, busy_s: float = 0.0) -> BatchResult:
+        return cls(batch.batch_id, batch.round, worker, (), busy_s, 0.0, error)
+
+
+class Verdict(enum.Enum):
+    """How an adjacent pair (a ranked above b by posterior mean) stands."""
+
+    A_GT_B = "a>b"
+    B_GT_A = "b>a"
+    EQUIVALENT = "equivalent"
+    UNDECIDED = "undecided"
+
+    @property
+    def settled(self) -> bool:
+        return self is not Verdict.UNDECIDED
+
+
+@dataclass(frozen=True, slots=True)
+class PairDecision:
+    """Decision on one pair of models, by index. ``z`` is |mu_a - mu_b| / sqrt(s_a^2 + s_b^2)."""
+
+    a: int
+    b: int
+    z: float
+    verdict: Verdict
+    rule: str | None = None
+
+    @classmethod
+    def resolved(cls, a: int, b: int, z: float, a_wins: bool, rule: str) -> PairDecision:
+        return cls(a, b, z, Verdict.A_GT_B if a_wins else Verdict.B_GT_A, rule)
+
+    @classmethod
+    def equivalent(cls, a: int, b: int, z: float, rule: str) -> PairDecision:
+        return cls(a, b, z, Verdict.EQUIVALENT, rule)
+
+    @classmethod
+    def undecided(cls, a: int, b: int, z: float) -> PairDecision:
+        return cls(a, b, z, Verdict.UNDECIDED, None)
+
+    @property
+    def settled(self) -> bool:
+        return self.verdict.settled
+
+
+class StopReason(enum.Enum):
+    GOAL_MET = "goal_met"
+    CI_WIDTH = "ci_width"
+    MAX_TRIALS = "max_trials"
+    TRIAL_BUDGET = "trial_budget"
+    TOKEN_BUDGET = "token_budget"
+    WALL_CLOCK = "wall_clock_budget"
+    EXHAUSTED = "exhausted"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """A campaign-level decision to stop sampling, with a human-readable detail."""
+
+    reason: StopReason
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Trials to add per (model, question) cell in the next round: an (L, M) integer array."""
+
+    per_cell: Any  # numpy int64 array (L, M); Any keeps this module free of numpy imports
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """Posterior summary of one model, as reported."""
+
+    name: str
+    mu: float
+    sigma: float
+    ci_low: float
+    ci_high: float
+    trials: int
+    rank: int
+    rank_no_ties: int
+    active: bool = field(default=True)
