@@ -127,6 +127,37 @@ class ExecutionConfig(_Strict):
                                   description="Planned rounds ahead of the posterior (the fixed "
                                               "pipelining lag that keeps decisions deterministic).")
     max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
+    gpu_slots: int | None = Field(None, ge=1,
+                                  description="Worker slots shared by all models of swappable "
+                                              "backends (vllm): more models than GPUs are "
+                                              "time-shared, loading one model per slot at a time.")
+
+
+class DatasetConfig(_Strict):
+    """Questions for generating backends: a JSONL file, one question per line."""
+
+    path: str = Field(description="JSONL file with an id, the problem text and the gold answer.")
+    id_field: str = "id"
+    problem_field: str = "problem"
+    answer_field: str = "answer"
+    template: str = Field("{problem}\n\n{instruction}",
+                          description="Prompt template; fields: problem, instruction, id, "
+                                      "and metadata keys.")
+    instruction: str = Field(
+        "Please reason step by step, and put your final answer within \\boxed{}.",
+        description="The instruction placed in the template (the paper's default).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N questions.")
+
+
+class SamplingConfig(_Strict):
+    """Sampling parameters shared by generating backends (the paper's defaults)."""
+
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(32768, ge=1)
+    logprobs: bool = Field(True, description="Ask for completion token log-probabilities.")
+    prompt_logprobs: bool = Field(True, description="Ask for prompt token log-probabilities.")
+    ignore_eos: bool = Field(False, description="Generate max_tokens always (benchmarks).")
 
 
 class OutputConfig(_Strict):
@@ -146,8 +177,10 @@ class CampaignConfig(_Strict):
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
-    dataset: dict[str, Any] | None = Field(None, description="Dataset spec for generating backends.")
-    grader: PluginRef | None = Field(None, description="Grader for generating backends.")
+    dataset: DatasetConfig | None = Field(None, description="Questions for generating backends.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    grader: PluginRef | None = Field(None, description="Grader for generating backends "
+                                                       "(default math).")
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
@@ -166,9 +199,26 @@ class CampaignConfig(_Strict):
         change results, so a resume may change them.
         """
         data = self.model_dump(mode="json", exclude={"execution", "output", "source"})
+        # File contents are hashed separately; where a file lives does not matter.
         for entry in data["models"]:
-            entry.pop("workers", None)
-            entry.pop("latency", None)
+            for key in ("workers", "latency", "path"):
+                entry.pop(key, None)
+        if data.get("dataset"):
+            data["dataset"].pop("path")
+        if data["policy"].get("prior"):
+            data["policy"]["prior"].pop("path")
+        return data
+
+    def portable_dump(self) -> dict[str, Any]:
+        """The config as a mapping with every file path made absolute (for the run dir copy)."""
+        data = self.model_dump(mode="json", exclude={"source"})
+        for entry in data["models"]:
+            if entry.get("path"):
+                entry["path"] = str(self.resolve_path(entry["path"]))
+        if data.get("dataset"):
+            data["dataset"]["path"] = str(self.resolve_path(data["dataset"]["path"]))
+        if data["policy"].get("prior"):
+            data["policy"]["prior"]["path"] = str(self.resolve_path(data["policy"]["prior"]["path"]))
         return data
 
 

@@ -203,13 +203,13 @@ class Controller:
             self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
 
     # -- events ---------------------------------------------------------------------------------
-    def _emit(self, kind: str, **payload: Any) -> None:
+    def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:
         """Log once: rounds already logged before a resume are replayed silently."""
         round_index = self.state.applied_rounds
         if round_index <= self.logged_through:
             return
         self.store.add_events(round_index, [(kind, payload)])
-        self.log.info(kind, round=round_index, **payload)
+        getattr(self.log, level)(kind, round=round_index, **payload)
 
     def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
         names = self.campaign.names
@@ -223,7 +223,7 @@ class Controller:
                            decision=d.verdict.value, rule=d.rule,
                            trials_used=self.state.trials_used)
         if changed:
-            self._emit("compute", **self.savings().as_dict())
+            self._emit("compute", level="debug", **self.savings().as_dict())
         if stop is not None and self.stop is None:
             self._emit("stop", reason=stop.reason.value, detail=stop.detail)
 

@@ -59,7 +59,9 @@ class Dataset:
         raise KeyError(question_id)
 
 
-def _text_field(record: dict[str, Any], name: str, where: str, *, allow_number: bool) -> str | None:
+def _text_field(
+    record: dict[str, Any], name: str, where: str, lineno: int, *, allow_number: bool
+) -> str | None:
     if name not in record:
         return None
     value = record[name]
@@ -68,7 +70,7 @@ def _text_field(record: dict[str, Any], name: str, where: str, *, allow_number: 
     if allow_number and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     kinds = "a string or a number" if allow_number else "a string"
-    raise InputError(f"must be {kinds}, got {value!r}", source=where, field=name)
+    raise InputError(f"line {lineno}: must be {kinds}, got {value!r}", source=where, field=name)
 
 
 def load_dataset(
@@ -109,7 +111,7 @@ def load_dataset(
             )
         values: dict[str, str] = {}
         for role, name in (("id", id_field), ("problem", problem_field), ("answer", answer_field)):
-            value = _text_field(record, name, where, allow_number=role != "problem")
+            value = _text_field(record, name, where, lineno, allow_number=role != "problem")
             if value is None:
                 raise InputError(f"line {lineno}: missing {role} field {name!r}", source=where)
             if not value.strip():

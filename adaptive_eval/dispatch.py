@@ -183,3 +183,56 @@ class Dispatcher:
         for slot in self._slots:
             self._ray.kill(slot.actor)
         self._slots.clear()
+
+
+class InlineDispatcher:
+    """Runs batches in this process, no Ray: for tests, offline re-reads and quick checks.
+
+    ``shuffle_seed`` returns finished batches in a random order (as a real cluster might) and
+    ``crash_after`` raises :class:`KeyboardInterrupt` after that many batches, to test that
+    decisions do not depend on arrival order and that a killed run resumes cleanly.
+    """
+
+    def __init__(self, plans: Sequence[BackendPlan], offsets: Sequence[int], *,
+                 batches_per_poll: int = 3, shuffle_seed: int | None = None,
+                 crash_after: int | None = None) -> None:
+        import random
+
+        self._workers = [WorkerActor(plan.make_worker(offset), f"inline-{i}")
+                         for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))]
+        self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
+        self._queue: list[Batch] = []
+        self._per_poll = batches_per_poll
+        self._random = random.Random(shuffle_seed) if shuffle_seed is not None else None
+        self._crash_after = crash_after
+        self.stats = DispatchStats()
+        self.submitted: list[Batch] = []
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._workers)
+
+    def submit(self, batches: Sequence[Batch]) -> None:
+        self._queue.extend(batches)
+        self.submitted.extend(batches)
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        if self._random is not None:
+            self._random.shuffle(self._queue)
+        taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll:]
+        results = []
+        for batch in taken:
+            if self._crash_after is not None and self.stats.batches >= self._crash_after:
+                raise KeyboardInterrupt("simulated crash")
+            result = self._workers[self._plan_of_model[batch.model]].run(batch)
+            if result.error is not None:
+                raise BackendError(result.error)
+            self.stats.batches += 1
+            results.append(result)
+        return results
+
+    def shutdown(self) -> None:
+        self._workers.clear()

@@ -59,3 +59,10 @@ def open_event_log(run_dir: Path, campaign_id: str, console_level: str = "info",
         wrapper_class=structlog.BoundLogger,
     )
     return logger.bind(campaign=campaign_id), handle
+
+
+class SilentLog:
+    """A logger that drops everything (offline re-reads of a finished run)."""
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda *args, **kwargs: None

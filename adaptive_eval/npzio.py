@@ -46,8 +46,8 @@ class NpzFile:
                 return array.astype(np.int64)
             raise self.error(name, f"expected dtype kind {kind!r}, got {array.dtype}")
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            bad = np.argwhere(~np.isfinite(array))[0]
-            raise self.error(name, f"non-finite value {array[tuple(bad)]} at index {tuple(bad)}")
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
+            raise self.error(name, f"non-finite value {array[bad]} at index {bad}")
         return array
 
     def names(self, name: str, count: int, default_prefix: str) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.errors import InputError
-from adaptive_eval.logs import open_event_log
+from adaptive_eval.logs import SilentLog, open_event_log
 from adaptive_eval.report import render_console, summarize, write_outputs
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
@@ -47,7 +47,7 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         store.set_meta(fingerprint=campaign.fingerprint, identity=identity,
                        campaign_id=campaign_id, models=list(campaign.names),
                        questions=list(campaign.question_ids))
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"),
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(),
                                                             sort_keys=False))
         return store, campaign_id, False
     if stored != campaign.fingerprint:
@@ -155,14 +155,12 @@ class _NoDispatch:
 
 def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
     """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs."""
-    import structlog
-
     campaign = build_campaign(config)
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     if not resumed:
         raise InputError("holds no recorded campaign", source=str(run_dir))
     try:
-        controller = Controller(campaign, store, _NoDispatch(), structlog.get_logger())
+        controller = Controller(campaign, store, _NoDispatch(), SilentLog())
         controller.logged_through = 1 << 60  # re-reading logs nothing
         # A set stop keeps resume() from planning new rounds: reading never writes a plan.
         controller.stop = Stop(StopReason.INTERRUPTED, "run did not finish")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -446,30 +445,6 @@ def test_rank_no_ties_is_stable_permutation() -> None:
     assert [int(np.where(ranks == r)[0][0]) for r in range(1, 21)] == expected_order
 
 
-# ------------------------------------------------------------------------------------------
-# speed (the controller calls these once per decision step)
-# ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("L", "M", "budget_s"), [(50, 500, 0.020), (20, 30, 0.001)])
-def test_decision_step_speed(L: int, M: int, budget_s: float) -> None:
-    rng = np.random.default_rng(0)
-    nu = rng.integers(0, 40, size=(L, M, 8)).astype(float) + 1.0
-    w = rng.random(8)
-    thresh = z_threshold(0.95)
-
-    def step() -> None:
-        mu, sigma = posterior_moments(nu, w)
-        pairwise_z(mu, sigma)
-        rank_with_ties(mu, sigma, thresh)
-
-    step()
-    best = math.inf
-    for _ in range(20):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    assert best < budget_s
 
 
 # ------------------------------------------------------------------------------------------

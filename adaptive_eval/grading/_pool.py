@@ -9,11 +9,18 @@ one, without disturbing the other processes of the pool or the calls they are se
 
 Checker processes are plain ``python -c`` subprocesses (not ``multiprocessing`` children): they are
 safe to start from any thread, inherit no locks, and never re-import the caller's ``__main__``
-(``spawn`` and ``forkserver`` re-run an unguarded user script in every child). They receive the
-caller's ``sys.path``, talk over a socket pair with pickled ``(function, args)`` messages, and exit
-when the caller closes its end. They start lazily and are reused; one announces itself ready only
-after importing its heavy modules, so start-up time is never charged to a call's timeout. A pool
-created before ``os.fork`` is never used by the child: :func:`shared_pool` makes one per process id.
+(``spawn`` and ``forkserver`` re-run an unguarded user script in every child). A checker loads
+*this file* by path and does not import the ``adaptive_eval`` package at all, so it starts fast and
+only needs the standard library plus what it is asked to preload (math-verify). It receives the
+caller's ``sys.path``, talks over a socket pair with pickled messages, and exits when the caller
+closes its end. Functions to run are either picklable callables (standard-library ones) or
+``(file path, function name)`` pairs, loaded by path in the checker (:meth:`CheckerPool.call_file`).
+
+Checkers start lazily and are reused; one announces itself ready only after its preloads are
+imported, so start-up time is never charged to a call's timeout. A pool created before ``os.fork``
+is never used by the child: :func:`shared_pool` makes one per process id.
+
+This module must stay importable on its own (standard library only, no package imports).
 """
 
 from __future__ import annotations
@@ -30,16 +37,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 #: Modules a checker process imports before it reports ready (heavy imports paid once).
 DEFAULT_PRELOAD: tuple[str, ...] = ("math_verify",)
 
 _BOOT = (
-    "import json, sys\n"
+    "import importlib.util, json, sys\n"
     "sys.path[:0] = json.loads(sys.argv[2])\n"
-    "from adaptive_eval.grading._pool import serve\n"
-    "serve(int(sys.argv[1]), [m for m in sys.argv[3].split(',') if m])\n"
+    "spec = importlib.util.spec_from_file_location('_adaptive_eval_checker', sys.argv[1])\n"
+    "mod = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = mod\n"
+    "spec.loader.exec_module(mod)\n"
+    "mod.serve(int(sys.argv[3]), json.loads(sys.argv[4]))\n"
 )
 
 
@@ -52,8 +63,28 @@ class CallResult:
     detail: str = ""
 
 
+def _load_file(path: str, cache: dict[str, ModuleType]) -> ModuleType:
+    module = cache.get(path)
+    if module is None:
+        import importlib.util
+
+        name = f"_adaptive_eval_checker_{len(cache)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        cache[path] = module
+    return module
+
+
 def serve(fd: int, preload: Sequence[str]) -> None:
-    """Body of a checker process: import ``preload``, say ready, then serve ``(fn, args)`` calls."""
+    """Body of a checker process: import ``preload``, say ready, then answer calls until EOF.
+
+    Messages: ``("call", fn, args)`` or ``("file", path, name, args)``; replies ``("ok", value)``
+    or ``("error", text)``; ``None`` asks the process to exit.
+    """
     import importlib
     import logging
 
@@ -67,6 +98,7 @@ def serve(fd: int, preload: Sequence[str]) -> None:
         conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", None))
+    files: dict[str, ModuleType] = {}
     while True:
         try:
             message = conn.recv()
@@ -75,7 +107,11 @@ def serve(fd: int, preload: Sequence[str]) -> None:
         if message is None:
             return
         try:
-            fn, args = message
+            if message[0] == "file":
+                _, path, name, args = message
+                fn = getattr(_load_file(path, files), name)
+            else:
+                _, fn, args = message
             reply: tuple[str, Any] = ("ok", fn(*args))
         except BaseException as exc:
             reply = ("error", f"{type(exc).__name__}: {exc}")
@@ -95,9 +131,10 @@ class _Worker:
                     sys.executable,
                     "-c",
                     _BOOT,
-                    str(child_fd),
+                    os.path.abspath(__file__),
                     json.dumps([p for p in sys.path if isinstance(p, str)]),
-                    ",".join(preload),
+                    str(child_fd),
+                    json.dumps(list(preload)),
                 ],
                 pass_fds=(child_fd,),
                 stdin=subprocess.DEVNULL,
@@ -116,7 +153,7 @@ class _Worker:
         except (EOFError, OSError) as exc:
             self.kill()
             raise RuntimeError(
-                f"checker process died while starting (exit code {self.process.poll()})"
+                f"checker process died while starting (exit code {self.exitcode(1.0)})"
             ) from exc
         except BaseException:
             self.kill()
@@ -125,9 +162,12 @@ class _Worker:
             self.kill()
             raise RuntimeError(f"checker process failed to start: {detail}")
 
-    @property
-    def exitcode(self) -> int | None:
-        return self.process.poll()
+    def exitcode(self, wait_s: float = 0.0) -> int | None:
+        """The process's exit code, waiting up to ``wait_s`` for it; ``None`` if still running."""
+        try:
+            return self.process.wait(wait_s) if wait_s > 0 else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
 
     def kill(self) -> None:
         with contextlib.suppress(Exception):
@@ -145,10 +185,10 @@ class _Worker:
 
 
 class CheckerPool:
-    """Up to ``max_workers`` checker processes; :meth:`call` never raises for a bad call.
+    """Up to ``max_workers`` checker processes; calls never raise, they return a CallResult.
 
     Thread-safe: each call checks out one idle process (starting one if fewer than
-    ``max_workers`` exist, else waiting for one), so concurrent callers never share a pipe.
+    ``max_workers`` exist, else waiting for one), so concurrent callers never share a socket.
     """
 
     def __init__(
@@ -206,12 +246,7 @@ class CheckerPool:
         if not keep:
             worker.kill()
 
-    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> CallResult:
-        """Run ``fn(*args)`` in a checker process; give up after ``timeout_s`` seconds.
-
-        ``fn`` and ``args`` must be picklable (a module-level function). On a timeout the process
-        is killed; the next call starts a fresh one.
-        """
+    def _roundtrip(self, message: tuple[Any, ...], timeout_s: float) -> CallResult:
         try:
             worker = self._acquire()
         except Exception as exc:
@@ -219,7 +254,7 @@ class CheckerPool:
         healthy = False
         try:
             start = time.monotonic()
-            worker.conn.send((fn, args))
+            worker.conn.send(message)
             if not worker.conn.poll(max(0.0, timeout_s)):
                 return CallResult(
                     "timeout", detail=f"no result after {time.monotonic() - start:.2f} s"
@@ -230,12 +265,24 @@ class CheckerPool:
                 return CallResult("ok", value=value)
             return CallResult("error", detail=str(value))
         except (EOFError, OSError) as exc:
-            code = worker.exitcode
+            code = worker.exitcode(1.0)
             return CallResult("error", detail=f"checker process died (exit code {code}): {exc!r}")
         except Exception as exc:
             return CallResult("error", detail=f"{type(exc).__name__}: {exc}")
         finally:
             self._release(worker, healthy)
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> CallResult:
+        """Run ``fn(*args)`` in a checker process; give up (and kill it) after ``timeout_s``.
+
+        ``fn`` and ``args`` are pickled: ``fn`` must be importable in the checker, which does not
+        import this package (use :meth:`call_file` for functions defined in it).
+        """
+        return self._roundtrip(("call", fn, args), timeout_s)
+
+    def call_file(self, path: str, name: str, *args: Any, timeout_s: float) -> CallResult:
+        """Run function ``name`` of the Python file ``path`` (loaded by path, once per checker)."""
+        return self._roundtrip(("file", path, name, args), timeout_s)
 
     def close(self) -> None:
         """Stop every idle process; busy ones are killed when their call returns."""
@@ -283,7 +330,15 @@ def _close_shared() -> None:
         _shared[1].close()
 
 
-def sleep_then_return(seconds: float, *args: Any) -> bool:
-    """A picklable stand-in for a check that hangs; used by tests of the timeout path."""
-    time.sleep(seconds)
-    return True
+# ---- stand-ins for tests of the failure paths (called by path through call_file) ---------------
+
+
+def sleep_then_return(seconds: float | str, *args: Any) -> tuple[bool, None]:
+    """A check that hangs for ``seconds``."""
+    time.sleep(float(seconds))
+    return True, None
+
+
+def exit_process(code: int | str, *args: Any) -> tuple[bool, None]:
+    """A check whose process dies with exit code ``code``."""
+    os._exit(int(code))

@@ -9,18 +9,24 @@ raises.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
+from adaptive_eval.grading import _mathcheck
+from adaptive_eval.grading._mathcheck import FREE_TEXT_TAIL_CHARS, check_math
 from adaptive_eval.grading._pool import shared_pool
-
-#: Characters of an unboxed completion, from its end, searched for a final answer.
-FREE_TEXT_TAIL_CHARS = 4000
 
 #: ``reason`` prefixes that mean grading failed (as opposed to a wrong answer).
 FAILURE_PREFIXES: tuple[str, ...] = ("timeout", "grader error")
 
+__all__ = [
+    "FAILURE_PREFIXES",
+    "FREE_TEXT_TAIL_CHARS",
+    "check_math",
+    "extract_boxed",
+    "is_grader_failure",
+    "math_equal",
+]
+
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_MATH_ENV_MARKERS = ("$", "\\(", "\\[", "\\boxed", "\\fbox", "\\begin")
 
 
 def is_grader_failure(reason: str | None) -> bool:
@@ -85,38 +91,8 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-def _as_math(answer: str) -> str:
-    """Wrap a bare answer in ``$...$`` so math-verify's LaTeX extraction reads all of it."""
-    if any(marker in answer for marker in _MATH_ENV_MARKERS):
-        return answer
-    return f"${answer}$"
-
-
-def check_math(gold: str, predicted: str, free_text: bool) -> tuple[bool, str | None]:
-    """Run math-verify in this process, its signal-based timeouts off. Called in a checker process.
-
-    Gold first: ``verify(parse(gold), parse(predicted))`` (math-verify is not symmetric).
-    """
-    from math_verify import parse, verify
-
-    gold_parsed = parse(_as_math(gold), parsing_timeout=None)  # type: ignore[arg-type]
-    if not gold_parsed:
-        gold_parsed = parse(gold, parsing_timeout=None)  # type: ignore[arg-type]
-    if not gold_parsed:
-        return False, f"grader error: gold answer {gold!r} could not be parsed"
-    if free_text:
-        pred_parsed = parse(predicted[-FREE_TEXT_TAIL_CHARS:], parsing_timeout=None)  # type: ignore[arg-type]
-    else:
-        pred_parsed = parse(_as_math(predicted), parsing_timeout=None)  # type: ignore[arg-type]
-        if not pred_parsed:
-            pred_parsed = parse(predicted, parsing_timeout=None)  # type: ignore[arg-type]
-    if not pred_parsed:
-        return False, None
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), None
-
-
-#: The function run in the checker process; tests swap in a slow one.
-_CHECK: Callable[[str, str, bool], object] = check_math
+#: The check run in the checker process, as (file, function); tests swap in a failing one.
+_CHECK: tuple[str, str] = (_mathcheck.__file__, "check_math")
 
 
 def math_equal(
@@ -131,9 +107,14 @@ def math_equal(
     ``(False, "timeout: ...")``, a crash or an unparseable gold ``(False, "grader error: ...")``;
     ``failure_reason`` is ``None`` whenever the comparison itself ran (right or wrong).
     """
+    path, name = _CHECK
     try:
-        result = shared_pool().call(_CHECK, gold, predicted, free_text, timeout_s=timeout_s)
-    except Exception as exc:  # pragma: no cover - CheckerPool.call already catches everything
+        if free_text:
+            predicted = predicted[-FREE_TEXT_TAIL_CHARS:]
+        result = shared_pool().call_file(
+            path, name, gold, predicted, free_text, timeout_s=timeout_s
+        )
+    except Exception as exc:  # a bad argument; CheckerPool calls catch everything else
         return False, f"grader error: {type(exc).__name__}: {exc}"
     if result.status == "timeout":
         return False, f"timeout: math-verify gave no result within {timeout_s:g} s"

@@ -206,11 +206,12 @@ def posterior_moments(nu: ArrayLike, weights: ArrayLike) -> tuple[FloatArray, Fl
     if M < 1:
         raise ValueError(f"nu must have at least one question (M >= 1), got shape {arr.shape}")
     w = _validate_weights(weights, arr.shape[-1])
-    lo = arr.min()  # nan propagates, so one min and one max validate everything
-    hi = arr.max()
-    if not (lo > 0.0 and hi < np.inf):
-        bad = lo if not lo > 0.0 else hi
-        raise ValueError(f"nu must be positive and finite, found {float(bad)!r}")
+    if arr.size:
+        lo = arr.min()  # nan propagates, so one min and one max validate everything
+        hi = arr.max()
+        if not (lo > 0.0 and hi < np.inf):
+            bad = lo if not lo > 0.0 else hi
+            raise ValueError(f"nu must be positive and finite, found {float(bad)!r}")
 
     w0 = w[0]
     ws = w - w0

@@ -1,0 +1,439 @@
+"""Shared machinery of the generating backends (``vllm``, ``openai``).
+
+On the driver, before Ray starts (:func:`prepare_generation`): the dataset is loaded and every
+prompt rendered (so a bad file or template is an :class:`InputError` naming it), the grader is
+built once to check its name and parameters, and the entry's options are read with
+:class:`Options`, which names ``models[i].options.X`` in every error.
+
+In the worker (:class:`GenerationWorker`): a batch is expanded into one :class:`TrialRequest` per
+trial, each with its own seed ``trial_seed(campaign seed, model name, question id, trial)``, so a
+trial's completion does not depend on which other trials shared its batch; the backend generates a
+:class:`~adaptive_eval.grading.GeneratedSample` per request; each sample is graded inside the
+worker and becomes a :class:`~adaptive_eval.types.Trial` carrying the category, answer, reason,
+completion text, token counts and a JSON-able ``signals`` dict.
+
+Nothing here imports vllm, httpx or torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any
+
+from adaptive_eval.backends.base import BackendContext
+from adaptive_eval.config import CampaignConfig, ModelEntry, PluginSpec, SamplingConfig
+from adaptive_eval.datasets import Dataset, Question, load_dataset, render_prompt
+from adaptive_eval.errors import BackendError, InputError
+from adaptive_eval.grading import GeneratedSample, Graded, Grader, bits_per_token, build_grader
+from adaptive_eval.types import Batch, BatchResult, Trial, trial_seed
+
+DEFAULT_GRADER = "math"
+
+#: Options every generating backend accepts besides its own.
+COMMON_OPTIONS = {
+    "system_prompt": "system message placed before the question (default: none)",
+    "num_cpus": "CPUs reserved for each worker actor",
+    "grade_threads": "threads grading a batch's samples in parallel (default 4)",
+    "test_crash_once": "tests only: the first batch run by any worker of this entry kills its "
+                       "process (os._exit) after creating this file; later batches run",
+}
+
+
+class Options:
+    """Reads ``entry.options`` with typed getters; errors name ``models[i].options.<key>``.
+
+    Call :meth:`finish` last: any key no getter asked for is unknown, and the error lists the
+    accepted ones (``extra_known`` names keys a caller consumed on its own).
+    """
+
+    def __init__(self, entry: ModelEntry, context: BackendContext, backend: str) -> None:
+        self.values: dict[str, Any] = dict(entry.options)
+        self.source = context.source
+        self.prefix = f"{context.field}.options"
+        self.backend = backend
+        self.seen: set[str] = set()
+
+    def error(self, key: str, message: str) -> InputError:
+        return InputError(message, source=self.source, field=f"{self.prefix}.{key}")
+
+    def has(self, key: str) -> bool:
+        return key in self.values
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self.seen.add(key)
+        return self.values.get(key, default)
+
+    def string(self, key: str, default: str | None = None, *,
+               choices: Sequence[str] | None = None) -> str | None:
+        value = self.raw(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(key, f"must be a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float | None = None, *, minimum: float | None = None,
+               maximum: float | None = None, exclusive_minimum: bool = False,
+               integer: bool = False) -> float | None:
+        value = self.raw(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                integer and not isinstance(value, int)) or not math.isfinite(value):
+            kind = "an integer" if integer else "a number"
+            raise self.error(key, f"must be {kind}, got {value!r}")
+        if minimum is not None and (value < minimum or (exclusive_minimum and value == minimum)):
+            sign = ">" if exclusive_minimum else ">="
+            raise self.error(key, f"must be {sign} {minimum:g}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be <= {maximum:g}, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int | None = None, *,
+                minimum: int | None = None) -> int | None:
+        value = self.number(key, default, minimum=minimum, integer=True)
+        return None if value is None else int(value)
+
+    def boolean(self, key: str, default: bool | None = None) -> bool | None:
+        value = self.raw(key, default)
+        if value is not None and not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.raw(key, None)
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise self.error(key, f"must be a mapping with string keys, got {value!r}")
+        return dict(value)
+
+    def finish(self, known: Mapping[str, str] | Sequence[str] = ()) -> None:
+        allowed = sorted(set(self.seen) | set(known))
+        for key in self.values:
+            if key not in self.seen and key not in known:
+                close = get_close_matches(key, allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.error(key, f"unknown option {key!r} for the {self.backend} backend"
+                                      f"{hint} (accepted: {', '.join(allowed)})")
+
+
+@dataclass(frozen=True)
+class GenerationSetup:
+    """Everything a generating worker needs besides its backend's own settings (picklable)."""
+
+    model_name: str
+    campaign_seed: int
+    questions: tuple[Question, ...]
+    prompts: tuple[str, ...]  # the rendered user message of each question
+    system_prompt: str | None
+    sampling: SamplingConfig
+    grader_name: str
+    grader_params: dict[str, Any]
+    num_categories: int
+    grade_threads: int = 4
+    crash_once: str | None = None
+
+    @property
+    def question_ids(self) -> tuple[str, ...]:
+        return tuple(q.id for q in self.questions)
+
+    def messages(self, question: int) -> list[dict[str, str]]:
+        """Chat messages of a question: an optional system message, then the user prompt."""
+        out = []
+        if self.system_prompt:
+            out.append({"role": "system", "content": self.system_prompt})
+        out.append({"role": "user", "content": self.prompts[question]})
+        return out
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare_generation` found on the driver."""
+
+    setup: GenerationSetup
+    dataset: Dataset
+    grader: Grader
+    num_cpus: float | None
+
+
+def campaign_config(context: BackendContext) -> CampaignConfig:
+    config = context.extras.get("config")
+    if not isinstance(config, CampaignConfig):
+        raise InputError("generating backends need the campaign config in the backend context "
+                         "(context.extras['config'])", source=context.source,
+                         field=context.field)
+    return config
+
+
+def grader_spec(config: CampaignConfig) -> tuple[str, dict[str, Any]]:
+    ref = config.grader
+    if ref is None:
+        return DEFAULT_GRADER, {}
+    if isinstance(ref, PluginSpec):
+        return ref.name, ref.params()
+    return ref, {}
+
+
+def make_grader(name: str, params: dict[str, Any], source: str | None = None) -> Grader:
+    """``build_grader`` with the error re-pointed at the config's ``grader`` field."""
+    try:
+        return build_grader(name, **params)
+    except InputError as error:
+        sub = error.field if error.field and error.field != "grader" else None
+        message = str(error)
+        raise InputError(message, source=error.source or source,
+                         field="grader" + (f".{sub}" if sub else "")) from None
+
+
+def load_questions(config: CampaignConfig, context: BackendContext, backend: str) -> Dataset:
+    spec = config.dataset
+    if spec is None:
+        raise InputError(f"the {backend} backend needs questions: add a dataset: section with "
+                         "a JSONL path", source=context.source, field="dataset")
+    path = config.resolve_path(spec.path)
+    dataset = load_dataset(path, spec.id_field, spec.problem_field, spec.answer_field)
+    if spec.limit is not None and spec.limit < len(dataset):
+        dataset = Dataset(dataset.questions[: spec.limit], dataset.sha256, dataset.path)
+    return dataset
+
+
+def render_prompts(config: CampaignConfig, dataset: Dataset) -> tuple[str, ...]:
+    spec = config.dataset
+    assert spec is not None
+    out = []
+    for question in dataset.questions:
+        try:
+            out.append(render_prompt(question, spec.template, spec.instruction))
+        except InputError as error:
+            raise InputError(str(error).removeprefix("template: "), source=config.source,
+                             field="dataset.template") from None
+    return tuple(out)
+
+
+def prepare_generation(entry: ModelEntry, context: BackendContext, options: Options,
+                       model_name: str) -> Prepared:
+    """Load and check the dataset, prompts and grader; read the common options."""
+    config = campaign_config(context)
+    dataset = load_questions(config, context, options.backend)
+    prompts = render_prompts(config, dataset)
+    name, params = grader_spec(config)
+    grader = make_grader(name, params, config.source)
+    crash = options.string("test_crash_once")
+    setup = GenerationSetup(
+        model_name=model_name,
+        campaign_seed=config.seed,
+        questions=dataset.questions,
+        prompts=prompts,
+        system_prompt=options.string("system_prompt"),
+        sampling=config.sampling,
+        grader_name=name,
+        grader_params=params,
+        num_categories=int(grader.num_categories),
+        grade_threads=options.integer("grade_threads", 4, minimum=1) or 4,
+        crash_once=None if crash is None else str(config.resolve_path(crash)),
+    )
+    num_cpus = options.number("num_cpus", None, minimum=0)
+    return Prepared(setup, dataset, grader, num_cpus)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRequest:
+    """One trial to generate: ``question`` is the index into the setup's questions."""
+
+    question: int
+    trial: int
+    seed: int
+
+
+def expand_batch(batch: Batch, setup: GenerationSetup) -> list[TrialRequest]:
+    ids = setup.question_ids
+    return [TrialRequest(item.question, trial,
+                         trial_seed(setup.campaign_seed, setup.model_name, ids[item.question],
+                                    trial))
+            for item in batch.items for trial in item.trials]
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A sample plus what the backend knows beyond :class:`GeneratedSample` (JSON-able)."""
+
+    sample: GeneratedSample
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def trial_signals(generated: Generated, graded: Graded) -> dict[str, Any]:
+    """The ``signals`` dict of a trial: the grader's signals plus the sample's raw numbers."""
+    sample = generated.sample
+    signals: dict[str, Any] = graded.signals.to_dict() if graded.signals is not None else {
+        "prompt_bpt": bits_per_token(sample.prompt_logprob_sum, sample.prompt_tokens),
+        "completion_bpt": bits_per_token(sample.cumulative_logprob, sample.completion_tokens),
+    }
+    signals.update(
+        finish_reason=sample.finish_reason,
+        cumulative_logprob=_finite(sample.cumulative_logprob),
+        prompt_logprob_sum=_finite(sample.prompt_logprob_sum),
+        grader_invalid=graded.invalid,
+    )
+    signals.update(generated.extra)
+    return signals
+
+
+class GenerationWorker:
+    """Base of the generating workers: batch expansion, grading and Trial construction.
+
+    Subclasses implement :meth:`generate`, returning one :class:`Generated` per request, in
+    order, and set ``device_factor`` (device-seconds per second of generation: the GPUs a worker
+    holds, at least 1).
+    """
+
+    device_factor: float = 1.0
+
+    def __init__(self, setup: GenerationSetup, offset: int, worker_id: str) -> None:
+        self.setup = setup
+        self.offset = offset
+        self.worker_id = worker_id
+        self.grader: Grader = make_grader(setup.grader_name, setup.grader_params)
+        self._grade_pool: ThreadPoolExecutor | None = None
+
+    # -- to implement -----------------------------------------------------------------------
+    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+        raise NotImplementedError
+
+    # -- the batch ----------------------------------------------------------------------------
+    def run(self, batch: Batch) -> BatchResult:
+        started = time.perf_counter()
+        maybe_crash(self.setup.crash_once)
+        requests = expand_batch(batch, self.setup)
+        wall_start = time.time()
+        generate_started = time.perf_counter()
+        samples = self.generate(requests)
+        generate_s = time.perf_counter() - generate_started
+        wall_end = time.time()
+        if len(samples) != len(requests):
+            raise BackendError(f"{self.worker_id}: backend returned {len(samples)} samples for "
+                               f"{len(requests)} requests")
+        graded = self.grade(requests, samples)
+        gpu_s = generate_s * self.device_factor
+        timing = {"batch_id": batch.batch_id, "generate_start": wall_start,
+                  "generate_end": wall_end, "generate_s": generate_s}
+        trials = build_trials(batch, requests, samples, graded, gpu_s, self.setup.num_categories,
+                              timing)
+        busy = time.perf_counter() - started
+        return BatchResult(batch.batch_id, batch.round, self.worker_id, trials, busy, gpu_s)
+
+    def grade(self, requests: Sequence[TrialRequest],
+              samples: Sequence[Generated]) -> list[Graded]:
+        questions = self.setup.questions
+
+        def one(index: int) -> Graded:
+            return self.grader(samples[index].sample, questions[requests[index].question])
+
+        if self.setup.grade_threads <= 1 or len(samples) <= 1:
+            return [one(i) for i in range(len(samples))]
+        if self._grade_pool is None:
+            self._grade_pool = ThreadPoolExecutor(self.setup.grade_threads,
+                                                  thread_name_prefix="grade")
+        return list(self._grade_pool.map(one, range(len(samples))))
+
+    def close(self) -> None:
+        if self._grade_pool is not None:
+            self._grade_pool.shutdown(wait=False, cancel_futures=True)
+            self._grade_pool = None
+
+
+def build_trials(batch: Batch, requests: Sequence[TrialRequest], samples: Sequence[Generated],
+                 graded: Sequence[Graded], gpu_s: float, num_categories: int,
+                 timing: dict[str, Any] | None = None) -> tuple[Trial, ...]:
+    """One Trial per request; device time is shared out by completion tokens."""
+    tokens = [max(0, s.sample.completion_tokens) for s in samples]
+    total = sum(tokens)
+    count = max(len(samples), 1)
+    out = []
+    for i, (request, generated, grade) in enumerate(zip(requests, samples, graded, strict=True)):
+        if not 0 <= grade.category < num_categories:
+            raise BackendError(f"grader gave category {grade.category} outside 0.."
+                               f"{num_categories - 1} for question {request.question} trial "
+                               f"{request.trial}")
+        sample = generated.sample
+        signals = trial_signals(generated, grade)
+        if timing:
+            signals.update(timing)
+        share = tokens[i] / total if total > 0 else 1.0 / count
+        out.append(Trial(
+            model=batch.model, question=request.question, trial=request.trial,
+            seed=request.seed, category=int(grade.category), tokens=sample.completion_tokens,
+            prompt_tokens=sample.prompt_tokens, latency_s=sample.latency_s,
+            gpu_s=gpu_s * share, answer=grade.answer, reason=grade.reason, text=sample.text,
+            signals=signals))
+    return tuple(out)
+
+
+def maybe_crash(marker: str | None) -> None:
+    """Fault injection for tests: the first call that finds no ``marker`` file creates it and
+    kills this process at once (as an engine crash would); every later call returns."""
+    if marker is None:
+        return
+    path = Path(marker)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
+    os._exit(17)
+
+
+def model_dir_manifest(path: Path) -> str:
+    """A cheap fingerprint of a model folder: config and tokenizer files' bytes plus every other
+    file's name and size (weights are not read)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    small = {"config.json", "generation_config.json", "tokenizer_config.json",
+             "chat_template.jinja", "chat_template.json", "special_tokens_map.json"}
+    for item in sorted(path.rglob("*")):
+        if not item.is_file():
+            continue
+        rel = item.relative_to(path).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if item.name in small:
+            digest.update(item.read_bytes())
+        else:
+            digest.update(str(item.stat().st_size).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+Factory = Callable[[int], Callable[[], Any]]
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "DEFAULT_GRADER",
+    "Generated",
+    "GenerationSetup",
+    "GenerationWorker",
+    "Options",
+    "Prepared",
+    "TrialRequest",
+    "build_trials",
+    "expand_batch",
+    "make_grader",
+    "maybe_crash",
+    "model_dir_manifest",
+    "prepare_generation",
+    "trial_signals",
+]

@@ -1,0 +1,84 @@
+"""Builders shared by the tests: scenario files, configs, in-process campaigns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.config import CampaignConfig, load_config
+from adaptive_eval.controller import Controller
+from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.runner import open_run_dir
+
+
+def write_scenario(path: Path, success: np.ndarray, *, tokens: bool = True,
+                   names: list[str] | None = None) -> Path:
+    """A binary simulated scenario from an (L, M) matrix of success probabilities."""
+    probs = np.stack([1 - success, success], axis=2)
+    arrays: dict[str, Any] = {"probs": probs}
+    if names is not None:
+        arrays["models"] = np.array(names)
+    if tokens:
+        arrays["tokens_mean"] = np.full(success.shape, 100.0)
+    np.savez(path, **arrays)
+    return path
+
+
+def mimic_success(scores: list[float], questions: int = 20, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    raw = np.clip(rng.beta(4, 4, size=(len(scores), questions)), 0.02, 0.98)
+    return np.clip(raw - raw.mean(axis=1, keepdims=True) + np.array(scores)[:, None], 0.01,
+                   0.99)
+
+
+def write_config(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def base_config(scenario: str, **policy: Any) -> dict[str, Any]:
+    return {
+        "name": "t",
+        "seed": 7,
+        "models": [{"backend": "simulated", "path": scenario}],
+        "rubric": {"weights": [0, 1]},
+        "policy": {"confidence": 0.95, "rope": 0.03, "min_trials_per_question": 2,
+                   "max_trials_per_question": 40, "round_trials": 64, **policy},
+        "baseline": {"fixed_n": 20},
+        "execution": {"workers": 1, "batch_size": 16},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+
+
+class NullLog:
+    """A structlog stand-in that remembers events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        def log(event: str, **kw: Any) -> None:
+            self.events.append((level, event, kw))
+
+        return log
+
+
+def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Controller:
+    """Run a campaign to its end in this process (no Ray)."""
+    campaign = build_campaign(config)
+    store, _, _ = open_run_dir(campaign, run_dir)
+    dispatcher = InlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+    controller = Controller(campaign, store, dispatcher, NullLog())
+    try:
+        controller.run()
+    finally:
+        store.close()
+    return controller
+
+
+def load(path: Path, overrides: list[str] | None = None) -> CampaignConfig:
+    return load_config(path, overrides)

@@ -1,0 +1,169 @@
+"""The loop: determinism, resume after a crash, stops, no double counting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.errors import InputError
+from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.store import TrialStore
+from adaptive_eval.types import StopReason
+
+SCORES = [0.25, 0.45, 0.47, 0.7]
+
+
+@pytest.fixture()
+def config_path(tmp_path: Path) -> Path:
+    write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
+    return write_config(tmp_path / "c.yaml", base_config("s.npz"))
+
+
+def ledger(run_dir: Path) -> list[tuple]:
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        rows = store.conn.execute(
+            "SELECT model, question, trial, seed, category, tokens, round FROM trials "
+            "ORDER BY model, question, trial").fetchall()
+        return rows
+    finally:
+        store.close()
+
+
+def final(controller) -> tuple:
+    return (controller.stop, controller.decisions, controller.state.counts.tolist(),
+            controller.state.trials_used)
+
+
+def test_decisions_do_not_depend_on_arrival_order(tmp_path: Path, config_path: Path) -> None:
+    config = load(config_path)
+    runs = [run_inline(config, tmp_path / f"run{i}", shuffle_seed=i, batches_per_poll=1 + i)
+            for i in range(3)]
+    assert final(runs[0]) == final(runs[1]) == final(runs[2])
+    assert ledger(tmp_path / "run0") == ledger(tmp_path / "run2")
+    assert runs[0].stop is not None
+
+
+@pytest.mark.parametrize("crash_after", [1, 7, 23])
+def test_resume_after_crash_reaches_the_same_state(tmp_path: Path, config_path: Path,
+                                                   crash_after: int) -> None:
+    config = load(config_path)
+    reference = run_inline(config, tmp_path / "ref", shuffle_seed=0)
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        run_inline(config, crashed, shuffle_seed=1, crash_after=crash_after,
+                   batches_per_poll=1)
+    partial = len(ledger(crashed))
+    assert 0 < partial < reference.state.trials_used
+    resumed = run_inline(config, crashed, shuffle_seed=2)
+    assert final(resumed) == final(reference)
+    assert [row[:6] for row in ledger(crashed)] == [row[:6] for row in ledger(tmp_path / "ref")]
+    # Each decision event was logged once, across the crash.
+    store = TrialStore(crashed, readonly=True)
+    ref_store = TrialStore(tmp_path / "ref", readonly=True)
+    try:
+        strip = lambda events: [(r, k, {**p, "trials_used": None}) for r, k, p in events]  # noqa: E731
+        assert strip(store.events("pair_decision")) == strip(ref_store.events("pair_decision"))
+    finally:
+        store.close()
+        ref_store.close()
+
+
+def test_resumed_posterior_is_rebuilt_exactly_from_the_store(tmp_path: Path,
+                                                             config_path: Path) -> None:
+    config = load(config_path)
+    done = run_inline(config, tmp_path / "run")
+    summary = report_run(config, tmp_path / "run")
+    mu, sigma = done.state.moments()
+    assert [m["mu"] for m in summary["models"]] == sorted(mu.tolist(), reverse=True)
+    assert summary["trials_used"] == done.state.trials_used == len(ledger(tmp_path / "run"))
+    assert summary["stop_reason"] == done.stop.reason.value
+
+
+def test_changed_config_is_refused_with_the_change(tmp_path: Path, config_path: Path) -> None:
+    run_inline(load(config_path), tmp_path / "run")
+    changed = build_campaign(load(config_path, ["policy.confidence=0.99"]))
+    with pytest.raises(InputError) as info:
+        open_run_dir(changed, tmp_path / "run")
+    assert "different campaign" in str(info.value)
+    assert "policy.confidence: 0.95 -> 0.99" in str(info.value)
+    # Execution settings may change.
+    open_run_dir(build_campaign(load(config_path, ["execution.batch_size=5"])),
+                 tmp_path / "run")[0].close()
+
+
+def test_changed_input_file_is_refused(tmp_path: Path, config_path: Path) -> None:
+    run_inline(load(config_path), tmp_path / "run")
+    write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12, seed=5))
+    with pytest.raises(InputError, match="different campaign.*scenario"):
+        open_run_dir(build_campaign(load(config_path)), tmp_path / "run")
+
+
+def test_goal_met_saves_trials_on_easy_models(tmp_path: Path) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.1, 0.5, 0.9], questions=10))
+    data = base_config("s.npz", max_trials_per_question=200)
+    done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
+    assert done.stop.reason is StopReason.GOAL_MET
+    assert all(d.settled for d in done.decisions)
+    assert done.state.trials_used < 3 * 10 * 20  # less than fixed N = 20
+
+
+def test_max_trials_stop_on_a_tie(tmp_path: Path) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.5, 0.5], questions=10))
+    data = base_config("s.npz", rope=None, max_trials_per_question=12, confidence=0.999)
+    done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
+    assert done.stop.reason is StopReason.MAX_TRIALS
+    assert done.state.trials.max() == 12 and done.state.trials.min() == 12
+
+
+def test_trial_budget_is_never_exceeded(tmp_path: Path, config_path: Path) -> None:
+    done = run_inline(load(config_path, ["budget.trials=250"]), tmp_path / "run")
+    assert done.stop.reason is StopReason.TRIAL_BUDGET
+    assert done.state.trials_used == 250
+
+
+def test_replay_exhaustion_stops_the_campaign(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    outcomes = (rng.random((2, 6, 8)) < 0.5).astype(np.int8)
+    np.savez(tmp_path / "r.npz", outcomes=outcomes)
+    data = base_config("r.npz", rope=None)
+    data["models"] = [{"backend": "replay", "path": "r.npz"}]
+    data["baseline"] = {}
+    done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
+    assert done.stop.reason is StopReason.EXHAUSTED
+    assert done.state.trials_used == outcomes.size
+    np.testing.assert_array_equal(done.state.counts[..., 1], outcomes.sum(axis=2))
+
+
+def test_replay_of_a_fixed_n_run_reports_savings(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    p = np.array([0.2, 0.5, 0.8])[:, None, None]
+    outcomes = (rng.random((3, 15, 40)) < p).astype(np.int64)
+    np.savez(tmp_path / "r.npz", outcomes=outcomes, tokens=np.full(outcomes.shape, 1000))
+    data = base_config("r.npz")
+    data["models"] = [{"backend": "replay", "path": "r.npz"}]
+    data["baseline"] = {}
+    done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
+    savings = done.savings()
+    assert savings.fixed_n == 40 and savings.baseline_trials == outcomes.size
+    assert savings.trials_fraction == pytest.approx(1 - done.state.trials_used / outcomes.size)
+    assert savings.trials_fraction > 0.5
+    assert savings.tokens_used == 1000 * done.state.trials_used
+    assert savings.baseline_tokens == pytest.approx(1000.0 * outcomes.size)
+
+
+def test_duplicate_batch_is_not_counted_twice(tmp_path: Path, config_path: Path) -> None:
+    from adaptive_eval.types import Batch, WorkItem
+
+    campaign = build_campaign(load(config_path))
+    store, _, _ = open_run_dir(campaign, tmp_path / "run")
+    worker = campaign.plans[0].make_worker(0)()
+    result = worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 4),)))
+    assert store.record(result, keep_text=False) == 4
+    assert store.record(result, keep_text=False) == 0
+    assert store.count_trials() == 4
+    store.close()
