@@ -41,8 +41,13 @@ def _cell_means(total: np.ndarray, count: np.ndarray) -> np.ndarray:
     return np.where(count > 0, cell, model[:, None])
 
 
-def compute_savings(trials: np.ndarray, tokens_sum: np.ndarray, tokens_count: np.ndarray,
-                    gpu_s_sum: np.ndarray, fixed_n: int) -> Savings:
+def compute_savings(
+    trials: np.ndarray,
+    tokens_sum: np.ndarray,
+    tokens_count: np.ndarray,
+    gpu_s_sum: np.ndarray,
+    fixed_n: int,
+) -> Savings:
     """Trials, tokens and GPU-seconds used, and what fixed N per question would have cost.
 
     Trials are exact: the baseline runs ``fixed_n`` trials on every (model, question) cell, i.e.
@@ -76,6 +81,15 @@ def compute_savings(trials: np.ndarray, tokens_sum: np.ndarray, tokens_count: np
             return None
         return 1.0 - spent / reference
 
-    return Savings(fixed_n, used, baseline, 1.0 - used / baseline if baseline else 0.0,
-                   tokens_used, baseline_tokens, fraction(tokens_used, baseline_tokens),
-                   gpu_used, baseline_gpu, fraction(gpu_used, baseline_gpu))
+    return Savings(
+        fixed_n,
+        used,
+        baseline,
+        1.0 - used / baseline if baseline else 0.0,
+        tokens_used,
+        baseline_tokens,
+        fraction(tokens_used, baseline_tokens),
+        gpu_used,
+        baseline_gpu,
+        fraction(gpu_used, baseline_gpu),
+    )

@@ -75,21 +75,33 @@ def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], Stopping
         refs = list(policy.pair_rules)
     rules = tuple(
         pair_rules.build(*_spec(ref), source=source, field=f"policy.pair_rules[{i}]")
-        for i, ref in enumerate(refs))
+        for i, ref in enumerate(refs)
+    )
     stop_refs = policy.stopping if policy.stopping is not None else ["pairs_settled"]
     stopping = [
         stopping_rules.build(*_spec(ref), source=source, field=f"policy.stopping[{i}]")
-        for i, ref in enumerate(stop_refs)]
+        for i, ref in enumerate(stop_refs)
+    ]
     budget = config.budget
     if budget.trials or budget.tokens or budget.wall_clock_s:
-        stopping.append(stopping_rules.build(
-            "budget", {"trials": budget.trials, "tokens": budget.tokens,
-                       "wall_clock_s": budget.wall_clock_s}, source=source, field="budget"))
+        stopping.append(
+            stopping_rules.build(
+                "budget",
+                {
+                    "trials": budget.trials,
+                    "tokens": budget.tokens,
+                    "wall_clock_s": budget.wall_clock_s,
+                },
+                source=source,
+                field="budget",
+            )
+        )
     return rules, any_of(*stopping)
 
 
-def _build_prior(config: CampaignConfig, names: tuple[str, ...], num_questions: int,
-                 num_categories: int) -> tuple[np.ndarray, str, str | None]:
+def _build_prior(
+    config: CampaignConfig, names: tuple[str, ...], num_questions: int, num_categories: int
+) -> tuple[np.ndarray, str, str | None]:
     uniform = np.ones((len(names), num_questions, num_categories))
     prior_config = config.policy.prior
     if prior_config is None:
@@ -100,14 +112,18 @@ def _build_prior(config: CampaignConfig, names: tuple[str, ...], num_questions: 
     if outcomes.ndim == 2:
         outcomes = np.broadcast_to(outcomes, (len(names), *outcomes.shape))
     if outcomes.shape[:2] != (len(names), num_questions):
-        raise file.error(prior_config.key, f"shape {outcomes.shape} does not match "
-                                           f"(L, M) = {(len(names), num_questions)}")
+        raise file.error(
+            prior_config.key,
+            f"shape {outcomes.shape} does not match (L, M) = {(len(names), num_questions)}",
+        )
     check_categories(outcomes, num_categories, file=file, name=prior_config.key)
     kept = outcomes[:, :, : prior_config.max_trials]
     prior = uniform + stats.counts_from_outcomes(kept, num_categories)
-    note = (f"uniform + {kept.shape[2]} prior trials per question from {path.name}"
-            f"[{prior_config.key}] (capped at policy.prior.max_trials={prior_config.max_trials}"
-            f" of {outcomes.shape[2]} recorded)")
+    note = (
+        f"uniform + {kept.shape[2]} prior trials per question from {path.name}"
+        f"[{prior_config.key}] (capped at policy.prior.max_trials={prior_config.max_trials}"
+        f" of {outcomes.shape[2]} recorded)"
+    )
     return prior, note, file_sha256(path)
 
 
@@ -117,24 +133,40 @@ def build_campaign(config: CampaignConfig) -> Campaign:
     for index, entry in enumerate(config.models):
         field = f"models[{index}]"
         context = BackendContext(
-            campaign_seed=config.seed, question_ids=None, source=source, field=field,
-            default_workers=config.execution.workers, resolve_path=config.resolve_path,
-            extras={"config": config})
-        plan = backends.build(entry.backend, {"entry": entry, "context": context},
-                              source=source, field=f"{field}.backend")
+            campaign_seed=config.seed,
+            question_ids=None,
+            source=source,
+            field=field,
+            default_workers=config.execution.workers,
+            resolve_path=config.resolve_path,
+            extras={"config": config},
+        )
+        plan = backends.build(
+            entry.backend,
+            {"entry": entry, "context": context},
+            source=source,
+            field=f"{field}.backend",
+        )
         plans.append(plan)
     question_ids = plans[0].question_ids
     for index, plan in enumerate(plans[1:], start=1):
         if plan.question_ids != question_ids:
-            raise InputError(f"has {len(plan.question_ids)} questions that differ from "
-                             f"models[0]'s {len(question_ids)}; every entry must cover the "
-                             "same questions", source=source, field=f"models[{index}]")
+            raise InputError(
+                f"has {len(plan.question_ids)} questions that differ from "
+                f"models[0]'s {len(question_ids)}; every entry must cover the "
+                "same questions",
+                source=source,
+                field=f"models[{index}]",
+            )
     names = tuple(name for plan in plans for name in plan.models)
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise InputError(f"model name {name!r} appears twice; give entries distinct names",
-                             source=source, field="models")
+            raise InputError(
+                f"model name {name!r} appears twice; give entries distinct names",
+                source=source,
+                field="models",
+            )
         seen.add(name)
     weights = np.asarray(config.rubric.weights, dtype=np.float64)
     for index, plan in enumerate(plans):
@@ -142,23 +174,45 @@ def build_campaign(config: CampaignConfig) -> Campaign:
             raise InputError(
                 f"has {len(weights)} weights but models[{index}] ({plan.describe}) has "
                 f"{plan.num_categories} categories (C+1); give one weight per category",
-                source=source, field="rubric.weights")
+                source=source,
+                field="rubric.weights",
+            )
         if plan.validate_categories is not None:
             plan.validate_categories(len(weights))
     offsets = tuple(int(x) for x in np.cumsum([0] + [len(p.models) for p in plans[:-1]]))
     max_trials = config.policy.max_trials_per_question
-    capacity = np.asarray([min(max_trials, plan.capacity or max_trials)
-                           for plan in plans for _ in plan.models], dtype=np.int64)
+    capacity = np.asarray(
+        [min(max_trials, plan.capacity or max_trials) for plan in plans for _ in plan.models],
+        dtype=np.int64,
+    )
     fixed_n = _fixed_n(config, plans)
     prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
     rules, stopping = _build_rules(config)
-    allocator = allocators.build(*_spec(config.policy.allocation), source=source,
-                                 field="policy.allocation")
-    identity = {"config": config.identity(), "files": [plan.files for plan in plans],
-                "prior": prior_hash}
+    allocator = allocators.build(
+        *_spec(config.policy.allocation), source=source, field="policy.allocation"
+    )
+    identity = {
+        "config": config.identity(),
+        "files": [plan.files for plan in plans],
+        "prior": prior_hash,
+    }
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return Campaign(config, tuple(plans), offsets, names, question_ids, weights, capacity, prior,
-                    prior_note, rules, stopping, allocator, fixed_n, fingerprint)
+    return Campaign(
+        config,
+        tuple(plans),
+        offsets,
+        names,
+        question_ids,
+        weights,
+        capacity,
+        prior,
+        prior_note,
+        rules,
+        stopping,
+        allocator,
+        fixed_n,
+        fingerprint,
+    )
 
 
 def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> int:
@@ -166,7 +220,11 @@ def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> int:
     if config.baseline.fixed_n is None:
         return min([DEFAULT_FIXED_N, *recorded])
     if recorded and config.baseline.fixed_n > min(recorded):
-        raise InputError(f"fixed_n={config.baseline.fixed_n} exceeds the {min(recorded)} "
-                         "trials per question recorded in a replay; the fixed-N baseline could "
-                         "not have been run on it", source=config.source, field="baseline.fixed_n")
+        raise InputError(
+            f"fixed_n={config.baseline.fixed_n} exceeds the {min(recorded)} "
+            "trials per question recorded in a replay; the fixed-N baseline could "
+            "not have been run on it",
+            source=config.source,
+            field="baseline.fixed_n",
+        )
     return config.baseline.fixed_n

@@ -45,8 +45,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
-        lines.append(f"  [{offset}..{offset + len(plan.models) - 1}] {plan.describe}; "
-                     f"{plan.workers} worker(s)")
+        lines.append(
+            f"  [{offset}..{offset + len(plan.models) - 1}] {plan.describe}; "
+            f"{plan.workers} worker(s)"
+        )
     lines += [
         f"  models ({campaign.num_models}): {', '.join(campaign.names)}",
         f"  questions: {campaign.num_questions}; categories C+1 = {campaign.num_categories}, "
@@ -54,8 +56,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  prior: {campaign.prior_note}",
         f"  trials per question: min {policy.min_trials_per_question}, max "
         f"{int(campaign.capacity.max())}"
-        + (" (capped by recorded trials)" if campaign.capacity.min()
-           < policy.max_trials_per_question else ""),
+        + (
+            " (capped by recorded trials)"
+            if campaign.capacity.min() < policy.max_trials_per_question
+            else ""
+        ),
         f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
         f"rope {policy.rope}",
         f"  budget: trials {config.budget.trials}, tokens {config.budget.tokens}, wall clock "
@@ -81,9 +86,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def score_tensor(outcomes: np.ndarray, names: Sequence[str], weights: np.ndarray,
-                 prior: np.ndarray | None, confidence: float, ks: Sequence[int]
-                 ) -> dict[str, Any]:
+def score_tensor(
+    outcomes: np.ndarray,
+    names: Sequence[str],
+    weights: np.ndarray,
+    prior: np.ndarray | None,
+    confidence: float,
+    ks: Sequence[int],
+) -> dict[str, Any]:
     """Bayes@N, avg@N and Pass@k of a recorded (L, M, N) tensor, and both rankings."""
     from adaptive_eval import stats
 
@@ -97,15 +107,24 @@ def score_tensor(outcomes: np.ndarray, names: Sequence[str], weights: np.ndarray
     rows = []
     for i in np.argsort(-mu, kind="stable"):
         row: dict[str, Any] = {
-            "name": names[i], "mu": float(mu[i]), "sigma": float(sigma[i]),
-            "ci_low": float(low[i]), "ci_high": float(high[i]), "avg@N": float(avg[i]),
-            "rank": int(ranks[i]), "rank_no_ties": int(plain[i])}
+            "name": names[i],
+            "mu": float(mu[i]),
+            "sigma": float(sigma[i]),
+            "ci_low": float(low[i]),
+            "ci_high": float(high[i]),
+            "avg@N": float(avg[i]),
+            "rank": int(ranks[i]),
+            "rank_no_ties": int(plain[i]),
+        }
         for k in ks:
             row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
         rows.append(row)
-    return {"trials_per_question": num_trials, "confidence": confidence,
-            "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
-            "models": rows}
+    return {
+        "trials_per_question": num_trials,
+        "confidence": confidence,
+        "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
+        "models": rows,
+    }
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -115,8 +134,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     outcomes = file.get(args.key, ndim=3, kind="i").astype(np.int64)
     num_models, _, num_trials = outcomes.shape
     names = file.names("models", num_models, "model-")
-    weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else
-                         [0.0, 1.0])
+    weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else [0.0, 1.0])
     check_categories(outcomes, len(weights), file=file, name=args.key)
     prior = None
     if args.prior:
@@ -124,8 +142,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         prior = prior_file.get(args.prior_key, ndim=(2, 3), kind="i").astype(np.int64)
         check_categories(prior, len(weights), file=prior_file, name=args.prior_key)
         if prior.shape[-2] != outcomes.shape[1]:
-            raise prior_file.error(args.prior_key, f"has {prior.shape[-2]} questions, the "
-                                                   f"outcomes have {outcomes.shape[1]}")
+            raise prior_file.error(
+                args.prior_key,
+                f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}",
+            )
     ks = [int(k) for k in _parse_floats(args.k, "--k")] if args.k else [1]
     bad = [k for k in ks if not 1 <= k <= num_trials]
     if bad:
@@ -136,13 +156,17 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    head = f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'sigma':>7} {'CI':>19} " \
-           f"{'avg@N':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+    head = (
+        f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'sigma':>7} {'CI':>19} "
+        f"{'avg@N':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+    )
     print(f"Bayes@{num_trials} ({result['prior']} prior, {args.confidence:.0%} CI)\n{head}")
     for row in result["models"]:
-        print(f"{row['rank']:>4} {row['rank_no_ties']:>7}  {row['name']:<24} {row['mu']:7.4f} "
-              f"{row['sigma']:7.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}] "
-              f"{row['avg@N']:7.4f}" + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks))
+        print(
+            f"{row['rank']:>4} {row['rank_no_ties']:>7}  {row['name']:<24} {row['mu']:7.4f} "
+            f"{row['sigma']:7.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}] "
+            f"{row['avg@N']:7.4f}" + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
+        )
     return 0
 
 
@@ -153,8 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run or resume a campaign")
     run.add_argument("config")
     run.add_argument("--out", required=True, help="run directory (resumed if it exists)")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config field, e.g. --set policy.confidence=0.99")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set policy.confidence=0.99",
+    )
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
     run.add_argument("--quiet", action="store_true", help="only warnings on the console")
     run.set_defaults(func=cmd_run)

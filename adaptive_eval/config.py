@@ -43,8 +43,9 @@ class ModelEntry(_Strict):
     select: list[str] | None = Field(None, description="Subset of the file's models, by name.")
     workers: int | None = Field(None, ge=1, description="Ray actors for this entry.")
     latency: LatencyModel | None = Field(None, description="Simulated per-batch latency.")
-    options: dict[str, Any] = Field(default_factory=dict,
-                                    description="Backend-specific options (engine args, ...).")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Backend-specific options (engine args, ...)."
+    )
 
 
 class RubricConfig(_Strict):
@@ -59,7 +60,7 @@ class RubricConfig(_Strict):
 
 
 class PluginSpec(_Strict):
-    """A registered plug-in by name with keyword parameters, e.g. ``{name: ci_width, width: 0.05}``."""
+    """A registered plug-in by name with keyword parameters: ``{name: ci_width, width: 0.05}``."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str
@@ -80,20 +81,27 @@ class PriorConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    confidence: float = Field(0.95, gt=0.5, lt=1,
-                              description="One-sided ranking confidence for a resolved pair.")
-    rope: float | None = Field(0.02, ge=0,
-                               description="Pairs whose difference is surely within +-rope are "
-                                           "equivalent; null disables equivalence.")
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1, description="One-sided ranking confidence for a resolved pair."
+    )
+    rope: float | None = Field(
+        0.02,
+        ge=0,
+        description="Pairs whose difference is surely within +-rope are "
+        "equivalent; null disables equivalence.",
+    )
     min_trials_per_question: int = Field(2, ge=1)
     max_trials_per_question: int = Field(400, ge=1)
     allocation: PluginRef = Field("pairwise", description="Allocation policy name or spec.")
     pair_rules: list[PluginRef] | None = Field(
-        None, description="Pair rules tried in order; default: z_rank then rope.")
+        None, description="Pair rules tried in order; default: z_rank then rope."
+    )
     stopping: list[PluginRef] | None = Field(
-        None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled.")
-    round_trials: int = Field(256, ge=1,
-                              description="Minimum trials planned per round (amortises dispatch).")
+        None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled."
+    )
+    round_trials: int = Field(
+        256, ge=1, description="Minimum trials planned per round (amortises dispatch)."
+    )
     prior: PriorConfig | None = None
 
     @model_validator(mode="after")
@@ -101,7 +109,8 @@ class PolicyConfig(_Strict):
         if self.min_trials_per_question > self.max_trials_per_question:
             raise ValueError(
                 f"min_trials_per_question={self.min_trials_per_question} exceeds "
-                f"max_trials_per_question={self.max_trials_per_question}")
+                f"max_trials_per_question={self.max_trials_per_question}"
+            )
         return self
 
 
@@ -112,25 +121,36 @@ class BudgetConfig(_Strict):
 
 
 class BaselineConfig(_Strict):
-    fixed_n: int | None = Field(None, ge=1,
-                                description="Trials per question of the fixed-N run compared "
-                                            "against (default 80; a replay's N if smaller).")
+    fixed_n: int | None = Field(
+        None,
+        ge=1,
+        description="Trials per question of the fixed-N run compared "
+        "against (default 80; a replay's N if smaller).",
+    )
 
 
 class ExecutionConfig(_Strict):
-    ray_address: str | None = Field(None, description="Ray cluster address; null starts a local one.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster address; null starts a local one."
+    )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster.")
     workers: int = Field(2, ge=1, description="Default actors per backend entry.")
     batch_size: int = Field(64, ge=1, description="Trials per batch sent to a worker.")
     in_flight_per_worker: int = Field(2, ge=1, description="Batches queued at each worker.")
-    rounds_in_flight: int = Field(2, ge=1,
-                                  description="Planned rounds ahead of the posterior (the fixed "
-                                              "pipelining lag that keeps decisions deterministic).")
+    rounds_in_flight: int = Field(
+        2,
+        ge=1,
+        description="Planned rounds ahead of the posterior (the fixed "
+        "pipelining lag that keeps decisions deterministic).",
+    )
     max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
-    gpu_slots: int | None = Field(None, ge=1,
-                                  description="Worker slots shared by all models of swappable "
-                                              "backends (vllm): more models than GPUs are "
-                                              "time-shared, loading one model per slot at a time.")
+    gpu_slots: int | None = Field(
+        None,
+        ge=1,
+        description="Worker slots shared by all models of swappable "
+        "backends (vllm): more models than GPUs are "
+        "time-shared, loading one model per slot at a time.",
+    )
 
 
 class DatasetConfig(_Strict):
@@ -140,12 +160,14 @@ class DatasetConfig(_Strict):
     id_field: str = "id"
     problem_field: str = "problem"
     answer_field: str = "answer"
-    template: str = Field("{problem}\n\n{instruction}",
-                          description="Prompt template; fields: problem, instruction, id, "
-                                      "and metadata keys.")
+    template: str = Field(
+        "{problem}\n\n{instruction}",
+        description="Prompt template; fields: problem, instruction, id, and metadata keys.",
+    )
     instruction: str = Field(
         "Please reason step by step, and put your final answer within \\boxed{}.",
-        description="The instruction placed in the template (the paper's default).")
+        description="The instruction placed in the template (the paper's default).",
+    )
     limit: int | None = Field(None, ge=1, description="Use only the first N questions.")
 
 
@@ -164,7 +186,8 @@ class OutputConfig(_Strict):
     keep_completions: bool = Field(True, description="Store full completion texts (compressed).")
     progress: bool = Field(True, description="Show a progress bar on a terminal.")
     fsync: Literal["full", "normal"] = Field(
-        "full", description="SQLite synchronous mode: full survives power loss, normal a crash.")
+        "full", description="SQLite synchronous mode: full survives power loss, normal a crash."
+    )
 
 
 class CampaignConfig(_Strict):
@@ -179,8 +202,9 @@ class CampaignConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     dataset: DatasetConfig | None = Field(None, description="Questions for generating backends.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    grader: PluginRef | None = Field(None, description="Grader for generating backends "
-                                                       "(default math).")
+    grader: PluginRef | None = Field(
+        None, description="Grader for generating backends (default math)."
+    )
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
@@ -218,7 +242,9 @@ class CampaignConfig(_Strict):
         if data.get("dataset"):
             data["dataset"]["path"] = str(self.resolve_path(data["dataset"]["path"]))
         if data["policy"].get("prior"):
-            data["policy"]["prior"]["path"] = str(self.resolve_path(data["policy"]["prior"]["path"]))
+            data["policy"]["prior"]["path"] = str(
+                self.resolve_path(data["policy"]["prior"]["path"])
+            )
         return data
 
 
@@ -251,8 +277,9 @@ def _raise_validation(error: ValidationError, source: str) -> None:
 
 def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:
     if not isinstance(data, dict):
-        raise InputError(f"a campaign config must be a mapping, got {type(data).__name__}",
-                         source=source)
+        raise InputError(
+            f"a campaign config must be a mapping, got {type(data).__name__}", source=source
+        )
     try:
         return CampaignConfig.model_validate({**data, "source": source})
     except ValidationError as error:

@@ -46,8 +46,14 @@ class _Round:
 
 
 class Controller:
-    def __init__(self, campaign: Campaign, store: TrialStore, dispatcher: DispatchPort,
-                 log: Any, on_progress: Callable[[Controller], None] | None = None) -> None:
+    def __init__(
+        self,
+        campaign: Campaign,
+        store: TrialStore,
+        dispatcher: DispatchPort,
+        log: Any,
+        on_progress: Callable[[Controller], None] | None = None,
+    ) -> None:
         self.campaign = campaign
         self.config = campaign.config
         self.store = store
@@ -88,13 +94,23 @@ class Controller:
                 continue
             added = self.store.record(result, self.config.output.keep_completions)
             if added != len(result.trials):
-                self.log.warning("duplicate_trials_ignored", batch=result.batch_id,
-                                 duplicates=len(result.trials) - added)
+                self.log.warning(
+                    "duplicate_trials_ignored",
+                    batch=result.batch_id,
+                    duplicates=len(result.trials) - added,
+                )
             entry = self.rounds[result.round]
             entry.missing -= added
-            entry.trials.extend((t.model, t.question, t.category,
-                                 -1 if t.tokens is None else t.tokens, t.gpu_s or 0.0)
-                                for t in result.trials)
+            entry.trials.extend(
+                (
+                    t.model,
+                    t.question,
+                    t.category,
+                    -1 if t.tokens is None else t.tokens,
+                    t.gpu_s or 0.0,
+                )
+                for t in result.trials
+            )
         if results and self.on_progress:
             self.on_progress(self)
 
@@ -144,16 +160,22 @@ class Controller:
 
     def view(self) -> CampaignView:
         policy = self.config.policy
-        return self.state.view(self.campaign.names, self.campaign.capacity, policy.confidence,
-                               policy.min_trials_per_question, self.elapsed_s)
+        return self.state.view(
+            self.campaign.names,
+            self.campaign.capacity,
+            policy.confidence,
+            policy.min_trials_per_question,
+            self.elapsed_s,
+        )
 
     def allocate(self, view: CampaignView) -> np.ndarray:
         started = time.perf_counter()
         needs = self.campaign.stopping.needs(view, self.decisions)
         if needs is None:
             needs = np.ones(view.num_models, dtype=bool)
-        plan = self.campaign.allocator(view, self.decisions, needs | view.below_min(),
-                                       self.config.policy.round_trials)
+        plan = self.campaign.allocator(
+            view, self.decisions, needs | view.below_min(), self.config.policy.round_trials
+        )
         budget = self.config.budget.trials
         left = None if budget is None else budget - int(view.planned.sum())
         self._warn_if_slow("allocate", started)
@@ -189,13 +211,19 @@ class Controller:
         limit = self.config.policy.max_trials_per_question
         if (view.capacity < limit).any() and at_cap.all():
             return Stop(StopReason.EXHAUSTED, "every replayed cell is exhausted")
-        return Stop(StopReason.MAX_TRIALS, "models still undecided are at "
-                                           f"max_trials_per_question={limit}")
+        return Stop(
+            StopReason.MAX_TRIALS, f"models still undecided are at max_trials_per_question={limit}"
+        )
 
     def savings(self) -> Savings:
         state = self.state
-        return compute_savings(state.trials, state.tokens_sum, state.tokens_count,
-                               state.gpu_s_sum, self.campaign.fixed_n)
+        return compute_savings(
+            state.trials,
+            state.tokens_sum,
+            state.tokens_count,
+            state.gpu_s_sum,
+            self.campaign.fixed_n,
+        )
 
     def _warn_if_slow(self, phase: str, started: float) -> None:
         spent = time.perf_counter() - started
@@ -219,9 +247,15 @@ class Controller:
             old = before.get(frozenset((d.a, d.b)), Verdict.UNDECIDED)
             if d.verdict is not old and (d.settled or old.settled):
                 changed = True
-                self._emit("pair_decision", a=names[d.a], b=names[d.b], z=round(d.z, 4),
-                           decision=d.verdict.value, rule=d.rule,
-                           trials_used=self.state.trials_used)
+                self._emit(
+                    "pair_decision",
+                    a=names[d.a],
+                    b=names[d.b],
+                    z=round(d.z, 4),
+                    decision=d.verdict.value,
+                    rule=d.rule,
+                    trials_used=self.state.trials_used,
+                )
         if changed:
             self._emit("compute", level="debug", **self.savings().as_dict())
         if stop is not None and self.stop is None:
@@ -235,16 +269,25 @@ class Controller:
         for round_index, plan in enumerate(plans):
             starts = self.state.add_plan(plan)
             in_round = recorded.round == round_index
-            trials = list(zip(recorded.model[in_round].tolist(),
-                              recorded.question[in_round].tolist(),
-                              recorded.category[in_round].tolist(),
-                              recorded.tokens[in_round].tolist(),
-                              recorded.gpu_s[in_round].tolist(), strict=True))
+            trials = list(
+                zip(
+                    recorded.model[in_round].tolist(),
+                    recorded.question[in_round].tolist(),
+                    recorded.category[in_round].tolist(),
+                    recorded.tokens[in_round].tolist(),
+                    recorded.gpu_s[in_round].tolist(),
+                    strict=True,
+                )
+            )
             self.rounds[round_index] = _Round(int(plan.sum()) - len(trials), trials)
             self._redispatch_missing(round_index, plan, starts, recorded)
         if plans:
-            self.log.info("resume", rounds=len(plans), trials=len(recorded.model),
-                          in_flight=sum(r.missing for r in self.rounds.values()))
+            self.log.info(
+                "resume",
+                rounds=len(plans),
+                trials=len(recorded.model),
+                in_flight=sum(r.missing for r in self.rounds.values()),
+            )
         self.decide()
         self.plan()
         while self.next_round_complete():
@@ -252,21 +295,30 @@ class Controller:
             self.decide()
             self.plan()
 
-    def _redispatch_missing(self, round_index: int, plan: np.ndarray, starts: np.ndarray,
-                            recorded: Any) -> None:
+    def _redispatch_missing(
+        self, round_index: int, plan: np.ndarray, starts: np.ndarray, recorded: Any
+    ) -> None:
         if self.rounds[round_index].missing == 0:
             return
         num_questions = plan.shape[1]
-        have = set(zip((recorded.model * num_questions + recorded.question).tolist(),
-                       recorded.trial.tolist(), strict=True))
+        have = set(
+            zip(
+                (recorded.model * num_questions + recorded.question).tolist(),
+                recorded.trial.tolist(),
+                strict=True,
+            )
+        )
         items: list[Batch] = []
         for model, question in zip(*np.nonzero(plan), strict=True):
             cell = int(model) * num_questions + int(question)
             first = int(starts[model, question])
             for trial in range(first, first + int(plan[model, question])):
                 if (cell, trial) not in have:
-                    items.append(self._batch(round_index, int(model),
-                                             [WorkItem(int(model), int(question), trial, 1)]))
+                    items.append(
+                        self._batch(
+                            round_index, int(model), [WorkItem(int(model), int(question), trial, 1)]
+                        )
+                    )
         self.dispatcher.submit(_merge_single_trials(items, self.config.execution.batch_size))
 
 
@@ -275,8 +327,12 @@ def _merge_single_trials(batches: list[Batch], size: int) -> list[Batch]:
     merged: list[Batch] = []
     for batch in batches:
         last = merged[-1] if merged else None
-        if (last is not None and last.model == batch.model and last.round == batch.round
-                and last.size < size):
+        if (
+            last is not None
+            and last.model == batch.model
+            and last.round == batch.round
+            and last.size < size
+        ):
             merged[-1] = Batch(last.batch_id, last.round, last.model, last.items + batch.items)
         else:
             merged.append(batch)

@@ -41,8 +41,7 @@ class WorkerActor:
             detail = f"{type(error).__name__}: {error}"
             if not isinstance(error, BackendError):
                 detail += "\n" + traceback.format_exc(limit=6)
-            return BatchResult.failed(batch, self.worker_id, detail,
-                                      time.perf_counter() - started)
+            return BatchResult.failed(batch, self.worker_id, detail, time.perf_counter() - started)
         return replace(result, worker=self.worker_id)
 
 
@@ -81,16 +80,26 @@ def init_ray(address: str | None, num_cpus: int | None) -> None:
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=True, configure_logging=False)
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=False,
+        )
 
 
 class Dispatcher:
     """Routes batches to the actors of the backend that serves their model."""
 
-    def __init__(self, plans: Sequence[BackendPlan], offsets: Sequence[int], *,
-                 in_flight_per_worker: int, max_batch_retries: int,
-                 actor_restarts: int = 3) -> None:
+    def __init__(
+        self,
+        plans: Sequence[BackendPlan],
+        offsets: Sequence[int],
+        *,
+        in_flight_per_worker: int,
+        max_batch_retries: int,
+        actor_restarts: int = 3,
+    ) -> None:
         import ray
 
         self._ray = ray
@@ -105,9 +114,9 @@ class Dispatcher:
         for plan_index, (plan, offset) in enumerate(zip(plans, offsets, strict=True)):
             for replica in range(plan.workers):
                 worker_id = f"{plan.backend}-{plan_index}-{replica}"
-                actor = remote.options(max_restarts=actor_restarts, max_task_retries=0,
-                                       **plan.actor_options).remote(plan.make_worker(offset),
-                                                                    worker_id)
+                actor = remote.options(
+                    max_restarts=actor_restarts, max_task_retries=0, **plan.actor_options
+                ).remote(plan.make_worker(offset), worker_id)
                 self._slots.append(_Slot(actor, worker_id, plan_index))
         ray.get([slot.actor.ready.remote() for slot in self._slots])
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
@@ -130,8 +139,9 @@ class Dispatcher:
             return []
         ready, _ = self._ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
         if ready:
-            more, _ = self._ray.wait(list(self._inflight), num_returns=len(self._inflight),
-                                     timeout=0)
+            more, _ = self._ray.wait(
+                list(self._inflight), num_returns=len(self._inflight), timeout=0
+            )
             ready = list(dict.fromkeys([*ready, *more]))
         results = []
         now = time.perf_counter()
@@ -159,9 +169,11 @@ class Dispatcher:
         attempts = self._attempts.get(batch.batch_id, 0) + 1
         self._attempts[batch.batch_id] = attempts
         if attempts > self.max_batch_retries:
-            raise BackendError(f"batch {batch.batch_id} (model {batch.model}, round "
-                               f"{batch.round}) failed {attempts} times; last error on "
-                               f"{result.worker}: {result.error}")
+            raise BackendError(
+                f"batch {batch.batch_id} (model {batch.model}, round "
+                f"{batch.round}) failed {attempts} times; last error on "
+                f"{result.worker}: {result.error}"
+            )
         self._queues[self._plan_of_model[batch.model]].appendleft(batch)
 
     def _fill(self) -> None:
@@ -193,13 +205,21 @@ class InlineDispatcher:
     decisions do not depend on arrival order and that a killed run resumes cleanly.
     """
 
-    def __init__(self, plans: Sequence[BackendPlan], offsets: Sequence[int], *,
-                 batches_per_poll: int = 3, shuffle_seed: int | None = None,
-                 crash_after: int | None = None) -> None:
+    def __init__(
+        self,
+        plans: Sequence[BackendPlan],
+        offsets: Sequence[int],
+        *,
+        batches_per_poll: int = 3,
+        shuffle_seed: int | None = None,
+        crash_after: int | None = None,
+    ) -> None:
         import random
 
-        self._workers = [WorkerActor(plan.make_worker(offset), f"inline-{i}")
-                         for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))]
+        self._workers = [
+            WorkerActor(plan.make_worker(offset), f"inline-{i}")
+            for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))
+        ]
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
         self._queue: list[Batch] = []
         self._per_poll = batches_per_poll
@@ -222,7 +242,7 @@ class InlineDispatcher:
     def poll(self, timeout: float) -> list[BatchResult]:
         if self._random is not None:
             self._random.shuffle(self._queue)
-        taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll:]
+        taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll :]
         results = []
         for batch in taken:
             if self._crash_after is not None and self.stats.batches >= self._crash_after:

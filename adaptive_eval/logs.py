@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import structlog
 
@@ -31,7 +31,13 @@ class _JsonlTee:
 class _QuietBelow:
     """Drop console output below a level (the JSON file already has the event)."""
 
-    LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+    LEVELS: ClassVar[dict[str, int]] = {
+        "debug": 10,
+        "info": 20,
+        "warning": 30,
+        "error": 40,
+        "critical": 50,
+    }
 
     def __init__(self, level: str) -> None:
         self.level = self.LEVELS[level]
@@ -42,21 +48,21 @@ class _QuietBelow:
         return event
 
 
-def open_event_log(run_dir: Path, campaign_id: str, console_level: str = "info",
-                   console: IO[str] | None = None) -> tuple[structlog.BoundLogger, IO[str]]:
+def open_event_log(
+    run_dir: Path, campaign_id: str, console_level: str = "info", console: IO[str] | None = None
+) -> tuple[structlog.BoundLogger, IO[str]]:
     """A logger bound to ``campaign_id`` writing to ``run_dir/events.jsonl`` and the console."""
     handle = (run_dir / "events.jsonl").open("a", encoding="utf-8")
-    stream = console or sys.stderr
+    stream: Any = console or sys.stderr
+    processors: list[Any] = [
+        structlog.processors.add_log_level,
+        _JsonlTee(handle),
+        _QuietBelow(console_level),
+        structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+        structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+    ]
     logger = structlog.wrap_logger(
-        structlog.PrintLogger(stream),
-        processors=[
-            structlog.processors.add_log_level,
-            _JsonlTee(handle),
-            _QuietBelow(console_level),
-            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-            structlog.dev.ConsoleRenderer(colors=stream.isatty()),
-        ],
-        wrapper_class=structlog.BoundLogger,
+        structlog.PrintLogger(stream), processors=processors, wrapper_class=structlog.BoundLogger
     )
     return logger.bind(campaign=campaign_id), handle
 

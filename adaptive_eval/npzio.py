@@ -22,8 +22,9 @@ class NpzFile:
         except FileNotFoundError:
             raise InputError("file not found", source=self.path, field=field) from None
         except (OSError, ValueError, zipfile.BadZipFile) as error:
-            raise InputError(f"not a readable npz file ({error})", source=self.path,
-                             field=field) from None
+            raise InputError(
+                f"not a readable npz file ({error})", source=self.path, field=field
+            ) from None
 
     def error(self, array: str, message: str) -> InputError:
         return InputError(f"array {array!r}: {message}", source=self.path, field=self.field)
@@ -36,14 +37,16 @@ class NpzFile:
         if name not in self.arrays:
             present = ", ".join(sorted(self.arrays)) or "none"
             raise self.error(name, f"missing (arrays present: {present})")
-        array = self.arrays[name]
+        array: np.ndarray = self.arrays[name]
         dims = (ndim,) if isinstance(ndim, int) else ndim
         if array.ndim not in dims:
-            raise self.error(name, f"expected {' or '.join(map(str, dims))} dimensions, "
-                                   f"got shape {array.shape}")
+            raise self.error(
+                name, f"expected {' or '.join(map(str, dims))} dimensions, got shape {array.shape}"
+            )
         if array.dtype.kind not in kind:
             if "i" in kind and array.dtype.kind == "u":
-                return array.astype(np.int64)
+                array = array.astype(np.int64)
+                return array
             raise self.error(name, f"expected dtype kind {kind!r}, got {array.dtype}")
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
@@ -72,6 +75,9 @@ def check_categories(array: np.ndarray, num_categories: int, *, file: NpzFile, n
     if low < 0 or high >= num_categories:
         bad_value = low if low < 0 else high
         index = tuple(int(i) for i in np.argwhere(array == bad_value)[0])
-        raise file.error(name, f"category {bad_value} at index {index} is outside "
-                               f"0..{num_categories - 1} (C+1 = {num_categories} categories "
-                               "from the rubric weights)")
+        raise file.error(
+            name,
+            f"category {bad_value} at index {index} is outside "
+            f"0..{num_categories - 1} (C+1 = {num_categories} categories "
+            "from the rubric weights)",
+        )

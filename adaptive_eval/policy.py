@@ -14,6 +14,7 @@ the registry.
 from __future__ import annotations
 
 import abc
+import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -84,10 +85,16 @@ class Allocator(Protocol):
     capacity and at the trial budget (:func:`cap_plan`).
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    def __call__(self, view: CampaignView, decisions: tuple[PairDecision, ...],
-                 needs: np.ndarray, round_trials: int) -> np.ndarray: ...
+    def __call__(
+        self,
+        view: CampaignView,
+        decisions: tuple[PairDecision, ...],
+        needs: np.ndarray,
+        round_trials: int,
+    ) -> np.ndarray: ...
 
 
 class StoppingRule(abc.ABC):
@@ -108,11 +115,11 @@ class StoppingRule(abc.ABC):
         return self._should_stop(view, decisions)
 
     @abc.abstractmethod
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None: ...
+    def _should_stop(
+        self, view: CampaignView, decisions: tuple[PairDecision, ...]
+    ) -> Stop | None: ...
 
-    def needs(self, view: CampaignView,
-              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+    def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         return None
 
 
@@ -125,20 +132,19 @@ class AnyOf(StoppingRule):
     def __init__(self, *rules: StoppingRule) -> None:
         self.rules = rules
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         for rule in self.rules:
             stop = rule.should_stop(view, decisions)
             if stop is not None:
                 return stop
         return None
 
-    def needs(self, view: CampaignView,
-              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+    def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         masks = [m for m in (r.needs(view, decisions) for r in self.rules) if m is not None]
         if not masks:
             return None
-        return np.logical_or.reduce(masks)
+        union: np.ndarray = np.logical_or.reduce(masks)
+        return union
 
 
 class AllOf(AnyOf):
@@ -146,8 +152,7 @@ class AllOf(AnyOf):
 
     name = "all_of"
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         stops = [rule.should_stop(view, decisions) for rule in self.rules]
         if stops and all(stop is not None for stop in stops):
             return stops[-1]
@@ -171,7 +176,7 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
     order = view.order
     young = view.below_min()
     decisions = []
-    for a, b in zip(order[:-1], order[1:], strict=True):
+    for a, b in itertools.pairwise(order):
         a, b = int(a), int(b)
         z = view.pair_z(a, b)
         decision = None
@@ -184,7 +189,7 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
 def cap_plan(plan: np.ndarray, view: CampaignView, trial_budget_left: int | None) -> np.ndarray:
     """Clip a plan to each model's capacity and to the trial budget (model-major order)."""
     room = np.maximum(view.capacity[:, None] - view.planned, 0)
-    capped = np.minimum(np.maximum(plan, 0), room).astype(np.int64)
+    capped: np.ndarray = np.minimum(np.maximum(plan, 0), room).astype(np.int64)
     if trial_budget_left is not None and capped.sum() > trial_budget_left:
         flat = capped.ravel()
         keep = np.minimum(flat, np.maximum(trial_budget_left - (np.cumsum(flat) - flat), 0))

@@ -1,4 +1,4 @@
-"""Name -> factory registries for plug-ins (backends, graders, pair rules, stopping rules, allocators).
+"""Name -> factory registries for plug-ins: backends, pair rules, stopping rules, allocators.
 
 Built-in plug-ins register themselves when their module is imported; third-party ones (and the
 top-level ``policies`` package) are found through the entry-point group of their kind, loaded the
@@ -47,12 +47,19 @@ class Registry(Generic[T]):
         load_plugins()
         if name not in self._factories:
             known = ", ".join(sorted(self._factories)) or "none"
-            raise InputError(f"unknown {self.kind} {name!r} (known: {known})", source=source,
-                             field=field)
+            raise InputError(
+                f"unknown {self.kind} {name!r} (known: {known})", source=source, field=field
+            )
         return self._factories[name]
 
-    def build(self, name: str, params: dict[str, Any] | None = None, *,
-              source: str | None = None, field: str | None = None) -> T:
+    def build(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        field: str | None = None,
+    ) -> T:
         """Call the factory with ``params``, turning a bad parameter into an :class:`InputError`."""
         factory = self.factory(name, source=source, field=field)
         params = dict(params or {})
@@ -62,12 +69,17 @@ class Registry(Generic[T]):
             unknown = sorted(set(params) - set(signature.parameters))
             if unknown:
                 allowed = ", ".join(signature.parameters) or "none"
-                raise InputError(f"{self.kind} {name!r} has no parameter {unknown[0]!r} "
-                                 f"(allowed: {allowed})", source=source, field=field)
+                raise InputError(
+                    f"{self.kind} {name!r} has no parameter {unknown[0]!r} (allowed: {allowed})",
+                    source=source,
+                    field=field,
+                )
         try:
             result: T = factory(**params)
         except (TypeError, ValueError) as error:
-            raise InputError(f"{self.kind} {name!r}: {error}", source=source, field=field) from error
+            raise InputError(
+                f"{self.kind} {name!r}: {error}", source=source, field=field
+            ) from error
         return result
 
 

@@ -13,26 +13,58 @@ from adaptive_eval.accounting import Savings
 from adaptive_eval.types import PairDecision, Stop
 
 
-def summarize(*, name: str, campaign_id: str, names: tuple[str, ...], mu: np.ndarray,
-              sigma: np.ndarray, trials: np.ndarray, weighted_mean: np.ndarray,
-              confidence: float, decisions: tuple[PairDecision, ...], stop: Stop | None,
-              savings: Savings, prior_note: str, extra: dict[str, Any] | None = None,
-              ) -> dict[str, Any]:
+def summarize(
+    *,
+    name: str,
+    campaign_id: str,
+    names: tuple[str, ...],
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    trials: np.ndarray,
+    weighted_mean: np.ndarray,
+    confidence: float,
+    decisions: tuple[PairDecision, ...],
+    stop: Stop | None,
+    savings: Savings,
+    prior_note: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The summary document. ``trials`` is (L, M); ``weighted_mean`` is each model's avg@n."""
     low, high = stats.credible_interval(mu, sigma, confidence)
     ranks = stats.rank_with_ties(mu, sigma, stats.z_threshold(confidence))
     plain = stats.rank_no_ties(mu)
     models = [
-        {"name": names[i], "mu": float(mu[i]), "sigma": float(sigma[i]),
-         "ci_low": float(low[i]), "ci_high": float(high[i]), "trials": int(trials[i].sum()),
-         "trials_per_question_min": int(trials[i].min()),
-         "trials_per_question_max": int(trials[i].max()),
-         "avg": float(weighted_mean[i]), "rank": int(ranks[i]), "rank_no_ties": int(plain[i])}
-        for i in np.argsort(-mu, kind="stable")]
-    pairs = [{"a": names[d.a], "b": names[d.b], "z": float(d.z), "decision": d.verdict.value,
-              "rule": d.rule} for d in decisions]
-    baseline = {"fixed_n": savings.fixed_n, "trials": savings.baseline_trials,
-                "tokens": savings.baseline_tokens, "gpu_s": savings.baseline_gpu_s}
+        {
+            "name": names[i],
+            "mu": float(mu[i]),
+            "sigma": float(sigma[i]),
+            "ci_low": float(low[i]),
+            "ci_high": float(high[i]),
+            "trials": int(trials[i].sum()),
+            "trials_per_question_min": int(trials[i].min()),
+            "trials_per_question_max": int(trials[i].max()),
+            "avg": float(weighted_mean[i]),
+            "rank": int(ranks[i]),
+            "rank_no_ties": int(plain[i]),
+        }
+        for i in np.argsort(-mu, kind="stable")
+    ]
+    pairs = [
+        {
+            "a": names[d.a],
+            "b": names[d.b],
+            "z": float(d.z),
+            "decision": d.verdict.value,
+            "rule": d.rule,
+        }
+        for d in decisions
+    ]
+    baseline = {
+        "fixed_n": savings.fixed_n,
+        "trials": savings.baseline_trials,
+        "tokens": savings.baseline_tokens,
+        "gpu_s": savings.baseline_gpu_s,
+    }
     return {
         "name": name,
         "campaign_id": campaign_id,
@@ -44,9 +76,11 @@ def summarize(*, name: str, campaign_id: str, names: tuple[str, ...], mu: np.nda
         "tokens_used": savings.tokens_used,
         "gpu_s_used": savings.gpu_s_used,
         "baseline": baseline,
-        "compute_saved": {"trials_fraction": savings.trials_fraction,
-                          "tokens_fraction": savings.tokens_fraction,
-                          "gpu_fraction": savings.gpu_fraction},
+        "compute_saved": {
+            "trials_fraction": savings.trials_fraction,
+            "tokens_fraction": savings.tokens_fraction,
+            "gpu_fraction": savings.gpu_fraction,
+        },
         "models": models,
         "pairs": pairs,
         **(extra or {}),
@@ -73,14 +107,22 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "|---:|---:|---|---:|---:|---|---:|---:|",
     ]
     for m in summary["models"]:
-        lines.append(f"| {m['rank']} | {m['rank_no_ties']} | {m['name']} | {m['mu']:.4f} | "
-                     f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
-                     f"{m['avg']:.4f} | {m['trials']} |")
-    lines += ["", "## Adjacent pairs", "", "| a | b | z | decision | rule |",
-              "|---|---|---:|---|---|"]
+        lines.append(
+            f"| {m['rank']} | {m['rank_no_ties']} | {m['name']} | {m['mu']:.4f} | "
+            f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
+            f"{m['avg']:.4f} | {m['trials']} |"
+        )
+    lines += [
+        "",
+        "## Adjacent pairs",
+        "",
+        "| a | b | z | decision | rule |",
+        "|---|---|---:|---|---|",
+    ]
     for p in summary["pairs"]:
-        lines.append(f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | "
-                     f"{p['rule'] or ''} |")
+        lines.append(
+            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | {p['rule'] or ''} |"
+        )
     tokens = summary["tokens_used"]
     gpu = summary["gpu_s_used"]
 
@@ -88,8 +130,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} (est.)"
 
     lines += [
-        "", "## Compute", "",
-        "| | used | fixed-N baseline | saved |", "|---|---:|---:|---:|",
+        "",
+        "## Compute",
+        "",
+        "| | used | fixed-N baseline | saved |",
+        "|---|---:|---:|---:|",
         f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}) | "
         f"{_pct(saved['trials_fraction'])} |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate(base['tokens'], 0)} | "
@@ -104,20 +149,31 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def render_console(summary: dict[str, Any]) -> str:
     """A compact human summary for the terminal."""
     saved = summary["compute_saved"]
-    out = [f"campaign {summary['name']}: stopped on {summary['stop_reason']} "
-           f"({summary['stop_detail']})", "",
-           f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'CI':>19} {'trials':>7}"]
+    out = [
+        f"campaign {summary['name']}: stopped on {summary['stop_reason']} "
+        f"({summary['stop_detail']})",
+        "",
+        f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'CI':>19} {'trials':>7}",
+    ]
     for m in summary["models"]:
-        out.append(f"{m['rank']:>4} {m['rank_no_ties']:>7}  {m['name']:<24} {m['mu']:7.4f} "
-                   f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}] {m['trials']:>7}")
+        out.append(
+            f"{m['rank']:>4} {m['rank_no_ties']:>7}  {m['name']:<24} {m['mu']:7.4f} "
+            f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}] {m['trials']:>7}"
+        )
     out.append("")
     for p in summary["pairs"]:
         out.append(f"  {p['a']} vs {p['b']}: {p['decision']} (z = {p['z']:.2f})")
-    out += ["", f"trials used {summary['trials_used']} vs fixed N = "
-                f"{summary['baseline']['fixed_n']}: {summary['baseline']['trials']} "
-                f"-> saved {_pct(saved['trials_fraction'])} of trials"
-                + (f", {_pct(saved['tokens_fraction'])} of tokens"
-                   if saved["tokens_fraction"] is not None else "")]
+    out += [
+        "",
+        f"trials used {summary['trials_used']} vs fixed N = "
+        f"{summary['baseline']['fixed_n']}: {summary['baseline']['trials']} "
+        f"-> saved {_pct(saved['trials_fraction'])} of trials"
+        + (
+            f", {_pct(saved['tokens_fraction'])} of tokens"
+            if saved["tokens_fraction"] is not None
+            else ""
+        ),
+    ]
     return "\n".join(out)
 
 

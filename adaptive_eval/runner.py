@@ -28,8 +28,11 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
             out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [d for i, (a, b) in enumerate(zip(old, new, strict=True))
-                for d in _differences(a, b, f"{path}[{i}]")]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for d in _differences(a, b, f"{path}[{i}]")
+        ]
     return [] if old == new else [f"{path}: {json.dumps(old)} -> {json.dumps(new)}"]
 
 
@@ -44,20 +47,29 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
     stored = store.get_meta("fingerprint")
     if stored is None:
         campaign_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
-        store.set_meta(fingerprint=campaign.fingerprint, identity=identity,
-                       campaign_id=campaign_id, models=list(campaign.names),
-                       questions=list(campaign.question_ids))
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(),
-                                                            sort_keys=False))
+        store.set_meta(
+            fingerprint=campaign.fingerprint,
+            identity=identity,
+            campaign_id=campaign_id,
+            models=list(campaign.names),
+            questions=list(campaign.question_ids),
+        )
+        (run_dir / "config.yaml").write_text(
+            yaml.safe_dump(config.portable_dump(), sort_keys=False)
+        )
         return store, campaign_id, False
     if stored != campaign.fingerprint:
         changes = _differences(store.get_meta("identity"), identity) or [
-            "an input file's contents or the prior changed"]
+            "an input file's contents or the prior changed"
+        ]
         store.close()
         raise InputError(
             "holds a different campaign; refusing to resume it with this config. Changed: "
-            + "; ".join(changes[:5]) + ". Use a new --out directory, or restore the config "
-            "(execution and output settings may change freely)", source=str(run_dir))
+            + "; ".join(changes[:5])
+            + ". Use a new --out directory, or restore the config "
+            "(execution and output settings may change freely)",
+            source=str(run_dir),
+        )
     return store, str(store.get_meta("campaign_id")), True
 
 
@@ -77,8 +89,9 @@ class _Progress:
         recorded = controller.store.count_trials()
         self.bar.n = recorded
         undecided = sum(not d.settled for d in controller.decisions)
-        self.bar.set_postfix(undecided_pairs=undecided, round=controller.state.applied_rounds,
-                             refresh=False)
+        self.bar.set_postfix(
+            undecided_pairs=undecided, round=controller.state.applied_rounds, refresh=False
+        )
         self.bar.refresh()
 
     def close(self) -> None:
@@ -86,38 +99,64 @@ class _Progress:
             self.bar.close()
 
 
-def build_summary(campaign: Campaign, controller: Controller, campaign_id: str,
-                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_summary(
+    campaign: Campaign,
+    controller: Controller,
+    campaign_id: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     state = controller.state
     mu, sigma = state.moments()
     with np.errstate(invalid="ignore", divide="ignore"):
         weighted = (state.counts @ campaign.weights).sum(axis=1) / state.trials.sum(axis=1)
-    return summarize(name=campaign.config.name, campaign_id=campaign_id, names=campaign.names,
-                     mu=mu, sigma=sigma, trials=state.trials,
-                     weighted_mean=np.nan_to_num(weighted), confidence=campaign.config.policy
-                     .confidence, decisions=controller.decisions, stop=controller.stop,
-                     savings=controller.savings(), prior_note=campaign.prior_note, extra=extra)
+    return summarize(
+        name=campaign.config.name,
+        campaign_id=campaign_id,
+        names=campaign.names,
+        mu=mu,
+        sigma=sigma,
+        trials=state.trials,
+        weighted_mean=np.nan_to_num(weighted),
+        confidence=campaign.config.policy.confidence,
+        decisions=controller.decisions,
+        stop=controller.stop,
+        savings=controller.savings(),
+        prior_note=campaign.prior_note,
+        extra=extra,
+    )
 
 
-def run_campaign(config: CampaignConfig, run_dir: Path, *, console: IO[str] | None = None,
-                 quiet: bool = False) -> dict[str, Any]:
+def run_campaign(
+    config: CampaignConfig, run_dir: Path, *, console: IO[str] | None = None, quiet: bool = False
+) -> dict[str, Any]:
     """Run (or resume) a campaign to its stop; write summary.json and report.md."""
     from adaptive_eval.dispatch import Dispatcher, init_ray
 
     campaign = build_campaign(config)  # every input is validated before Ray starts
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     log, handle = open_event_log(run_dir, campaign_id, "warning" if quiet else "info", console)
-    progress = _Progress(campaign.num_models * campaign.num_questions * campaign.fixed_n,
-                         config.output.progress and not quiet)
+    progress = _Progress(
+        campaign.num_models * campaign.num_questions * campaign.fixed_n,
+        config.output.progress and not quiet,
+    )
     try:
         execution = config.execution
-        log.info("campaign_start", resumed=resumed, models=len(campaign.names),
-                 questions=campaign.num_questions, categories=campaign.num_categories,
-                 fixed_n=campaign.fixed_n, prior=campaign.prior_note)
+        log.info(
+            "campaign_start",
+            resumed=resumed,
+            models=len(campaign.names),
+            questions=campaign.num_questions,
+            categories=campaign.num_categories,
+            fixed_n=campaign.fixed_n,
+            prior=campaign.prior_note,
+        )
         init_ray(execution.ray_address, execution.num_cpus)
-        dispatcher = Dispatcher(campaign.plans, campaign.offsets,
-                                in_flight_per_worker=execution.in_flight_per_worker,
-                                max_batch_retries=execution.max_batch_retries)
+        dispatcher = Dispatcher(
+            campaign.plans,
+            campaign.offsets,
+            in_flight_per_worker=execution.in_flight_per_worker,
+            max_batch_retries=execution.max_batch_retries,
+        )
         controller = Controller(campaign, store, dispatcher, log, on_progress=progress)
         try:
             controller.run()
@@ -125,15 +164,29 @@ def run_campaign(config: CampaignConfig, run_dir: Path, *, console: IO[str] | No
             dispatcher.shutdown()
             progress.close()
         stats = dispatcher.stats
-        summary = build_summary(campaign, controller, campaign_id, extra={
-            "resumed": resumed, "elapsed_s": controller.elapsed_s,
-            "dispatch": {"workers": dispatcher.num_workers, "batches": stats.batches,
-                         "failed_batches": stats.failures, "worker_restarts": stats.restarts,
-                         "worker_utilisation": stats.utilisation()}})
+        summary = build_summary(
+            campaign,
+            controller,
+            campaign_id,
+            extra={
+                "resumed": resumed,
+                "elapsed_s": controller.elapsed_s,
+                "dispatch": {
+                    "workers": dispatcher.num_workers,
+                    "batches": stats.batches,
+                    "failed_batches": stats.failures,
+                    "worker_restarts": stats.restarts,
+                    "worker_utilisation": stats.utilisation(),
+                },
+            },
+        )
         write_outputs(run_dir, summary)
-        log.info("campaign_done", stop_reason=summary["stop_reason"],
-                 trials_used=summary["trials_used"],
-                 trials_saved=summary["compute_saved"]["trials_fraction"])
+        log.info(
+            "campaign_done",
+            stop_reason=summary["stop_reason"],
+            trials_used=summary["trials_used"],
+            trials_saved=summary["compute_saved"]["trials_fraction"],
+        )
         return summary
     finally:
         store.close()
@@ -169,9 +222,15 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         if stops:
             payload = stops[-1][2]
             controller.stop = Stop(StopReason(payload["reason"]), payload["detail"])
-        summary = build_summary(campaign, controller, campaign_id, extra={
-            "elapsed_s": store.get_meta("elapsed_s"), "finished": bool(store.get_meta(
-                "finished"))})
+        summary = build_summary(
+            campaign,
+            controller,
+            campaign_id,
+            extra={
+                "elapsed_s": store.get_meta("elapsed_s"),
+                "finished": bool(store.get_meta("finished")),
+            },
+        )
         write_outputs(run_dir, summary)
         return summary
     finally:

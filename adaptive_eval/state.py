@@ -15,7 +15,8 @@ from adaptive_eval.policy import CampaignView
 
 class RunState:
     def __init__(self, prior: np.ndarray, weights: np.ndarray) -> None:
-        num_models, num_questions, num_categories = prior.shape
+        num_models, num_questions, num_categories = (int(n) for n in prior.shape)
+        self._shape = (num_models, num_questions, num_categories)
         self.prior = prior
         self.weights = weights
         self.counts = np.zeros(prior.shape, dtype=np.int64)
@@ -29,8 +30,7 @@ class RunState:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        num_models, num_questions, num_categories = self.counts.shape
-        return num_models, num_questions, num_categories
+        return self._shape
 
     @property
     def trials_used(self) -> int:
@@ -53,35 +53,62 @@ class RunState:
             starts += plan
         return starts
 
-    def apply(self, model: np.ndarray, question: np.ndarray, category: np.ndarray,
-              tokens: np.ndarray, gpu_s: np.ndarray) -> None:
+    def apply(
+        self,
+        model: np.ndarray,
+        question: np.ndarray,
+        category: np.ndarray,
+        tokens: np.ndarray,
+        gpu_s: np.ndarray,
+    ) -> None:
         """Add one round of outcomes (tokens < 0 means unknown). O(1) per trial, vectorised."""
         num_models, num_questions, num_categories = self.shape
         cell = model * num_questions + question
-        self.counts += np.bincount(cell * num_categories + category,
-                                   minlength=self.counts.size).reshape(self.counts.shape)
+        self.counts += np.bincount(
+            cell * num_categories + category, minlength=self.counts.size
+        ).reshape(self.counts.shape)
         size = num_models * num_questions
         self.trials += np.bincount(cell, minlength=size).reshape(self.trials.shape)
         known = tokens >= 0
-        self.tokens_sum += np.bincount(cell[known], weights=tokens[known],
-                                       minlength=size).astype(np.int64).reshape(self.trials.shape)
+        self.tokens_sum += (
+            np.bincount(cell[known], weights=tokens[known], minlength=size)
+            .astype(np.int64)
+            .reshape(self.trials.shape)
+        )
         self.tokens_count += np.bincount(cell[known], minlength=size).reshape(self.trials.shape)
         self.gpu_s_sum += np.bincount(cell, weights=gpu_s, minlength=size).reshape(
-            self.trials.shape)
+            self.trials.shape
+        )
         self.applied_rounds += 1
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         mu, sigma = stats.posterior_moments(self.prior + self.counts, self.weights)
         return np.asarray(mu), np.asarray(sigma)
 
-    def view(self, names: tuple[str, ...], capacity: np.ndarray, confidence: float,
-             min_trials: int, elapsed_s: float) -> CampaignView:
+    def view(
+        self,
+        names: tuple[str, ...],
+        capacity: np.ndarray,
+        confidence: float,
+        min_trials: int,
+        elapsed_s: float,
+    ) -> CampaignView:
         mu, sigma = self.moments()
         return CampaignView(
-            names=names, counts=_frozen(self.counts), mu=_frozen(mu), sigma=_frozen(sigma),
-            trials=_frozen(self.trials), planned=_frozen(self.planned), capacity=capacity,
-            confidence=confidence, min_trials=min_trials, round=self.applied_rounds,
-            trials_used=self.trials_used, tokens_used=self.tokens_used, elapsed_s=elapsed_s)
+            names=names,
+            counts=_frozen(self.counts),
+            mu=_frozen(mu),
+            sigma=_frozen(sigma),
+            trials=_frozen(self.trials),
+            planned=_frozen(self.planned),
+            capacity=capacity,
+            confidence=confidence,
+            min_trials=min_trials,
+            round=self.applied_rounds,
+            trials_used=self.trials_used,
+            tokens_used=self.tokens_used,
+            elapsed_s=elapsed_s,
+        )
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:

@@ -87,7 +87,8 @@ class TrialStore:
             self.conn.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [(key, json.dumps(value, sort_keys=True)) for key, value in values.items()])
+                [(key, json.dumps(value, sort_keys=True)) for key, value in values.items()],
+            )
 
     # -- rounds -------------------------------------------------------------------------------
     def add_round(self, round_index: int, plan: np.ndarray) -> None:
@@ -95,12 +96,14 @@ class TrialStore:
         with self._transaction():
             self.conn.execute(
                 "INSERT INTO rounds(round, shape, plan, planned_at) VALUES (?, ?, ?, ?)",
-                (round_index, json.dumps(list(plan.shape)), blob, time.time()))
+                (round_index, json.dumps(list(plan.shape)), blob, time.time()),
+            )
 
     def rounds(self) -> list[np.ndarray]:
         out = []
         for index, (round_index, shape, blob) in enumerate(
-                self.conn.execute("SELECT round, shape, plan FROM rounds ORDER BY round")):
+            self.conn.execute("SELECT round, shape, plan FROM rounds ORDER BY round")
+        ):
             if round_index != index:
                 raise RuntimeError(f"{self.path}: round {index} missing from the plan log")
             plan = np.frombuffer(zlib.decompress(blob), dtype=np.int32)
@@ -111,41 +114,74 @@ class TrialStore:
     def record(self, result: BatchResult, keep_text: bool) -> int:
         """Record a batch in one transaction; returns how many trials were new."""
         now = time.time()
-        rows = [(t.model, t.question, t.trial, result.round, result.batch_id, t.seed, t.category,
-                 t.tokens, t.prompt_tokens, t.latency_s, t.gpu_s, result.worker, t.answer,
-                 t.reason, now) for t in result.trials]
+        rows = [
+            (
+                t.model,
+                t.question,
+                t.trial,
+                result.round,
+                result.batch_id,
+                t.seed,
+                t.category,
+                t.tokens,
+                t.prompt_tokens,
+                t.latency_s,
+                t.gpu_s,
+                result.worker,
+                t.answer,
+                t.reason,
+                now,
+            )
+            for t in result.trials
+        ]
         with self._transaction():
             before = self.conn.total_changes
             self.conn.executemany(
                 "INSERT OR IGNORE INTO trials(model, question, trial, round, batch_id, seed, "
                 "category, tokens, prompt_tokens, latency_s, gpu_s, worker, answer, reason, "
-                "recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                "recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
             added = self.conn.total_changes - before
-            extra = [(t.model, t.question, t.trial,
-                      zlib.compress(t.text.encode()) if keep_text and t.text is not None else None,
-                      json.dumps(t.signals) if t.signals is not None else None)
-                     for t in result.trials if t.text is not None or t.signals is not None]
+            extra = [
+                (
+                    t.model,
+                    t.question,
+                    t.trial,
+                    zlib.compress(t.text.encode()) if keep_text and t.text is not None else None,
+                    json.dumps(t.signals) if t.signals is not None else None,
+                )
+                for t in result.trials
+                if t.text is not None or t.signals is not None
+            ]
             if extra:
                 self.conn.executemany(
                     "INSERT OR IGNORE INTO completions(model, question, trial, text, signals) "
-                    "VALUES (?,?,?,?,?)", extra)
+                    "VALUES (?,?,?,?,?)",
+                    extra,
+                )
         return added
 
     def trial_arrays(self) -> TrialArrays:
         rows = self.conn.execute(
             "SELECT model, question, trial, round, category, COALESCE(tokens, -1), "
-            "COALESCE(gpu_s, 0) FROM trials ORDER BY model, question, trial").fetchall()
+            "COALESCE(gpu_s, 0) FROM trials ORDER BY model, question, trial"
+        ).fetchall()
         table = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
         ints = table[:, :6].astype(np.int64)
-        return TrialArrays(*(ints[:, i] for i in range(6)), gpu_s=table[:, 6])
+        return TrialArrays(model=ints[:, 0], question=ints[:, 1], trial=ints[:, 2],
+                           round=ints[:, 3], category=ints[:, 4], tokens=ints[:, 5],
+                           gpu_s=table[:, 6])
 
     def count_trials(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
 
     def trials(self, model: int | None = None) -> Iterator[Trial]:
-        query = ("SELECT t.model, t.question, t.trial, t.seed, t.category, t.tokens, "
-                 "t.prompt_tokens, t.latency_s, t.gpu_s, t.answer, t.reason, c.text, c.signals "
-                 "FROM trials t LEFT JOIN completions c USING (model, question, trial)")
+        query = (
+            "SELECT t.model, t.question, t.trial, t.seed, t.category, t.tokens, "
+            "t.prompt_tokens, t.latency_s, t.gpu_s, t.answer, t.reason, c.text, c.signals "
+            "FROM trials t LEFT JOIN completions c USING (model, question, trial)"
+        )
         args: tuple[Any, ...] = ()
         if model is not None:
             query += " WHERE t.model = ?"
@@ -153,17 +189,34 @@ class TrialStore:
         for row in self.conn.execute(query + " ORDER BY t.model, t.question, t.trial", args):
             text = zlib.decompress(row[11]).decode() if row[11] is not None else None
             signals = json.loads(row[12]) if row[12] is not None else None
-            yield Trial(*row[:11], text=text, signals=signals)
+            yield Trial(
+                model=row[0],
+                question=row[1],
+                trial=row[2],
+                seed=row[3],
+                category=row[4],
+                tokens=row[5],
+                prompt_tokens=row[6],
+                latency_s=row[7],
+                gpu_s=row[8],
+                answer=row[9],
+                reason=row[10],
+                text=text,
+                signals=signals,
+            )
 
     # -- events -------------------------------------------------------------------------------
     def add_events(self, round_index: int, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
         now = time.time()
-        rows = [(round_index, kind, json.dumps(payload, sort_keys=True), now)
-                for kind, payload in events]
+        rows = [
+            (round_index, kind, json.dumps(payload, sort_keys=True), now)
+            for kind, payload in events
+        ]
         if rows:
             with self._transaction():
                 self.conn.executemany(
-                    "INSERT INTO events(round, kind, payload, at) VALUES (?,?,?,?)", rows)
+                    "INSERT INTO events(round, kind, payload, at) VALUES (?,?,?,?)", rows
+                )
 
     def events(self, kind: str | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         query = "SELECT round, kind, payload FROM events"
@@ -171,8 +224,9 @@ class TrialStore:
         if kind is not None:
             query += " WHERE kind = ?"
             args = (kind,)
-        return [(r, k, json.loads(p)) for r, k, p in self.conn.execute(query + " ORDER BY seq",
-                                                                         args)]
+        return [
+            (r, k, json.loads(p)) for r, k, p in self.conn.execute(query + " ORDER BY seq", args)
+        ]
 
     def last_event_round(self) -> int:
         row = self.conn.execute("SELECT MAX(round) FROM events").fetchone()

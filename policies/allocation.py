@@ -12,8 +12,9 @@ from adaptive_eval.registry import allocators
 from adaptive_eval.types import PairDecision
 
 
-def even_plan(view: CampaignView, chosen: np.ndarray, round_trials: int,
-              trials_per_round: int | None) -> np.ndarray:
+def even_plan(
+    view: CampaignView, chosen: np.ndarray, round_trials: int, trials_per_round: int | None
+) -> np.ndarray:
     """Give each chosen model the same number of trials on every question.
 
     Per question, ``k = trials_per_round`` or the smallest k that makes the round at least
@@ -39,8 +40,13 @@ class Uniform:
     trials_per_round: int | None = None
     name: str = "uniform"
 
-    def __call__(self, view: CampaignView, decisions: tuple[PairDecision, ...],
-                 needs: np.ndarray, round_trials: int) -> np.ndarray:
+    def __call__(
+        self,
+        view: CampaignView,
+        decisions: tuple[PairDecision, ...],
+        needs: np.ndarray,
+        round_trials: int,
+    ) -> np.ndarray:
         chosen = view.planned.min(axis=1) < view.capacity
         return even_plan(view, chosen, round_trials, self.trials_per_round)
 
@@ -57,8 +63,13 @@ class Pairwise:
     trials_per_round: int | None = None
     name: str = "pairwise"
 
-    def __call__(self, view: CampaignView, decisions: tuple[PairDecision, ...],
-                 needs: np.ndarray, round_trials: int) -> np.ndarray:
+    def __call__(
+        self,
+        view: CampaignView,
+        decisions: tuple[PairDecision, ...],
+        needs: np.ndarray,
+        round_trials: int,
+    ) -> np.ndarray:
         open_pairs = sorted((d for d in decisions if not d.settled), key=lambda d: d.z)
         in_pairs = np.zeros(view.num_models, dtype=bool)
         for d in open_pairs:

@@ -14,17 +14,18 @@ class PairsSettled(StoppingRule):
 
     name = "pairs_settled"
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if all(d.settled for d in decisions):
             resolved = sum(d.verdict.value in ("a>b", "b>a") for d in decisions)
-            return Stop(StopReason.GOAL_MET, f"all {len(decisions)} adjacent pairs settled "
-                                             f"({resolved} resolved, "
-                                             f"{len(decisions) - resolved} equivalent)")
+            return Stop(
+                StopReason.GOAL_MET,
+                f"all {len(decisions)} adjacent pairs settled "
+                f"({resolved} resolved, "
+                f"{len(decisions) - resolved} equivalent)",
+            )
         return None
 
-    def needs(self, view: CampaignView,
-              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+    def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         mask = np.zeros(view.num_models, dtype=bool)
         for d in decisions:
             if not d.settled:
@@ -42,19 +43,19 @@ class CiWidth(StoppingRule):
 
     def widths(self, view: CampaignView) -> np.ndarray:
         low, high = view.ci()
-        return high - low
+        width: np.ndarray = high - low
+        return width
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         widest = float(self.widths(view).max())
         if widest <= self.width:
-            return Stop(StopReason.CI_WIDTH, f"widest credible interval {widest:.4f} <= "
-                                             f"{self.width}")
+            return Stop(
+                StopReason.CI_WIDTH, f"widest credible interval {widest:.4f} <= {self.width}"
+            )
         return None
 
-    def needs(self, view: CampaignView,
-              decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
-        return np.asarray(self.widths(view) > self.width)
+    def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
+        return self.widths(view) > self.width
 
 
 class MaxTrials(StoppingRule):
@@ -66,8 +67,7 @@ class MaxTrials(StoppingRule):
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if int(view.trials.min()) >= self.n:
             return Stop(StopReason.MAX_TRIALS, f"every cell has {self.n} trials")
         return None
@@ -79,24 +79,29 @@ class Budget(StoppingRule):
     name = "budget"
     respects_min_trials = False
 
-    def __init__(self, trials: int | None = None, tokens: int | None = None,
-                 wall_clock_s: float | None = None) -> None:
+    def __init__(
+        self,
+        trials: int | None = None,
+        tokens: int | None = None,
+        wall_clock_s: float | None = None,
+    ) -> None:
         self.trials = trials
         self.tokens = tokens
         self.wall_clock_s = wall_clock_s
 
-    def _should_stop(self, view: CampaignView,
-                     decisions: tuple[PairDecision, ...]) -> Stop | None:
+    def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if self.trials is not None and view.trials_used >= self.trials:
-            return Stop(StopReason.TRIAL_BUDGET, f"{view.trials_used} trials used of "
-                                                 f"{self.trials}")
-        if (self.tokens is not None and view.tokens_used is not None
-                and view.tokens_used >= self.tokens):
-            return Stop(StopReason.TOKEN_BUDGET, f"{view.tokens_used} tokens used of "
-                                                 f"{self.tokens}")
+            return Stop(StopReason.TRIAL_BUDGET, f"{view.trials_used} trials used of {self.trials}")
+        if (
+            self.tokens is not None
+            and view.tokens_used is not None
+            and view.tokens_used >= self.tokens
+        ):
+            return Stop(StopReason.TOKEN_BUDGET, f"{view.tokens_used} tokens used of {self.tokens}")
         if self.wall_clock_s is not None and view.elapsed_s >= self.wall_clock_s:
-            return Stop(StopReason.WALL_CLOCK, f"{view.elapsed_s:.1f} s elapsed of "
-                                               f"{self.wall_clock_s}")
+            return Stop(
+                StopReason.WALL_CLOCK, f"{view.elapsed_s:.1f} s elapsed of {self.wall_clock_s}"
+            )
         return None
 
 
@@ -120,6 +125,7 @@ def max_trials(n: int) -> StoppingRule:
 
 
 @stopping_rules.register("budget")
-def budget(trials: int | None = None, tokens: int | None = None,
-           wall_clock_s: float | None = None) -> StoppingRule:
+def budget(
+    trials: int | None = None, tokens: int | None = None, wall_clock_s: float | None = None
+) -> StoppingRule:
     return Budget(trials, tokens, wall_clock_s)

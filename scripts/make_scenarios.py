@@ -18,8 +18,19 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, logit
 
-TRUE_SCORES = [0.2332, 0.2545, 0.3604, 0.3642, 0.3642, 0.4466, 0.5418, 0.5276, 0.608, 0.6213,
-               0.7327]
+TRUE_SCORES = [
+    0.2332,
+    0.2545,
+    0.3604,
+    0.3642,
+    0.3642,
+    0.4466,
+    0.5418,
+    0.5276,
+    0.608,
+    0.6213,
+    0.7327,
+]
 NUM_QUESTIONS = 30
 CONCENTRATION = 6.0
 SEED = 20251122
@@ -27,8 +38,7 @@ SEED = 20251122
 
 def matched_probabilities(rng: np.random.Generator, target: float, size: int) -> np.ndarray:
     """Beta draws around ``target``, shifted in logit space to have mean exactly ``target``."""
-    raw = np.clip(rng.beta(CONCENTRATION * target, CONCENTRATION * (1 - target), size),
-                  0.01, 0.99)
+    raw = np.clip(rng.beta(CONCENTRATION * target, CONCENTRATION * (1 - target), size), 0.01, 0.99)
     shift = brentq(lambda s: expit(logit(raw) + s).mean() - target, -10, 10, xtol=1e-14)
     return np.asarray(expit(logit(raw) + shift))
 
@@ -39,10 +49,18 @@ def llm_mimics(path: Path) -> None:
     probs = np.stack([1 - success, success], axis=2)
     tokens_mean = np.exp(rng.normal(np.log(15_400), 0.5, size=success.shape)).round()
     models = np.array([f"LLM_{i + 1}" for i in range(len(TRUE_SCORES))])
-    np.savez_compressed(path, probs=probs, models=models, tokens_mean=tokens_mean,
-                        true_scores=np.array(TRUE_SCORES), weights=np.array([0.0, 1.0]))
-    print(f"wrote {path}: probs {probs.shape}, mean success "
-          f"{np.round(success.mean(axis=1), 4).tolist()}")
+    np.savez_compressed(
+        path,
+        probs=probs,
+        models=models,
+        tokens_mean=tokens_mean,
+        true_scores=np.array(TRUE_SCORES),
+        weights=np.array([0.0, 1.0]),
+    )
+    print(
+        f"wrote {path}: probs {probs.shape}, mean success "
+        f"{np.round(success.mean(axis=1), 4).tolist()}"
+    )
 
 
 if __name__ == "__main__":

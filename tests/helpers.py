@@ -15,8 +15,9 @@ from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.runner import open_run_dir
 
 
-def write_scenario(path: Path, success: np.ndarray, *, tokens: bool = True,
-                   names: list[str] | None = None) -> Path:
+def write_scenario(
+    path: Path, success: np.ndarray, *, tokens: bool = True, names: list[str] | None = None
+) -> Path:
     """A binary simulated scenario from an (L, M) matrix of success probabilities."""
     probs = np.stack([1 - success, success], axis=2)
     arrays: dict[str, Any] = {"probs": probs}
@@ -31,8 +32,7 @@ def write_scenario(path: Path, success: np.ndarray, *, tokens: bool = True,
 def mimic_success(scores: list[float], questions: int = 20, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     raw = np.clip(rng.beta(4, 4, size=(len(scores), questions)), 0.02, 0.98)
-    return np.clip(raw - raw.mean(axis=1, keepdims=True) + np.array(scores)[:, None], 0.01,
-                   0.99)
+    return np.clip(raw - raw.mean(axis=1, keepdims=True) + np.array(scores)[:, None], 0.01, 0.99)
 
 
 def write_config(path: Path, data: dict[str, Any]) -> Path:
@@ -46,8 +46,14 @@ def base_config(scenario: str, **policy: Any) -> dict[str, Any]:
         "seed": 7,
         "models": [{"backend": "simulated", "path": scenario}],
         "rubric": {"weights": [0, 1]},
-        "policy": {"confidence": 0.95, "rope": 0.03, "min_trials_per_question": 2,
-                   "max_trials_per_question": 40, "round_trials": 64, **policy},
+        "policy": {
+            "confidence": 0.95,
+            "rope": 0.03,
+            "min_trials_per_question": 2,
+            "max_trials_per_question": 40,
+            "round_trials": 64,
+            **policy,
+        },
         "baseline": {"fixed_n": 20},
         "execution": {"workers": 1, "batch_size": 16},
         "output": {"progress": False, "fsync": "normal"},

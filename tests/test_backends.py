@@ -32,8 +32,7 @@ def bad_npz(tmp_path: Path, entry_backend: str = "simulated", **arrays: np.ndarr
 
 def test_simulated_file_errors(tmp_path: Path) -> None:
     good = np.full((2, 3, 2), 0.5)
-    assert "missing" in bad_npz(tmp_path, other=good) and "'probs'" in bad_npz(
-        tmp_path, other=good)
+    assert "missing" in bad_npz(tmp_path, other=good) and "'probs'" in bad_npz(tmp_path, other=good)
     assert "3 dimensions" in bad_npz(tmp_path, probs=np.full((2, 3), 0.5))
     assert "dtype" in bad_npz(tmp_path, probs=np.ones((2, 3, 2), dtype=np.int64))
     skewed = good.copy()
@@ -55,29 +54,29 @@ def test_missing_file_and_bad_select(tmp_path: Path) -> None:
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]), names=["a", "b"])
     with pytest.raises(InputError, match=r"models\[0\]\.select.*'c' not in"):
         campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz", "select": ["a", "c"]})
-    campaign = campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz",
-                                       "select": ["b"]})
+    campaign = campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz", "select": ["b"]})
     assert campaign.names == ("b",)
 
 
 def test_replay_file_errors(tmp_path: Path) -> None:
     assert "category 2 at index (0, 1, 0) is outside 0..1" in bad_npz(
-        tmp_path, "replay", outcomes=np.array([[[0, 1], [2, 0]]]))
-    assert "negative category" in bad_npz(tmp_path, "replay",
-                                          outcomes=np.array([[[0, -1]]]))
-    assert "expected dtype kind 'i'" in bad_npz(tmp_path, "replay",
-                                                outcomes=np.zeros((1, 2, 3)))
+        tmp_path, "replay", outcomes=np.array([[[0, 1], [2, 0]]])
+    )
+    assert "negative category" in bad_npz(tmp_path, "replay", outcomes=np.array([[[0, -1]]]))
+    assert "expected dtype kind 'i'" in bad_npz(tmp_path, "replay", outcomes=np.zeros((1, 2, 3)))
     assert "differs from outcomes" in bad_npz(
-        tmp_path, "replay", outcomes=np.zeros((1, 2, 3), dtype=int),
-        tokens=np.zeros((1, 2, 2), dtype=int))
+        tmp_path,
+        "replay",
+        outcomes=np.zeros((1, 2, 3), dtype=int),
+        tokens=np.zeros((1, 2, 2), dtype=int),
+    )
 
 
 def test_replay_fixed_n_larger_than_recorded_is_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "r.npz", outcomes=np.zeros((2, 3, 10), dtype=np.int8))
     with pytest.raises(InputError, match="fixed_n=20 exceeds the 10 trials"):
         campaign_for(tmp_path, {"backend": "replay", "path": "r.npz"})
-    campaign = campaign_for(tmp_path, {"backend": "replay", "path": "r.npz"},
-                            baseline={})
+    campaign = campaign_for(tmp_path, {"backend": "replay", "path": "r.npz"}, baseline={})
     assert campaign.fixed_n == 10 and list(campaign.capacity) == [10, 10]
 
 
@@ -104,20 +103,24 @@ def test_simulated_outcome_depends_only_on_the_trial(tmp_path: Path) -> None:
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]))
     worker = make_worker(campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz"}))
     whole = worker.run(Batch(1, 0, 1, (WorkItem(1, 0, 0, 6), WorkItem(1, 1, 0, 6))))
-    parts = [worker.run(Batch(2, 0, 1, (WorkItem(1, 1, 3, 3),))),
-             worker.run(Batch(3, 0, 1, (WorkItem(1, 0, 0, 6), WorkItem(1, 1, 0, 3))))]
+    parts = [
+        worker.run(Batch(2, 0, 1, (WorkItem(1, 1, 3, 3),))),
+        worker.run(Batch(3, 0, 1, (WorkItem(1, 0, 0, 6), WorkItem(1, 1, 0, 3)))),
+    ]
     key = lambda t: (t.question, t.trial)  # noqa: E731
     split = sorted((t for r in parts for t in r.trials), key=key)
     assert [(t.category, t.tokens, t.seed) for t in sorted(whole.trials, key=key)] == [
-        (t.category, t.tokens, t.seed) for t in split]
+        (t.category, t.tokens, t.seed) for t in split
+    ]
 
 
 def test_simulated_frequencies_match_probabilities(tmp_path: Path) -> None:
     probs = np.array([[[0.2, 0.5, 0.3], [0.7, 0.1, 0.2]]])
     tokens_mean = np.array([[200.0, 50.0]])
     np.savez(tmp_path / "s3.npz", probs=probs, tokens_mean=tokens_mean)
-    campaign = campaign_for(tmp_path, {"backend": "simulated", "path": "s3.npz"},
-                            rubric={"weights": [0, 0.5, 1]})
+    campaign = campaign_for(
+        tmp_path, {"backend": "simulated", "path": "s3.npz"}, rubric={"weights": [0, 0.5, 1]}
+    )
     worker = make_worker(campaign)
     n = 20_000
     result = worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, n), WorkItem(0, 1, 0, n))))

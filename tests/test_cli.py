@@ -21,9 +21,16 @@ from adaptive_eval.cli import main
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "adaptive_eval.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "adaptive_eval.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture()
@@ -46,7 +53,7 @@ def test_score_prints_bayes_avg_pass_and_both_rankings(tensor: Path, capsys) -> 
         assert by_name[name]["sigma"] == pytest.approx(sigma[i])
         assert by_name[name]["pass@1"] == pytest.approx(outcomes[i].mean())
         assert by_name[name]["avg@N"] == pytest.approx(outcomes[i].mean())
-    assert [row["name"] for row in result["models"]][0] in ("b", "c")
+    assert next(row["name"] for row in result["models"]) in ("b", "c")
     ranks = sorted(row["rank"] for row in result["models"])
     assert ranks in ([1, 1, 2], [1, 2, 3])
     assert main(["score", str(tensor), "--k", "2"]) == 0
@@ -64,12 +71,15 @@ def test_score_with_prior_and_weights(tmp_path: Path, tensor: Path, capsys) -> N
     assert main(["score", str(tensor), "--weights", "0,0.5,1"]) == 0
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--k", "99"], "outside 1..N"),
-    (["--weights", "1"], "outside 0..0"),
-    (["--key", "nope"], "array 'nope': missing"),
-    (["--confidence", "1.2"], "--confidence"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--k", "99"], "outside 1..N"),
+        (["--weights", "1"], "outside 0..0"),
+        (["--key", "nope"], "array 'nope': missing"),
+        (["--confidence", "1.2"], "--confidence"),
+    ],
+)
 def test_score_bad_input_exits_2(tensor: Path, capsys, args: list[str], expected: str) -> None:
     assert main(["score", str(tensor), *args]) == 2
     assert expected in capsys.readouterr().err
@@ -97,8 +107,9 @@ def test_replay_campaign_through_ray_writes_the_contract(tmp_path: Path) -> None
     rng = np.random.default_rng(5)
     p = rng.uniform(0.2, 0.8, size=(4, 1, 1))
     outcomes = (rng.random((4, 12, 30)) < p).astype(np.int64)
-    np.savez(tmp_path / "r.npz", outcomes=outcomes,
-             tokens=rng.integers(100, 200, size=outcomes.shape))
+    np.savez(
+        tmp_path / "r.npz", outcomes=outcomes, tokens=rng.integers(100, 200, size=outcomes.shape)
+    )
     data = base_config("r.npz")
     data["models"] = [{"backend": "replay", "path": "r.npz", "workers": 2}]
     data["baseline"] = {}
@@ -107,12 +118,20 @@ def test_replay_campaign_through_ray_writes_the_contract(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert json.loads(done.stdout) == summary
-    for key in ("stop_reason", "trials_used", "tokens_used", "baseline", "compute_saved",
-                "models", "pairs"):
+    for key in (
+        "stop_reason",
+        "trials_used",
+        "tokens_used",
+        "baseline",
+        "compute_saved",
+        "models",
+        "pairs",
+    ):
         assert key in summary
     assert summary["baseline"]["fixed_n"] == 30 and summary["baseline"]["trials"] == 4 * 12 * 30
     assert summary["compute_saved"]["trials_fraction"] == pytest.approx(
-        1 - summary["trials_used"] / (4 * 12 * 30))
+        1 - summary["trials_used"] / (4 * 12 * 30)
+    )
     for model in summary["models"]:
         assert set(model) >= {"name", "mu", "sigma", "ci_low", "ci_high", "trials", "rank"}
     for pair in summary["pairs"]:
@@ -149,9 +168,21 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
     expected = json.loads(reference.stdout)
 
     run_dir = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "adaptive_eval.cli", "run", str(path),
-                                "--out", str(run_dir), "--quiet"], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "adaptive_eval.cli",
+            "run",
+            str(path),
+            "--out",
+            str(run_dir),
+            "--quiet",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while trials_in(run_dir / "trials.sqlite") < expected["trials_used"] // 3:
         assert process.poll() is None, "run finished before it could be killed"
@@ -169,6 +200,8 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
     for key in ("trials_used", "stop_reason", "models", "pairs", "compute_saved"):
         assert got[key] == expected[key], key
     query = "SELECT model, question, trial, seed, category, tokens FROM trials ORDER BY 1, 2, 3"
-    with sqlite3.connect(run_dir / "trials.sqlite") as a, \
-            sqlite3.connect(tmp_path / "ref" / "trials.sqlite") as b:
+    with (
+        sqlite3.connect(run_dir / "trials.sqlite") as a,
+        sqlite3.connect(tmp_path / "ref" / "trials.sqlite") as b,
+    ):
         assert a.execute(query).fetchall() == b.execute(query).fetchall()

@@ -27,8 +27,9 @@ def error_of(tmp_path: Path, data: dict, overrides: list[str] | None = None) -> 
     return str(info.value)
 
 
-def test_contract_config_from_the_issue_runs_through_validation(tmp_path: Path,
-                                                                 scenario: Path) -> None:
+def test_contract_config_from_the_issue_runs_through_validation(
+    tmp_path: Path, scenario: Path
+) -> None:
     text = f"""
 name: demo
 seed: 0
@@ -106,14 +107,14 @@ def test_overrides_apply_and_are_validated(tmp_path: Path, scenario: Path) -> No
     path = write_config(tmp_path / "c.yaml", base_config(str(scenario)))
     config = load_config(path, ["policy.confidence=0.99", "execution.workers=3"])
     assert config.policy.confidence == 0.99 and config.execution.workers == 3
-    with pytest.raises(InputError, match="policy.confidence"):
+    with pytest.raises(InputError, match=r"policy\.confidence"):
         load_config(path, ["policy.confidence=1.5"])
 
 
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
-    with pytest.raises(InputError, match="bad.yaml: invalid YAML"):
+    with pytest.raises(InputError, match=r"bad\.yaml: invalid YAML"):
         load_config(bad)
     with pytest.raises(InputError, match="cannot read config"):
         load_config(tmp_path / "absent.yaml")

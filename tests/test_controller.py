@@ -28,35 +28,42 @@ def ledger(run_dir: Path) -> list[tuple]:
     try:
         rows = store.conn.execute(
             "SELECT model, question, trial, seed, category, tokens, round FROM trials "
-            "ORDER BY model, question, trial").fetchall()
+            "ORDER BY model, question, trial"
+        ).fetchall()
         return rows
     finally:
         store.close()
 
 
 def final(controller) -> tuple:
-    return (controller.stop, controller.decisions, controller.state.counts.tolist(),
-            controller.state.trials_used)
+    return (
+        controller.stop,
+        controller.decisions,
+        controller.state.counts.tolist(),
+        controller.state.trials_used,
+    )
 
 
 def test_decisions_do_not_depend_on_arrival_order(tmp_path: Path, config_path: Path) -> None:
     config = load(config_path)
-    runs = [run_inline(config, tmp_path / f"run{i}", shuffle_seed=i, batches_per_poll=1 + i)
-            for i in range(3)]
+    runs = [
+        run_inline(config, tmp_path / f"run{i}", shuffle_seed=i, batches_per_poll=1 + i)
+        for i in range(3)
+    ]
     assert final(runs[0]) == final(runs[1]) == final(runs[2])
     assert ledger(tmp_path / "run0") == ledger(tmp_path / "run2")
     assert runs[0].stop is not None
 
 
 @pytest.mark.parametrize("crash_after", [1, 7, 23])
-def test_resume_after_crash_reaches_the_same_state(tmp_path: Path, config_path: Path,
-                                                   crash_after: int) -> None:
+def test_resume_after_crash_reaches_the_same_state(
+    tmp_path: Path, config_path: Path, crash_after: int
+) -> None:
     config = load(config_path)
     reference = run_inline(config, tmp_path / "ref", shuffle_seed=0)
     crashed = tmp_path / "crashed"
     with pytest.raises(KeyboardInterrupt):
-        run_inline(config, crashed, shuffle_seed=1, crash_after=crash_after,
-                   batches_per_poll=1)
+        run_inline(config, crashed, shuffle_seed=1, crash_after=crash_after, batches_per_poll=1)
     partial = len(ledger(crashed))
     assert 0 < partial < reference.state.trials_used
     resumed = run_inline(config, crashed, shuffle_seed=2)
@@ -73,12 +80,13 @@ def test_resume_after_crash_reaches_the_same_state(tmp_path: Path, config_path: 
         ref_store.close()
 
 
-def test_resumed_posterior_is_rebuilt_exactly_from_the_store(tmp_path: Path,
-                                                             config_path: Path) -> None:
+def test_resumed_posterior_is_rebuilt_exactly_from_the_store(
+    tmp_path: Path, config_path: Path
+) -> None:
     config = load(config_path)
     done = run_inline(config, tmp_path / "run")
     summary = report_run(config, tmp_path / "run")
-    mu, sigma = done.state.moments()
+    mu, _sigma = done.state.moments()
     assert [m["mu"] for m in summary["models"]] == sorted(mu.tolist(), reverse=True)
     assert summary["trials_used"] == done.state.trials_used == len(ledger(tmp_path / "run"))
     assert summary["stop_reason"] == done.stop.reason.value
@@ -92,14 +100,15 @@ def test_changed_config_is_refused_with_the_change(tmp_path: Path, config_path: 
     assert "different campaign" in str(info.value)
     assert "policy.confidence: 0.95 -> 0.99" in str(info.value)
     # Execution settings may change.
-    open_run_dir(build_campaign(load(config_path, ["execution.batch_size=5"])),
-                 tmp_path / "run")[0].close()
+    open_run_dir(build_campaign(load(config_path, ["execution.batch_size=5"])), tmp_path / "run")[
+        0
+    ].close()
 
 
 def test_changed_input_file_is_refused(tmp_path: Path, config_path: Path) -> None:
     run_inline(load(config_path), tmp_path / "run")
     write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12, seed=5))
-    with pytest.raises(InputError, match="different campaign.*scenario"):
+    with pytest.raises(InputError, match=r"different campaign.*scenario"):
         open_run_dir(build_campaign(load(config_path)), tmp_path / "run")
 
 

@@ -11,15 +11,30 @@ from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.types import StopReason, Verdict
 
 
-def view(mu: list[float], sigma: list[float], trials: int = 10, questions: int = 4,
-         capacity: int = 100, **kw: object) -> CampaignView:
+def view(
+    mu: list[float],
+    sigma: list[float],
+    trials: int = 10,
+    questions: int = 4,
+    capacity: int = 100,
+    **kw: object,
+) -> CampaignView:
     num = len(mu)
     fields = dict(
-        names=tuple(f"m{i}" for i in range(num)), counts=np.zeros((num, questions, 2)),
-        mu=np.array(mu), sigma=np.array(sigma),
-        trials=np.full((num, questions), trials), planned=np.full((num, questions), trials),
-        capacity=np.full(num, capacity), confidence=0.95, min_trials=2, round=0,
-        trials_used=num * questions * trials, tokens_used=None, elapsed_s=0.0)
+        names=tuple(f"m{i}" for i in range(num)),
+        counts=np.zeros((num, questions, 2)),
+        mu=np.array(mu),
+        sigma=np.array(sigma),
+        trials=np.full((num, questions), trials),
+        planned=np.full((num, questions), trials),
+        capacity=np.full(num, capacity),
+        confidence=0.95,
+        min_trials=2,
+        round=0,
+        trials_used=num * questions * trials,
+        tokens_used=None,
+        elapsed_s=0.0,
+    )
     fields.update(kw)
     return CampaignView(**fields)  # type: ignore[arg-type]
 
@@ -140,8 +155,14 @@ def test_allocators_never_exceed_capacity(name: str) -> None:
     rng = np.random.default_rng(1)
     for _ in range(50):
         planned = rng.integers(0, 12, size=(4, 3))
-        v = view(list(rng.random(4)), list(rng.random(4) * 0.05), questions=3,
-                 trials=planned, capacity=12, planned=planned)
+        v = view(
+            list(rng.random(4)),
+            list(rng.random(4) * 0.05),
+            questions=3,
+            trials=planned,
+            capacity=12,
+            planned=planned,
+        )
         decisions = decide_pairs(v, RULES)
         plan = cap_plan(allocators.build(name)(v, decisions, np.ones(4, bool), 7), v, None)
         assert np.all(plan >= 0) and np.all(planned + plan <= 12)

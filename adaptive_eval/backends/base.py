@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,7 +37,7 @@ class BackendContext:
     field: str
     default_workers: int
     resolve_path: Callable[[str], Any]
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class BackendPlan:
     workers: int
     actor_options: dict[str, Any]
     make_worker: Callable[[int], Callable[[], Worker]]
-    files: dict[str, str] = field(default_factory=dict)  # role -> sha256, recorded in the run
+    files: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> sha256, recorded in the run
     weights: tuple[float, ...] | None = None  # suggested rubric weights shipped with the data
     describe: str = ""
     load_cost_s: float = 0.0  # time to load a model into a worker slot (time-sharing)
@@ -78,8 +79,9 @@ def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
-def expand_items(batch: Batch, question_ids: Sequence[str], model_name: str,
-                 seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def expand_items(
+    batch: Batch, question_ids: Sequence[str], model_name: str, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flatten a batch into arrays of (question index, trial index, trial seed)."""
     questions: list[int] = []
     trials: list[int] = []
@@ -91,13 +93,24 @@ def expand_items(batch: Batch, question_ids: Sequence[str], model_name: str,
             questions.append(item.question)
             trials.append(trial)
             seeds.append(trial_seed(seed, name, qid, trial))
-    return (np.asarray(questions, dtype=np.int64), np.asarray(trials, dtype=np.int64),
-            np.asarray(seeds, dtype=np.int64))
+    return (
+        np.asarray(questions, dtype=np.int64),
+        np.asarray(trials, dtype=np.int64),
+        np.asarray(seeds, dtype=np.int64),
+    )
 
 
-def result_from_arrays(batch: Batch, worker: str, started: float, questions: np.ndarray,
-                       trials: np.ndarray, seeds: np.ndarray, categories: np.ndarray,
-                       tokens: np.ndarray | None, gpu_s: float = 0.0) -> BatchResult:
+def result_from_arrays(
+    batch: Batch,
+    worker: str,
+    started: float,
+    questions: np.ndarray,
+    trials: np.ndarray,
+    seeds: np.ndarray,
+    categories: np.ndarray,
+    tokens: np.ndarray | None,
+    gpu_s: float = 0.0,
+) -> BatchResult:
     """Pack per-trial arrays into a :class:`BatchResult`; GPU time is shared by token count."""
     busy = time.perf_counter() - started
     count = len(trials)
@@ -107,9 +120,16 @@ def result_from_arrays(batch: Batch, worker: str, started: float, questions: np.
         shares = np.full(count, 1.0 / max(count, 1))
     latency = busy / max(count, 1)
     out = tuple(
-        Trial(model=batch.model, question=int(questions[i]), trial=int(trials[i]),
-              seed=int(seeds[i]), category=int(categories[i]),
-              tokens=None if tokens is None else int(tokens[i]), latency_s=latency,
-              gpu_s=float(gpu_s * shares[i]))
-        for i in range(count))
+        Trial(
+            model=batch.model,
+            question=int(questions[i]),
+            trial=int(trials[i]),
+            seed=int(seeds[i]),
+            category=int(categories[i]),
+            tokens=None if tokens is None else int(tokens[i]),
+            latency_s=latency,
+            gpu_s=float(gpu_s * shares[i]),
+        )
+        for i in range(count)
+    )
     return BatchResult(batch.batch_id, batch.round, worker, out, busy, gpu_s)

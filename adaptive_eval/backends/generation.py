@@ -42,7 +42,7 @@ COMMON_OPTIONS = {
     "num_cpus": "CPUs reserved for each worker actor",
     "grade_threads": "threads grading a batch's samples in parallel (default 4)",
     "test_crash_once": "tests only: the first batch run by any worker of this entry kills its "
-                       "process (os._exit) after creating this file; later batches run",
+    "process (os._exit) after creating this file; later batches run",
 }
 
 
@@ -70,8 +70,9 @@ class Options:
         self.seen.add(key)
         return self.values.get(key, default)
 
-    def string(self, key: str, default: str | None = None, *,
-               choices: Sequence[str] | None = None) -> str | None:
+    def string(
+        self, key: str, default: str | None = None, *, choices: Sequence[str] | None = None
+    ) -> str | None:
         value = self.raw(key, default)
         if value is None:
             return None
@@ -81,14 +82,25 @@ class Options:
             raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
         return value
 
-    def number(self, key: str, default: float | None = None, *, minimum: float | None = None,
-               maximum: float | None = None, exclusive_minimum: bool = False,
-               integer: bool = False) -> float | None:
+    def number(
+        self,
+        key: str,
+        default: float | None = None,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        exclusive_minimum: bool = False,
+        integer: bool = False,
+    ) -> float | None:
         value = self.raw(key, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
-                integer and not isinstance(value, int)) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (integer and not isinstance(value, int))
+            or not math.isfinite(value)
+        ):
             kind = "an integer" if integer else "a number"
             raise self.error(key, f"must be {kind}, got {value!r}")
         if minimum is not None and (value < minimum or (exclusive_minimum and value == minimum)):
@@ -98,8 +110,9 @@ class Options:
             raise self.error(key, f"must be <= {maximum:g}, got {value!r}")
         return value
 
-    def integer(self, key: str, default: int | None = None, *,
-                minimum: int | None = None) -> int | None:
+    def integer(
+        self, key: str, default: int | None = None, *, minimum: int | None = None
+    ) -> int | None:
         value = self.number(key, default, minimum=minimum, integer=True)
         return None if value is None else int(value)
 
@@ -123,8 +136,11 @@ class Options:
             if key not in self.seen and key not in known:
                 close = get_close_matches(key, allowed, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise self.error(key, f"unknown option {key!r} for the {self.backend} backend"
-                                      f"{hint} (accepted: {', '.join(allowed)})")
+                raise self.error(
+                    key,
+                    f"unknown option {key!r} for the {self.backend} backend"
+                    f"{hint} (accepted: {', '.join(allowed)})",
+                )
 
 
 @dataclass(frozen=True)
@@ -169,9 +185,12 @@ class Prepared:
 def campaign_config(context: BackendContext) -> CampaignConfig:
     config = context.extras.get("config")
     if not isinstance(config, CampaignConfig):
-        raise InputError("generating backends need the campaign config in the backend context "
-                         "(context.extras['config'])", source=context.source,
-                         field=context.field)
+        raise InputError(
+            "generating backends need the campaign config in the backend context "
+            "(context.extras['config'])",
+            source=context.source,
+            field=context.field,
+        )
     return config
 
 
@@ -191,15 +210,19 @@ def make_grader(name: str, params: dict[str, Any], source: str | None = None) ->
     except InputError as error:
         sub = error.field if error.field and error.field != "grader" else None
         message = str(error)
-        raise InputError(message, source=error.source or source,
-                         field="grader" + (f".{sub}" if sub else "")) from None
+        raise InputError(
+            message, source=error.source or source, field="grader" + (f".{sub}" if sub else "")
+        ) from None
 
 
 def load_questions(config: CampaignConfig, context: BackendContext, backend: str) -> Dataset:
     spec = config.dataset
     if spec is None:
-        raise InputError(f"the {backend} backend needs questions: add a dataset: section with "
-                         "a JSONL path", source=context.source, field="dataset")
+        raise InputError(
+            f"the {backend} backend needs questions: add a dataset: section with a JSONL path",
+            source=context.source,
+            field="dataset",
+        )
     path = config.resolve_path(spec.path)
     dataset = load_dataset(path, spec.id_field, spec.problem_field, spec.answer_field)
     if spec.limit is not None and spec.limit < len(dataset):
@@ -215,13 +238,17 @@ def render_prompts(config: CampaignConfig, dataset: Dataset) -> tuple[str, ...]:
         try:
             out.append(render_prompt(question, spec.template, spec.instruction))
         except InputError as error:
-            raise InputError(str(error).removeprefix("template: "), source=config.source,
-                             field="dataset.template") from None
+            raise InputError(
+                str(error).removeprefix("template: "),
+                source=config.source,
+                field="dataset.template",
+            ) from None
     return tuple(out)
 
 
-def prepare_generation(entry: ModelEntry, context: BackendContext, options: Options,
-                       model_name: str) -> Prepared:
+def prepare_generation(
+    entry: ModelEntry, context: BackendContext, options: Options, model_name: str
+) -> Prepared:
     """Load and check the dataset, prompts and grader; read the common options."""
     config = campaign_config(context)
     dataset = load_questions(config, context, options.backend)
@@ -257,10 +284,15 @@ class TrialRequest:
 
 def expand_batch(batch: Batch, setup: GenerationSetup) -> list[TrialRequest]:
     ids = setup.question_ids
-    return [TrialRequest(item.question, trial,
-                         trial_seed(setup.campaign_seed, setup.model_name, ids[item.question],
-                                    trial))
-            for item in batch.items for trial in item.trials]
+    return [
+        TrialRequest(
+            item.question,
+            trial,
+            trial_seed(setup.campaign_seed, setup.model_name, ids[item.question], trial),
+        )
+        for item in batch.items
+        for trial in item.trials
+    ]
 
 
 @dataclass(frozen=True)
@@ -278,10 +310,14 @@ def _finite(value: float | None) -> float | None:
 def trial_signals(generated: Generated, graded: Graded) -> dict[str, Any]:
     """The ``signals`` dict of a trial: the grader's signals plus the sample's raw numbers."""
     sample = generated.sample
-    signals: dict[str, Any] = graded.signals.to_dict() if graded.signals is not None else {
-        "prompt_bpt": bits_per_token(sample.prompt_logprob_sum, sample.prompt_tokens),
-        "completion_bpt": bits_per_token(sample.cumulative_logprob, sample.completion_tokens),
-    }
+    signals: dict[str, Any] = (
+        graded.signals.to_dict()
+        if graded.signals is not None
+        else {
+            "prompt_bpt": bits_per_token(sample.prompt_logprob_sum, sample.prompt_tokens),
+            "completion_bpt": bits_per_token(sample.cumulative_logprob, sample.completion_tokens),
+        }
+    )
     signals.update(
         finish_reason=sample.finish_reason,
         cumulative_logprob=_finite(sample.cumulative_logprob),
@@ -324,19 +360,25 @@ class GenerationWorker:
         generate_s = time.perf_counter() - generate_started
         wall_end = time.time()
         if len(samples) != len(requests):
-            raise BackendError(f"{self.worker_id}: backend returned {len(samples)} samples for "
-                               f"{len(requests)} requests")
+            raise BackendError(
+                f"{self.worker_id}: backend returned {len(samples)} samples for "
+                f"{len(requests)} requests"
+            )
         graded = self.grade(requests, samples)
         gpu_s = generate_s * self.device_factor
-        timing = {"batch_id": batch.batch_id, "generate_start": wall_start,
-                  "generate_end": wall_end, "generate_s": generate_s}
-        trials = build_trials(batch, requests, samples, graded, gpu_s, self.setup.num_categories,
-                              timing)
+        timing = {
+            "batch_id": batch.batch_id,
+            "generate_start": wall_start,
+            "generate_end": wall_end,
+            "generate_s": generate_s,
+        }
+        trials = build_trials(
+            batch, requests, samples, graded, gpu_s, self.setup.num_categories, timing
+        )
         busy = time.perf_counter() - started
         return BatchResult(batch.batch_id, batch.round, self.worker_id, trials, busy, gpu_s)
 
-    def grade(self, requests: Sequence[TrialRequest],
-              samples: Sequence[Generated]) -> list[Graded]:
+    def grade(self, requests: Sequence[TrialRequest], samples: Sequence[Generated]) -> list[Graded]:
         questions = self.setup.questions
 
         def one(index: int) -> Graded:
@@ -345,8 +387,9 @@ class GenerationWorker:
         if self.setup.grade_threads <= 1 or len(samples) <= 1:
             return [one(i) for i in range(len(samples))]
         if self._grade_pool is None:
-            self._grade_pool = ThreadPoolExecutor(self.setup.grade_threads,
-                                                  thread_name_prefix="grade")
+            self._grade_pool = ThreadPoolExecutor(
+                self.setup.grade_threads, thread_name_prefix="grade"
+            )
         return list(self._grade_pool.map(one, range(len(samples))))
 
     def close(self) -> None:
@@ -355,9 +398,15 @@ class GenerationWorker:
             self._grade_pool = None
 
 
-def build_trials(batch: Batch, requests: Sequence[TrialRequest], samples: Sequence[Generated],
-                 graded: Sequence[Graded], gpu_s: float, num_categories: int,
-                 timing: dict[str, Any] | None = None) -> tuple[Trial, ...]:
+def build_trials(
+    batch: Batch,
+    requests: Sequence[TrialRequest],
+    samples: Sequence[Generated],
+    graded: Sequence[Graded],
+    gpu_s: float,
+    num_categories: int,
+    timing: dict[str, Any] | None = None,
+) -> tuple[Trial, ...]:
     """One Trial per request; device time is shared out by completion tokens."""
     tokens = [max(0, s.sample.completion_tokens) for s in samples]
     total = sum(tokens)
@@ -365,20 +414,33 @@ def build_trials(batch: Batch, requests: Sequence[TrialRequest], samples: Sequen
     out = []
     for i, (request, generated, grade) in enumerate(zip(requests, samples, graded, strict=True)):
         if not 0 <= grade.category < num_categories:
-            raise BackendError(f"grader gave category {grade.category} outside 0.."
-                               f"{num_categories - 1} for question {request.question} trial "
-                               f"{request.trial}")
+            raise BackendError(
+                f"grader gave category {grade.category} outside 0.."
+                f"{num_categories - 1} for question {request.question} trial "
+                f"{request.trial}"
+            )
         sample = generated.sample
         signals = trial_signals(generated, grade)
         if timing:
             signals.update(timing)
         share = tokens[i] / total if total > 0 else 1.0 / count
-        out.append(Trial(
-            model=batch.model, question=request.question, trial=request.trial,
-            seed=request.seed, category=int(grade.category), tokens=sample.completion_tokens,
-            prompt_tokens=sample.prompt_tokens, latency_s=sample.latency_s,
-            gpu_s=gpu_s * share, answer=grade.answer, reason=grade.reason, text=sample.text,
-            signals=signals))
+        out.append(
+            Trial(
+                model=batch.model,
+                question=request.question,
+                trial=request.trial,
+                seed=request.seed,
+                category=int(grade.category),
+                tokens=sample.completion_tokens,
+                prompt_tokens=sample.prompt_tokens,
+                latency_s=sample.latency_s,
+                gpu_s=gpu_s * share,
+                answer=grade.answer,
+                reason=grade.reason,
+                text=sample.text,
+                signals=signals,
+            )
+        )
     return tuple(out)
 
 
@@ -403,8 +465,14 @@ def model_dir_manifest(path: Path) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    small = {"config.json", "generation_config.json", "tokenizer_config.json",
-             "chat_template.jinja", "chat_template.json", "special_tokens_map.json"}
+    small = {
+        "config.json",
+        "generation_config.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "chat_template.json",
+        "special_tokens_map.json",
+    }
     for item in sorted(path.rglob("*")):
         if not item.is_file():
             continue

@@ -30,9 +30,15 @@ from adaptive_eval.types import Batch, BatchResult
 
 
 class ReplayWorker:
-    def __init__(self, names: tuple[str, ...], question_ids: tuple[str, ...],
-                 outcomes: np.ndarray, tokens: np.ndarray | None, seed: int,
-                 offset: int) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        question_ids: tuple[str, ...],
+        outcomes: np.ndarray,
+        tokens: np.ndarray | None,
+        seed: int,
+        offset: int,
+    ) -> None:
         self.names = names
         self.question_ids = question_ids
         self.outcomes = outcomes
@@ -49,25 +55,37 @@ class ReplayWorker:
                 raise ExhaustedError(
                     f"replay of {self.names[local]!r} question {self.question_ids[item.question]!r}"
                     f" asked for trial {item.first_trial + item.count - 1} but only {recorded} "
-                    "were recorded")
-        questions, trials, seeds = expand_items(batch, self.question_ids, self.names[local],
-                                                self.seed)
+                    "were recorded"
+                )
+        questions, trials, seeds = expand_items(
+            batch, self.question_ids, self.names[local], self.seed
+        )
         categories = self.outcomes[local, questions, trials]
         tokens = None if self.tokens is None else self.tokens[local, questions, trials]
-        return result_from_arrays(batch, "replay", started, questions, trials, seeds, categories,
-                                  tokens)
+        return result_from_arrays(
+            batch, "replay", started, questions, trials, seeds, categories, tokens
+        )
 
 
-def _make(names: tuple[str, ...], question_ids: tuple[str, ...], outcomes: np.ndarray,
-          tokens: np.ndarray | None, seed: int, offset: int) -> Callable[[], Worker]:
+def _make(
+    names: tuple[str, ...],
+    question_ids: tuple[str, ...],
+    outcomes: np.ndarray,
+    tokens: np.ndarray | None,
+    seed: int,
+    offset: int,
+) -> Callable[[], Worker]:
     return partial(ReplayWorker, names, question_ids, outcomes, tokens, seed, offset)
 
 
 @backends.register("replay")
 def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if entry.path is None:
-        raise InputError("replay backend needs path: an npz of recorded outcomes",
-                         source=context.source, field=f"{context.field}.path")
+        raise InputError(
+            "replay backend needs path: an npz of recorded outcomes",
+            source=context.source,
+            field=f"{context.field}.path",
+        )
     path = context.resolve_path(entry.path)
     file = NpzFile(path, field=context.field)
     key = entry.key or "outcomes"
@@ -82,8 +100,7 @@ def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if file.has("tokens"):
         tokens = file.get("tokens", ndim=3, kind="i").astype(np.int64)
         if tokens.shape != outcomes.shape:
-            raise file.error("tokens", f"shape {tokens.shape} differs from {key} "
-                                       f"{outcomes.shape}")
+            raise file.error("tokens", f"shape {tokens.shape} differs from {key} {outcomes.shape}")
         if tokens.min() < 0:
             raise file.error("tokens", "negative token count")
     names = file.names("models", num_models, "model-")
@@ -100,10 +117,11 @@ def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         capacity=recorded,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": 0.25},
-        make_worker=partial(_make, kept_names, question_ids, kept_outcomes, kept_tokens,
-                            context.campaign_seed),
+        make_worker=partial(
+            _make, kept_names, question_ids, kept_outcomes, kept_tokens, context.campaign_seed
+        ),
         files={"outcomes": file_sha256(path)},
         describe=f"replay {path.name}[{key}]: {len(kept_names)} models x {num_questions} "
-                 f"questions x {recorded} recorded trials",
+        f"questions x {recorded} recorded trials",
         validate_categories=partial(check_categories, kept_outcomes, file=file, name=key),
     )

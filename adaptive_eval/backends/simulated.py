@@ -32,9 +32,17 @@ PROB_TOLERANCE = 1e-6
 
 
 class SimulatedWorker:
-    def __init__(self, names: tuple[str, ...], question_ids: tuple[str, ...],
-                 cumulative: np.ndarray, tokens_mean: np.ndarray | None, offset: int,
-                 seed: int, latency: LatencyModel | None, worker_id: str) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        question_ids: tuple[str, ...],
+        cumulative: np.ndarray,
+        tokens_mean: np.ndarray | None,
+        offset: int,
+        seed: int,
+        latency: LatencyModel | None,
+        worker_id: str,
+    ) -> None:
         self.names = names
         self.question_ids = question_ids
         self.cumulative = cumulative
@@ -47,8 +55,9 @@ class SimulatedWorker:
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
         local = batch.model - self.offset
-        questions, trials, seeds = expand_items(batch, self.question_ids, self.names[local],
-                                                self.seed)
+        questions, trials, seeds = expand_items(
+            batch, self.question_ids, self.names[local], self.seed
+        )
         cells = self.cumulative[local, questions]
         uniforms = uniform_from_seeds(seeds, stream=0)
         categories = (uniforms[:, None] >= cells[:, :-1]).sum(axis=1)
@@ -56,45 +65,73 @@ class SimulatedWorker:
         if self.tokens_mean is not None:
             # Gamma-like spread (shape 4) around the cell mean via the Wilson-Hilferty cube.
             normal = np.sqrt(-2 * np.log1p(-uniform_from_seeds(seeds, 1))) * np.cos(
-                2 * np.pi * uniform_from_seeds(seeds, 2))
+                2 * np.pi * uniform_from_seeds(seeds, 2)
+            )
             shape = 4.0
             cube = (1 - 1 / (9 * shape) + normal * np.sqrt(1 / (9 * shape))) ** 3
             tokens = np.maximum(1, np.rint(self.tokens_mean[local, questions] * cube)).astype(
-                np.int64)
+                np.int64
+            )
         gpu_s = 0.0
         if self.latency is not None:
-            gpu_s = (self.latency.per_batch_s + self.latency.per_trial_s * len(trials)
-                     + self.latency.per_token_s * (0 if tokens is None else int(tokens.sum())))
+            gpu_s = (
+                self.latency.per_batch_s
+                + self.latency.per_trial_s * len(trials)
+                + self.latency.per_token_s * (0 if tokens is None else int(tokens.sum()))
+            )
             remaining = gpu_s - (time.perf_counter() - started)
             if remaining > 0:
                 time.sleep(remaining)
-        return result_from_arrays(batch, self.worker_id, started, questions, trials, seeds,
-                                  categories, tokens, gpu_s)
+        return result_from_arrays(
+            batch, self.worker_id, started, questions, trials, seeds, categories, tokens, gpu_s
+        )
 
 
-def _make(names: tuple[str, ...], question_ids: tuple[str, ...], cumulative: np.ndarray,
-          tokens_mean: np.ndarray | None, seed: int, latency: LatencyModel | None,
-          offset: int) -> Callable[[], Worker]:
-    return partial(SimulatedWorker, names, question_ids, cumulative, tokens_mean, offset, seed,
-                   latency, "simulated")
+def _make(
+    names: tuple[str, ...],
+    question_ids: tuple[str, ...],
+    cumulative: np.ndarray,
+    tokens_mean: np.ndarray | None,
+    seed: int,
+    latency: LatencyModel | None,
+    offset: int,
+) -> Callable[[], Worker]:
+    return partial(
+        SimulatedWorker,
+        names,
+        question_ids,
+        cumulative,
+        tokens_mean,
+        offset,
+        seed,
+        latency,
+        "simulated",
+    )
 
 
-def select_models(names: tuple[str, ...], select: list[str] | None, file: NpzFile,
-                  field: str) -> list[int]:
+def select_models(
+    names: tuple[str, ...], select: list[str] | None, file: NpzFile, field: str
+) -> list[int]:
     if select is None:
         return list(range(len(names)))
     missing = [name for name in select if name not in names]
     if missing:
-        raise InputError(f"select names model {missing[0]!r} not in {file.path} "
-                         f"(models: {', '.join(names)})", source=file.path, field=f"{field}.select")
+        raise InputError(
+            f"select names model {missing[0]!r} not in {file.path} (models: {', '.join(names)})",
+            source=file.path,
+            field=f"{field}.select",
+        )
     return [names.index(name) for name in select]
 
 
 @backends.register("simulated")
 def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if entry.path is None:
-        raise InputError("simulated backend needs path: a scenario npz", source=context.source,
-                         field=f"{context.field}.path")
+        raise InputError(
+            "simulated backend needs path: a scenario npz",
+            source=context.source,
+            field=f"{context.field}.path",
+        )
     path = context.resolve_path(entry.path)
     file = NpzFile(path, field=context.field)
     probs = file.get("probs", ndim=3, kind="f").astype(np.float64)
@@ -113,8 +150,11 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if file.has("tokens_mean"):
         tokens_mean = file.get("tokens_mean", ndim=2, kind="fi").astype(np.float64)
         if tokens_mean.shape != (num_models, num_questions):
-            raise file.error("tokens_mean", f"shape {tokens_mean.shape} does not match probs "
-                                            f"(L, M) = {(num_models, num_questions)}")
+            raise file.error(
+                "tokens_mean",
+                f"shape {tokens_mean.shape} does not match probs "
+                f"(L, M) = {(num_models, num_questions)}",
+            )
         if np.any(tokens_mean <= 0):
             raise file.error("tokens_mean", "must be positive")
     weights = None
@@ -132,10 +172,17 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         capacity=None,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": 0.5},
-        make_worker=partial(_make, kept_names, question_ids, cumulative, kept_tokens,
-                            context.campaign_seed, entry.latency),
+        make_worker=partial(
+            _make,
+            kept_names,
+            question_ids,
+            cumulative,
+            kept_tokens,
+            context.campaign_seed,
+            entry.latency,
+        ),
         files={"scenario": file_sha256(path)},
         weights=weights,
         describe=f"simulated {path.name}: {len(kept_names)} models x {num_questions} questions,"
-                 f" {num_categories} categories",
+        f" {num_categories} categories",
     )

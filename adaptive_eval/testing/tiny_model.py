@@ -56,15 +56,37 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-_WORDS = (
+_WORDS_TEXT = (
     "the answer is compute simplify solve find what how many let us first then so therefore "
     "we have thus final step reason think because sum product difference quotient value of "
     "number integer fraction root square cube prime equation expression total each and or if "
     "user assistant system please put your within boxed problem question check result"
-).split()
+)
+_WORDS = tuple(_WORDS_TEXT.split())
 _LATEX = (
-    "\\boxed{", "\\frac{", "}{", "\\times", "\\cdot", "\\sqrt{", "^{", "_{", "\\left(",
-    "\\right)", "$", "$$", "\\le", "\\ge", "\\pi", "\\,", "=", "+", "-", "(", ")", "{", "}",
+    "\\boxed{",
+    "\\frac{",
+    "}{",
+    "\\times",
+    "\\cdot",
+    "\\sqrt{",
+    "^{",
+    "_{",
+    "\\left(",
+    "\\right)",
+    "$",
+    "$$",
+    "\\le",
+    "\\ge",
+    "\\pi",
+    "\\,",
+    "=",
+    "+",
+    "-",
+    "(",
+    ")",
+    "{",
+    "}",
 )
 
 
@@ -95,7 +117,7 @@ def build_tokenizer(path: str | Path, vocab_size: int = 512) -> int:
         show_progress=False,
     )
     tokenizer.train_from_iterator(_corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer,
         bos_token=None,
         eos_token="<|im_end|>",
@@ -154,7 +176,7 @@ def build_tiny_model(
     try:
         torch.set_default_dtype(dtype)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     finally:
         torch.set_default_dtype(previous)
     model.to(dtype=dtype)
@@ -185,8 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     parser.add_argument("--vocab-size", type=int, default=512)
     args = parser.parse_args(argv)
-    out = build_tiny_model(args.path, seed=args.seed, arch=args.arch, preset=args.preset,
-                           vocab_size=args.vocab_size)
+    out = build_tiny_model(
+        args.path, seed=args.seed, arch=args.arch, preset=args.preset, vocab_size=args.vocab_size
+    )
     print(out)
 
 

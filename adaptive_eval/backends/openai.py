@@ -1,0 +1,433 @@
+"""``openai``: generation through any OpenAI-compatible HTTP server (vLLM, SGLang, TGI, OpenAI).
+
+Each trial is one request with ``n=1`` and ``seed`` = its trial seed, sent to
+``/v1/chat/completions`` with the rendered question as the user message (the server applies the
+model's chat template), or, with ``endpoint: completions``, to ``/v1/completions`` with the
+rendered question as a raw prompt (no template: use it for base models). A worker sends up to
+``max_concurrency`` requests at once from a thread pool sharing one ``httpx.Client``.
+
+Failures: 429, 5xx, 408, dropped connections and timeouts are retried with exponential backoff
+(``backoff * 2**attempt`` seconds, capped at ``backoff_max``, honouring ``Retry-After``), up to
+``max_retries`` times; a request that still fails, or any other error status, raises
+:class:`~adaptive_eval.errors.BackendError`, so the whole batch is re-dispatched later and nothing
+of it is recorded (never a silent wrong answer).
+
+Log-probabilities (``sampling.logprobs``) are asked for and used when the server returns them; a
+server that rejects the parameter (HTTP 400 naming ``logprobs``) is asked again without it, once
+per worker. Prompt log-probabilities are a vLLM extension: ``prompt_logprobs: true`` in options.
+
+httpx is imported only inside the worker.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.generation import (
+    COMMON_OPTIONS,
+    Generated,
+    GenerationSetup,
+    GenerationWorker,
+    Options,
+    TrialRequest,
+    campaign_config,
+    prepare_generation,
+)
+from adaptive_eval.config import ModelEntry
+from adaptive_eval.errors import BackendError, InputError
+from adaptive_eval.grading import GeneratedSample
+from adaptive_eval.registry import backends
+
+INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+BACKEND_OPTIONS = {
+    **COMMON_OPTIONS,
+    "base_url": "server URL, e.g. http://127.0.0.1:8000/v1 (required)",
+    "model": "model name the server serves (default: the entry's name)",
+    "endpoint": "chat (default: /chat/completions with messages) or completions (raw prompt)",
+    "api_key_env": "environment variable holding the API key (read in the worker)",
+    "max_concurrency": "requests in flight per worker (default 8)",
+    "timeout_s": "seconds before a request times out (default 600)",
+    "max_retries": "retries of a failing request before the batch fails (default 5)",
+    "backoff": "first retry delay in seconds, doubled each retry (default 1)",
+    "backoff_max": "longest retry delay in seconds (default 60)",
+    "prompt_logprobs": "ask for prompt log-probs (vLLM servers only; default false)",
+    "extra_body": "more request fields (top_k, stop, ...), sent as they are",
+    "headers": "more HTTP headers",
+}
+
+
+@dataclass(frozen=True)
+class OpenAISettings:
+    entry_field: str
+    base_url: str
+    model: str
+    endpoint: str = "chat"
+    api_key_env: str | None = None
+    max_concurrency: int = 8
+    timeout_s: float = 600.0
+    max_retries: int = 5
+    backoff: float = 1.0
+    backoff_max: float = 60.0
+    prompt_logprobs: bool = False
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        path = "chat/completions" if self.endpoint == "chat" else "completions"
+        return f"{self.base_url.rstrip('/')}/{path}"
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _LogprobsRejected(Exception):
+    pass
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _sum_logprobs(values: Sequence[Any]) -> float | None:
+    total = 0.0
+    for value in values:
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return None
+        total += float(value)
+    return total
+
+
+def _prompt_logprob_sum(entries: Any) -> float | None:
+    """vLLM's ``prompt_logprobs``: [None, {token_id: {logprob, rank, decoded_token}}, ...]."""
+    if not isinstance(entries, list) or not entries:
+        return None
+    values = []
+    for position in entries:
+        if position is None:
+            continue
+        if not isinstance(position, dict) or not position:
+            return None
+        first = next(iter(position.values()))
+        values.append(first.get("logprob") if isinstance(first, dict) else None)
+    return _sum_logprobs(values)
+
+
+def parse_response(
+    data: Any, endpoint: str, logprobs: bool
+) -> tuple[GeneratedSample, dict[str, Any]]:
+    """A chat or text completion response -> (sample without latency, extra signals)."""
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("choices"), list)
+        or not data["choices"]
+    ):
+        raise BackendError(f"malformed response (no choices): {str(data)[:300]}")
+    choice = data["choices"][0]
+    usage = data.get("usage") or {}
+    if endpoint == "chat":
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        token_logprobs = [
+            entry.get("logprob") for entry in ((choice.get("logprobs") or {}).get("content") or [])
+        ]
+    else:
+        text = choice.get("text") or ""
+        token_logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
+    if not isinstance(text, str):
+        raise BackendError(f"malformed response (text is {type(text).__name__})")
+    completion_tokens = usage.get("completion_tokens")
+    prompt_tokens = usage.get("prompt_tokens")
+    if not isinstance(completion_tokens, int):
+        completion_tokens = len(token_logprobs) if token_logprobs else 0
+    cumulative = _sum_logprobs(token_logprobs) if logprobs and token_logprobs else None
+    sample = GeneratedSample(
+        text=text,
+        completion_tokens=completion_tokens,
+        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else 0,
+        finish_reason=choice.get("finish_reason"),
+        cumulative_logprob=cumulative,
+        prompt_logprob_sum=_prompt_logprob_sum(data.get("prompt_logprobs")),
+    )
+    extra: dict[str, Any] = {
+        "response_id": data.get("id"),
+        "served_model": data.get("model"),
+        "logprob_tokens": len(token_logprobs) if cumulative is not None else None,
+    }
+    if endpoint == "chat":
+        reasoning = (choice.get("message") or {}).get("reasoning_content") or (
+            choice.get("message") or {}
+        ).get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            extra["reasoning_chars"] = len(reasoning)
+    return sample, extra
+
+
+class OpenAIWorker(GenerationWorker):
+    """Sends a batch's requests concurrently; retries transient failures; fails the batch on a
+    request that keeps failing."""
+
+    device_factor = 0.0  # device time is the server's, unknown here
+
+    def __init__(
+        self,
+        setup: GenerationSetup,
+        settings: OpenAISettings,
+        offset: int,
+        worker_id: str = "openai",
+    ) -> None:
+        super().__init__(setup, offset, worker_id)
+        self.settings = settings
+        try:
+            import httpx
+        except ImportError as error:
+            raise ImportError(
+                f"the openai backend needs httpx: {INSTALL_HINT} ({error})"
+            ) from error
+        self._httpx = httpx
+        headers = {"Content-Type": "application/json", **settings.headers}
+        if settings.api_key_env:
+            key = os.environ.get(settings.api_key_env)
+            if not key:
+                raise BackendError(
+                    f"{settings.entry_field}.options.api_key_env names "
+                    f"{settings.api_key_env}, which is not set in the worker's "
+                    "environment"
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        limits = httpx.Limits(
+            max_connections=settings.max_concurrency,
+            max_keepalive_connections=settings.max_concurrency,
+        )
+        self.client = httpx.Client(headers=headers, timeout=settings.timeout_s, limits=limits)
+        self.pool = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="openai")
+        self.use_logprobs = setup.sampling.logprobs
+        self.retries = 0  # retried requests, for tests and logs
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        super().close()
+        self._stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    # -- one request --------------------------------------------------------------------------
+    def body(self, request: TrialRequest) -> dict[str, Any]:
+        sampling = self.setup.sampling
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "n": 1,
+            "seed": request.seed,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "stream": False,
+        }
+        if self.settings.endpoint == "chat":
+            body["messages"] = self.setup.messages(request.question)
+            if self.use_logprobs:
+                body.update(logprobs=True, top_logprobs=0)
+        else:
+            prompt = self.setup.prompts[request.question]
+            if self.setup.system_prompt:
+                prompt = f"{self.setup.system_prompt}\n\n{prompt}"
+            body["prompt"] = prompt
+            if self.use_logprobs:
+                body["logprobs"] = 0
+        if sampling.ignore_eos:
+            body["ignore_eos"] = True  # vLLM extension
+        if self.settings.prompt_logprobs and sampling.prompt_logprobs:
+            body["prompt_logprobs"] = 0  # vLLM extension
+        body.update(self.settings.extra_body)
+        return body
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        settings = self.settings
+        delay = settings.backoff * (2**attempt) * (1 + 0.1 * random.random())
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return float(min(delay, settings.backoff_max))
+
+    def _post_once(self, body: dict[str, Any]) -> Any:
+        httpx = self._httpx
+        try:
+            response = self.client.post(self.settings.url, json=body)
+        except httpx.TimeoutException as error:
+            raise _Retryable(
+                f"timed out after {self.settings.timeout_s:g} s ({type(error).__name__})"
+            ) from error
+        except httpx.TransportError as error:
+            raise _Retryable(f"connection error: {type(error).__name__}: {error}") from error
+        if response.status_code in RETRY_STATUS or response.status_code >= 500:
+            raise _Retryable(
+                f"HTTP {response.status_code}: {response.text[:200]}",
+                _retry_after(response.headers.get("retry-after")),
+            )
+        if (
+            response.status_code == 400
+            and self.use_logprobs
+            and "logprob" in response.text.lower()
+            and ("logprobs" in body or "top_logprobs" in body)
+        ):
+            with self._lock:
+                self.use_logprobs = False  # this server offers no log-probs
+            raise _LogprobsRejected(response.text[:200])
+        if response.status_code >= 400:
+            raise BackendError(
+                f"{self.settings.url}: HTTP {response.status_code}: {response.text[:500]}"
+            )
+        try:
+            return response.json()
+        except ValueError as error:
+            raise _Retryable(f"response is not JSON: {response.text[:200]!r}") from error
+
+    def request(self, request: TrialRequest, abort: threading.Event | None = None) -> Generated:
+        settings = self.settings
+        abort = abort or threading.Event()
+        started = time.perf_counter()
+        last = ""
+        attempt = 0
+        while True:
+            if self._stop.is_set() or abort.is_set():
+                raise BackendError(
+                    "request abandoned: another request of the batch failed or the worker closed"
+                )
+            body = self.body(request)
+            try:
+                data = self._post_once(body)
+                sample, extra = parse_response(
+                    data, settings.endpoint, "logprobs" in body or "top_logprobs" in body
+                )
+            except _LogprobsRejected:
+                continue  # asked again at once, without log-probs; not a failed attempt
+            except _Retryable as error:
+                last = str(error)
+                if attempt >= settings.max_retries:
+                    break
+                attempt += 1
+                with self._lock:
+                    self.retries += 1
+                abort.wait(self._delay(attempt - 1, error.retry_after))
+                continue
+            extra["attempts"] = attempt + 1
+            return Generated(
+                GeneratedSample(
+                    text=sample.text,
+                    completion_tokens=sample.completion_tokens,
+                    prompt_tokens=sample.prompt_tokens,
+                    finish_reason=sample.finish_reason,
+                    cumulative_logprob=sample.cumulative_logprob,
+                    prompt_logprob_sum=sample.prompt_logprob_sum,
+                    latency_s=time.perf_counter() - started,
+                ),
+                extra,
+            )
+        raise BackendError(
+            f"{settings.url}: request for question "
+            f"{self.setup.question_ids[request.question]!r} trial "
+            f"{request.trial} failed {attempt + 1} times "
+            f"(max_retries={settings.max_retries}); last: {last}"
+        )
+
+    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+        abort = threading.Event()
+        futures = [self.pool.submit(self.request, request, abort) for request in requests]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+        if failed is not None:
+            abort.set()
+            for future in futures:
+                future.cancel()
+            error = failed.exception()
+            assert error is not None
+            if isinstance(error, BackendError):
+                raise error
+            raise BackendError(f"{type(error).__name__}: {error}") from error
+        return [future.result() for future in futures]
+
+
+def _make(setup: GenerationSetup, settings: OpenAISettings, offset: int) -> Callable[[], Worker]:
+    return partial(OpenAIWorker, setup, settings, offset)
+
+
+@backends.register("openai")
+def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
+    config = campaign_config(context)
+    options = Options(entry, context, "openai")
+    base_url = options.string("base_url")
+    if not base_url:
+        raise InputError(
+            "the openai backend needs options.base_url, e.g. http://127.0.0.1:8000/v1",
+            source=context.source,
+            field=f"{context.field}.options.base_url",
+        )
+    if not base_url.startswith(("http://", "https://")):
+        raise options.error("base_url", f"must start with http:// or https://, got {base_url!r}")
+    model = options.string("model") or entry.name
+    if not model:
+        raise InputError(
+            "the openai backend needs options.model (the served model name) or a name",
+            source=context.source,
+            field=f"{context.field}.options.model",
+        )
+    api_key_env = options.string("api_key_env")
+    if api_key_env and config.execution.ray_address is None and not os.environ.get(api_key_env):
+        raise options.error("api_key_env", f"environment variable {api_key_env} is not set")
+    headers = {str(k): str(v) for k, v in options.mapping("headers").items()}
+    settings = OpenAISettings(
+        entry_field=context.field,
+        base_url=base_url,
+        model=model,
+        endpoint=options.string("endpoint", "chat", choices=("chat", "completions")) or "chat",
+        api_key_env=api_key_env,
+        max_concurrency=options.integer("max_concurrency", 8, minimum=1) or 8,
+        timeout_s=float(
+            options.number("timeout_s", 600.0, minimum=0, exclusive_minimum=True) or 600.0
+        ),
+        max_retries=options.integer("max_retries", 5, minimum=0) or 0,
+        backoff=float(options.number("backoff", 1.0, minimum=0) or 0.0),
+        backoff_max=float(options.number("backoff_max", 60.0, minimum=0) or 0.0),
+        prompt_logprobs=bool(options.boolean("prompt_logprobs", False)),
+        extra_body=options.mapping("extra_body"),
+        headers=headers,
+    )
+    name = entry.name or model
+    prepared = prepare_generation(entry, context, options, name)
+    options.finish(known=BACKEND_OPTIONS)
+    setup = prepared.setup
+    return BackendPlan(
+        backend="openai",
+        models=(name,),
+        question_ids=setup.question_ids,
+        num_categories=setup.num_categories,
+        capacity=None,
+        workers=entry.workers or context.default_workers,
+        actor_options={"num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 0.25},
+        make_worker=partial(_make, setup, settings),
+        files={"dataset": prepared.dataset.sha256},
+        weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
+        describe=f"openai {model} at {base_url} ({settings.endpoint}): "
+        f"{len(setup.questions)} questions, grader {setup.grader_name}",
+    )

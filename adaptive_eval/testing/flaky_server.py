@@ -1,0 +1,243 @@
+r"""A loopback OpenAI-compatible server that fails on purpose, for retry tests.
+
+It answers ``POST /v1/chat/completions`` and ``POST /v1/completions`` (and ``GET /health``).
+The first requests follow ``script``, one entry per request: an HTTP status to fail with (``429``,
+``500``, ``503``, ...), ``"drop"`` (close the connection without an answer) or ``"hang"`` (wait
+``hang_s`` before answering, to trip a client timeout); every later request gets a valid
+completion. ``fail_forever`` fails every request with ``fail_status``.
+
+A valid answer is a pure function of the request's seed and prompt, so a retried request gets the
+same text: ``"<seed> ... \boxed{<answer>}"`` with ``answer`` from ``answers`` (question prompt ->
+gold answer) when the prompt matches one, else the seed modulo 100. Log-probs are returned when
+asked for (one entry per whitespace-separated word).
+
+Bounded by design: it binds 127.0.0.1 only, on a free port, serves at most ``max_requests``
+requests (later ones get 503), and :meth:`FlakyServer.close` (or leaving the ``with`` block)
+stops it.
+
+>>> with FlakyServer(script=[429]) as server:
+...     server.url.startswith("http://127.0.0.1:")
+True
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Step = int | str
+
+
+def completion_text(seed: int, prompt: str, answers: Mapping[str, str]) -> str:
+    answer = next((gold for key, gold in answers.items() if key in prompt), str(seed % 100))
+    return f"Trial {seed}. The answer is \\boxed{{{answer}}}"
+
+
+class FlakyServer:
+    """The server; ``requests`` counts requests seen, ``failures`` those failed on purpose."""
+
+    def __init__(
+        self,
+        script: Sequence[Step] = (),
+        *,
+        fail_forever: bool = False,
+        fail_status: int = 500,
+        hang_s: float = 2.0,
+        retry_after: float | None = None,
+        answers: Mapping[str, str] | None = None,
+        max_requests: int = 10_000,
+        model: str = "flaky",
+    ) -> None:
+        self.script = list(script)
+        self.fail_forever = fail_forever
+        self.fail_status = fail_status
+        self.hang_s = hang_s
+        self.retry_after = retry_after
+        self.answers = dict(answers or {})
+        self.max_requests = max_requests
+        self.model = model
+        self.requests = 0
+        self.failures = 0
+        self.bodies: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        handler = type("Handler", (_Handler,), {"server_state": self})
+        self.httpd = _Server(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name="flaky-server",
+        )
+        self.thread.start()
+
+    def next_step(self, body: dict[str, Any]) -> Step | None:
+        """What to do with the next request: a failure step, or None to answer."""
+        with self._lock:
+            index = self.requests
+            self.requests += 1
+            self.bodies.append(body)
+            if index >= self.max_requests:
+                self.failures += 1
+                return 503
+            if self.fail_forever:
+                self.failures += 1
+                return self.fail_status
+            if index < len(self.script):
+                self.failures += 1
+                return self.script[index]
+            return None
+
+    def close(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.thread.join(timeout=5)
+
+    def __enter__(self) -> FlakyServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and left: expected here
+
+
+def _response(body: dict[str, Any], chat: bool, text: str, model: str) -> dict[str, Any]:
+    words = text.split(" ")
+    want_logprobs = bool(body.get("logprobs"))
+    prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
+    prompt_tokens = max(1, len(prompt.split()))
+    logprobs_value = [-0.5 - 0.01 * i for i in range(len(words))]
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+        if want_logprobs:
+            choice["logprobs"] = {
+                "content": [
+                    {"token": w, "logprob": lp, "bytes": list(w.encode()), "top_logprobs": []}
+                    for w, lp in zip(words, logprobs_value, strict=True)
+                ]
+            }
+    else:
+        choice["text"] = text
+        if want_logprobs:
+            choice["logprobs"] = {
+                "tokens": words,
+                "token_logprobs": logprobs_value,
+                "top_logprobs": None,
+                "text_offset": [],
+            }
+    out: dict[str, Any] = {
+        "id": f"flaky-{body.get('seed')}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(words),
+            "total_tokens": prompt_tokens + len(words),
+        },
+    }
+    if body.get("prompt_logprobs") is not None:
+        out["prompt_logprobs"] = [None] + [
+            {"7": {"logprob": -1.0, "rank": 1, "decoded_token": "x"}}
+        ] * (prompt_tokens - 1)
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: FlakyServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path in ("/health", "/v1/models"):
+            self._send(200, {"status": "ok", "data": [{"id": self.server_state.model}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        state = self.server_state
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._send(400, {"error": {"message": "body is not JSON"}})
+            return
+        chat = self.path.endswith("/chat/completions")
+        if not chat and not self.path.endswith("/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        step = state.next_step(body)
+        if step == "drop":
+            self.close_connection = True
+            self.connection.close()
+            return
+        if step == "hang":
+            state._closed.wait(state.hang_s)
+            step = None
+        if isinstance(step, int):
+            headers = {}
+            if state.retry_after is not None:
+                headers["Retry-After"] = f"{state.retry_after:g}"
+            self._send(
+                step,
+                {
+                    "error": {
+                        "message": f"flaky server: failing with {step} on purpose",
+                        "code": step,
+                    }
+                },
+                headers,
+            )
+            return
+        prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
+        seed = int(body.get("seed") or 0)
+        text = completion_text(seed, prompt, state.answers)
+        self._send(200, _response(body, chat, text, state.model))
+
+
+def main() -> None:
+    """``python -m adaptive_eval.testing.flaky_server [K]``: serve, failing the first K requests
+    with 429/500 alternately, until Ctrl-C."""
+    import sys
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    with FlakyServer(script=[429 if i % 2 == 0 else 500 for i in range(count)]) as server:
+        print(server.url, flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
