@@ -111,12 +111,16 @@ class Dispatcher:
         self._attempts: dict[int, int] = {}
         self._slots: list[_Slot] = []
         remote = ray.remote(WorkerActor)
-        for plan_index, (plan, offset) in enumerate(zip(plans, offsets, strict=True)):
+        # The worker factories are pinned here for the dispatcher's lifetime, so that Ray can
+        # rebuild a restarted actor from them.
+        self._factories = [ray.put(plan.make_worker(offset))
+                           for plan, offset in zip(plans, offsets, strict=True)]
+        for plan_index, plan in enumerate(plans):
             for replica in range(plan.workers):
                 worker_id = f"{plan.backend}-{plan_index}-{replica}"
                 actor = remote.options(
                     max_restarts=actor_restarts, max_task_retries=0, **plan.actor_options
-                ).remote(plan.make_worker(offset), worker_id)
+                ).remote(self._factories[plan_index], worker_id)
                 self._slots.append(_Slot(actor, worker_id, plan_index))
         ray.get([slot.actor.ready.remote() for slot in self._slots])
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]

@@ -27,6 +27,7 @@ class RunState:
         self.planned = np.zeros((num_models, num_questions), dtype=np.int64)
         self.plans: list[np.ndarray] = []
         self.applied_rounds = 0
+        self._moments: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -82,8 +83,11 @@ class RunState:
         self.applied_rounds += 1
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
-        mu, sigma = stats.posterior_moments(self.prior + self.counts, self.weights)
-        return np.asarray(mu), np.asarray(sigma)
+        """Posterior mean and sd per model, computed once per applied round."""
+        if self._moments is None or self._moments[0] != self.applied_rounds:
+            mu, sigma = stats.posterior_moments(self.prior + self.counts, self.weights)
+            self._moments = (self.applied_rounds, np.asarray(mu), np.asarray(sigma))
+        return self._moments[1], self._moments[2]
 
     def view(
         self,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scipy.stats import norm
-
 from adaptive_eval.policy import CampaignView, PairRule
 from adaptive_eval.registry import pair_rules
+from adaptive_eval.stats import z_threshold
 from adaptive_eval.types import PairDecision
 
 
@@ -27,7 +26,7 @@ class ZRank:
 
     def threshold(self, view: CampaignView) -> float:
         confidence = self.confidence if self.confidence is not None else view.confidence
-        return float(norm.ppf(1 - (1 - confidence) / self.looks))
+        return float(z_threshold(1 - (1 - confidence) / self.looks))
 
     def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
         if z >= self.threshold(view):
@@ -50,7 +49,7 @@ class Rope:
         confidence = self.confidence if self.confidence is not None else view.confidence
         spread = float(view.sigma[a] ** 2 + view.sigma[b] ** 2) ** 0.5
         gap = abs(float(view.mu[a] - view.mu[b]))
-        if gap + float(norm.ppf(confidence)) * spread <= self.epsilon:
+        if gap + float(z_threshold(confidence)) * spread <= self.epsilon:
             return PairDecision.equivalent(a, b, z, "rope")
         return None
 

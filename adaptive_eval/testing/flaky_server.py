@@ -63,6 +63,7 @@ class FlakyServer:
         self.requests = 0
         self.failures = 0
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
         handler = type("Handler", (_Handler,), {"server_state": self})
@@ -78,12 +79,13 @@ class FlakyServer:
         )
         self.thread.start()
 
-    def next_step(self, body: dict[str, Any]) -> Step | None:
+    def next_step(self, body: dict[str, Any], headers: Mapping[str, str]) -> Step | None:
         """What to do with the next request: a failure step, or None to answer."""
         with self._lock:
             index = self.requests
             self.requests += 1
             self.bodies.append(body)
+            self.headers.append({k.lower(): v for k, v in headers.items()})
             if index >= self.max_requests:
                 self.failures += 1
                 return 503
@@ -195,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not chat and not self.path.endswith("/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
-        step = state.next_step(body)
+        step = state.next_step(body, dict(self.headers.items()))
         if step == "drop":
             self.close_connection = True
             self.connection.close()
