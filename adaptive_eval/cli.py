@@ -86,6 +86,47 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completions(args: argparse.Namespace) -> int:
+    from adaptive_eval.store import TrialStore
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / TrialStore.FILENAME).exists():
+        raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        models = list(store.get_meta("models") or [])
+        questions = list(store.get_meta("questions") or [])
+        model = None
+        if args.model is not None:
+            if args.model not in models:
+                raise InputError(f"--model {args.model!r} is not in this run "
+                                 f"(models: {', '.join(models)})", source=str(run_dir))
+            model = models.index(args.model)
+        shown = 0
+        for trial in store.trials(model):
+            if args.question is not None and questions[trial.question] != args.question:
+                continue
+            if args.trial is not None and trial.trial != args.trial:
+                continue
+            record = {"model": models[trial.model], "question": questions[trial.question],
+                      "trial": trial.trial, "seed": trial.seed, "category": trial.category,
+                      "answer": trial.answer, "reason": trial.reason, "tokens": trial.tokens,
+                      "signals": trial.signals, "text": trial.text}
+            if args.json:
+                print(json.dumps(record))
+            else:
+                print(f"--- {record['model']} / {record['question']} / trial {trial.trial} "
+                      f"(seed {trial.seed}): category {trial.category}, answer "
+                      f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}")
+                print(trial.text if trial.text is not None else "(no text stored)")
+            shown += 1
+            if args.limit and shown >= args.limit:
+                break
+    finally:
+        store.close()
+    return 0
+
+
 def score_tensor(
     outcomes: np.ndarray,
     names: Sequence[str],
@@ -198,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
+
+    completions = sub.add_parser("completions", help="print stored completions of a run")
+    completions.add_argument("run_dir")
+    completions.add_argument("--model", help="model name")
+    completions.add_argument("--question", help="question id")
+    completions.add_argument("--trial", type=int, help="trial index")
+    completions.add_argument("--limit", type=int, default=20, help="at most N (0: all)")
+    completions.add_argument("--json", action="store_true", help="one JSON object per line")
+    completions.set_defaults(func=cmd_completions)
 
     score = sub.add_parser("score", help="score a recorded (L, M, N) outcome tensor offline")
     score.add_argument("file")

