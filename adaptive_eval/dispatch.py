@@ -10,6 +10,7 @@ batch, so re-dispatching cannot double-count.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import traceback
@@ -45,13 +46,73 @@ class WorkerActor:
         return replace(result, worker=self.worker_id)
 
 
+class SlotActor:
+    """Ray actor body for a shared slot: holds one model's worker at a time and swaps on demand.
+
+    Loading is charged to the batch that needed it: its ``busy_s`` and ``gpu_s`` include the load,
+    and its trials share that cost, so the compute ledger shows what time-sharing costs.
+    """
+
+    def __init__(
+        self, factories: list[Callable[[], Worker]], devices: list[float], worker_id: str
+    ) -> None:
+        self.factories = factories
+        self.devices = devices
+        self.worker_id = worker_id
+        self.loaded: int | None = None
+        self.worker: Worker | None = None
+
+    def ready(self) -> str:
+        return self.worker_id
+
+    def _load(self, plan_index: int) -> float:
+        if self.loaded == plan_index and self.worker is not None:
+            return 0.0
+        close = getattr(self.worker, "close", None)
+        if callable(close):
+            close()
+        self.worker, self.loaded = None, None
+        gc.collect()
+        started = time.perf_counter()
+        self.worker = self.factories[plan_index]()
+        self.loaded = plan_index
+        return time.perf_counter() - started
+
+    def run(self, batch: Batch, plan_index: int) -> BatchResult:
+        started = time.perf_counter()
+        try:
+            load_s = self._load(plan_index)
+            assert self.worker is not None
+            result = self.worker.run(batch)
+        except Exception as error:
+            self.worker, self.loaded = None, None
+            return BatchResult.failed(
+                batch,
+                self.worker_id,
+                f"{type(error).__name__}: {error}",
+                time.perf_counter() - started,
+            )
+        charge = load_s * max(self.devices[plan_index], 1.0)
+        share = charge / max(len(result.trials), 1)
+        trials = tuple(replace(t, gpu_s=(t.gpu_s or 0.0) + share) for t in result.trials)
+        return replace(
+            result,
+            worker=self.worker_id,
+            trials=trials,
+            busy_s=result.busy_s + load_s,
+            gpu_s=result.gpu_s + charge,
+            load_s=load_s,
+        )
+
+
 @dataclass
 class _Slot:
     actor: Any
     worker_id: str
-    plan_index: int
+    plan_index: int | None  # None: a shared slot, serving any swappable plan
     outstanding: int = 0
     busy_s: float = 0.0
+    target: int | None = None  # the plan a shared slot holds (or will, once queued calls run)
 
 
 @dataclass
@@ -59,6 +120,8 @@ class DispatchStats:
     batches: int = 0
     failures: int = 0
     restarts: int = 0
+    loads: int = 0
+    load_s: float = 0.0
     first_submit: float | None = None
     last_result: float | None = None
     busy_s: dict[str, float] = field(default_factory=dict)
@@ -99,6 +162,7 @@ class Dispatcher:
         in_flight_per_worker: int,
         max_batch_retries: int,
         actor_restarts: int = 3,
+        shared_slots: int | None = None,
     ) -> None:
         import ray
 
@@ -113,21 +177,43 @@ class Dispatcher:
         remote = ray.remote(WorkerActor)
         # The worker factories are pinned here for the dispatcher's lifetime, so that Ray can
         # rebuild a restarted actor from them.
-        self._factories = [ray.put(plan.make_worker(offset))
-                           for plan, offset in zip(plans, offsets, strict=True)]
+        self._factories = [
+            ray.put(plan.make_worker(offset)) for plan, offset in zip(plans, offsets, strict=True)
+        ]
+        self._swappable = [i for i, plan in enumerate(plans) if shared_slots and plan.swappable]
         for plan_index, plan in enumerate(plans):
+            if plan_index in self._swappable:
+                continue
             for replica in range(plan.workers):
                 worker_id = f"{plan.backend}-{plan_index}-{replica}"
                 actor = remote.options(
                     max_restarts=actor_restarts, max_task_retries=0, **plan.actor_options
                 ).remote(self._factories[plan_index], worker_id)
                 self._slots.append(_Slot(actor, worker_id, plan_index))
+        if self._swappable:
+            self._start_shared_slots(plans, offsets, shared_slots or 1, actor_restarts)
         ray.get([slot.actor.ready.remote() for slot in self._slots])
+        self._worker_count = len(self._slots)
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
+
+    def _start_shared_slots(
+        self, plans: Sequence[BackendPlan], offsets: Sequence[int], count: int, actor_restarts: int
+    ) -> None:
+        """Slots that time-share the swappable plans' models (more models than GPUs)."""
+        factories = [plan.make_worker(offset) for plan, offset in zip(plans, offsets, strict=True)]
+        devices = [plan.devices_per_worker for plan in plans]
+        options = plans[self._swappable[0]].actor_options
+        remote = self._ray.remote(SlotActor)
+        for index in range(count):
+            worker_id = f"slot-{index}"
+            actor = remote.options(
+                max_restarts=actor_restarts, max_task_retries=0, **options
+            ).remote(factories, devices, worker_id)
+            self._slots.append(_Slot(actor, worker_id, None))
 
     @property
     def num_workers(self) -> int:
-        return len(self._slots)
+        return self._worker_count
 
     def submit(self, batches: Sequence[Batch]) -> None:
         for batch in batches:
@@ -160,6 +246,9 @@ class Dispatcher:
             self.stats.last_result = now
             slot.busy_s += result.busy_s
             self.stats.busy_s[slot.worker_id] = slot.busy_s
+            if result.load_s:
+                self.stats.loads += 1
+                self.stats.load_s += result.load_s
             if result.error is None:
                 self.stats.batches += 1
                 results.append(result)
@@ -186,14 +275,39 @@ class Dispatcher:
         while progress:
             progress = False
             for slot in sorted(self._slots, key=lambda s: s.outstanding):
-                queue = self._queues[slot.plan_index]
-                if queue and slot.outstanding < self.in_flight_per_worker:
-                    batch = queue.popleft()
-                    self._inflight[slot.actor.run.remote(batch)] = (batch, slot)
-                    slot.outstanding += 1
-                    progress = True
-                    if self.stats.first_submit is None:
-                        self.stats.first_submit = time.perf_counter()
+                if slot.outstanding >= self.in_flight_per_worker:
+                    continue
+                picked = self._next_batch(slot)
+                if picked is None:
+                    continue
+                batch, plan_index = picked
+                if slot.plan_index is None:
+                    ref = slot.actor.run.remote(batch, plan_index)
+                else:
+                    ref = slot.actor.run.remote(batch)
+                self._inflight[ref] = (batch, slot)
+                slot.outstanding += 1
+                progress = True
+                if self.stats.first_submit is None:
+                    self.stats.first_submit = time.perf_counter()
+
+    def _next_batch(self, slot: _Slot) -> tuple[Batch, int] | None:
+        """The next batch for a slot. A shared slot keeps its loaded model while that model has
+        queued work and swaps only once drained, to the model with the most work waiting that no
+        other slot holds; a load is thus amortised over everything queued for the model."""
+        if slot.plan_index is not None:
+            queue = self._queues[slot.plan_index]
+            return (queue.popleft(), slot.plan_index) if queue else None
+        if slot.target is not None and self._queues[slot.target]:
+            return self._queues[slot.target].popleft(), slot.target
+        if slot.outstanding:
+            return None
+        held = {s.target for s in self._slots if s is not slot and s.plan_index is None}
+        waiting = [i for i in self._swappable if self._queues[i]]
+        if not waiting:
+            return None
+        slot.target = max(waiting, key=lambda i: (i not in held, len(self._queues[i]), -i))
+        return self._queues[slot.target].popleft(), slot.target
 
     def shutdown(self) -> None:
         for slot in self._slots:
@@ -231,6 +345,21 @@ class InlineDispatcher:
         self._crash_after = crash_after
         self.stats = DispatchStats()
         self.submitted: list[Batch] = []
+
+    def _start_shared_slots(
+        self, plans: Sequence[BackendPlan], offsets: Sequence[int], count: int, actor_restarts: int
+    ) -> None:
+        """Slots that time-share the swappable plans' models (more models than GPUs)."""
+        factories = [plan.make_worker(offset) for plan, offset in zip(plans, offsets, strict=True)]
+        devices = [plan.devices_per_worker for plan in plans]
+        options = plans[self._swappable[0]].actor_options
+        remote = self._ray.remote(SlotActor)
+        for index in range(count):
+            worker_id = f"slot-{index}"
+            actor = remote.options(
+                max_restarts=actor_restarts, max_task_retries=0, **options
+            ).remote(factories, devices, worker_id)
+            self._slots.append(_Slot(actor, worker_id, None))
 
     @property
     def num_workers(self) -> int:

@@ -156,6 +156,7 @@ def run_campaign(
             campaign.offsets,
             in_flight_per_worker=execution.in_flight_per_worker,
             max_batch_retries=execution.max_batch_retries,
+            shared_slots=execution.gpu_slots,
         )
         controller = Controller(campaign, store, dispatcher, log, on_progress=progress)
         try:
@@ -177,6 +178,8 @@ def run_campaign(
                     "failed_batches": stats.failures,
                     "worker_restarts": stats.restarts,
                     "worker_utilisation": stats.utilisation(),
+                    "model_loads": stats.loads,
+                    "load_s": stats.load_s,
                 },
             },
         )

@@ -88,6 +88,7 @@ class BatchResult:
     busy_s: float
     gpu_s: float = 0.0
     error: str | None = None
+    load_s: float = 0.0  # time spent loading the model into a shared slot before this batch
 
     @classmethod
     def failed(cls, batch: Batch, worker: str, error: str, busy_s: float = 0.0) -> BatchResult:

@@ -57,11 +57,16 @@ class BackendPlan:
     workers: int
     actor_options: dict[str, Any]
     make_worker: Callable[[int], Callable[[], Worker]]
-    files: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> sha256, recorded in the run
+    files: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # role -> sha256, recorded in the run
     weights: tuple[float, ...] | None = None  # suggested rubric weights shipped with the data
     describe: str = ""
     load_cost_s: float = 0.0  # time to load a model into a worker slot (time-sharing)
     validate_categories: Callable[[int], None] | None = None  # checks data against C+1
+    # Whether shared worker slots may load and unload this backend's models (time-sharing).
+    swappable: bool = False
+    devices_per_worker: float = 0.0  # GPUs a worker holds; load time is charged at this rate
 
 
 def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:

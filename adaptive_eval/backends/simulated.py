@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adaptive_eval.backends.base import (
     BackendContext,
@@ -29,6 +31,7 @@ from adaptive_eval.registry import backends
 from adaptive_eval.types import Batch, BatchResult
 
 PROB_TOLERANCE = 1e-6
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
 class SimulatedWorker:
@@ -42,6 +45,7 @@ class SimulatedWorker:
         seed: int,
         latency: LatencyModel | None,
         worker_id: str,
+        load_s: float = 0.0,
     ) -> None:
         self.names = names
         self.question_ids = question_ids
@@ -51,6 +55,8 @@ class SimulatedWorker:
         self.seed = seed
         self.latency = latency
         self.worker_id = worker_id
+        if load_s:
+            time.sleep(load_s)  # emulates loading weights into a (time-shared) GPU slot
 
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
@@ -94,6 +100,7 @@ def _make(
     tokens_mean: np.ndarray | None,
     seed: int,
     latency: LatencyModel | None,
+    load_s: float,
     offset: int,
 ) -> Callable[[], Worker]:
     return partial(
@@ -106,6 +113,7 @@ def _make(
         seed,
         latency,
         "simulated",
+        load_s,
     )
 
 
@@ -124,8 +132,32 @@ def select_models(
     return [names.index(name) for name in select]
 
 
+class SimulatedOptions(BaseModel):
+    """``options:`` of a simulated entry: emulate what a GPU backend would cost to load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    swappable: bool = False
+    load_s: float = Field(0.0, ge=0, description="Seconds to load the model into a worker.")
+    devices: float = Field(0.0, ge=0, description="GPUs a worker would hold (for accounting).")
+
+
+def parse_options(model: type[OptionsT], entry: ModelEntry, context: BackendContext) -> OptionsT:
+    """Validate an entry's ``options:`` mapping; errors name ``models[i].options.KEY``."""
+    try:
+        return model.model_validate(entry.options)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise InputError(
+            f"{first['msg']} (got {first.get('input')!r})",
+            source=context.source,
+            field=f"{context.field}.options.{key}",
+        ) from None
+
+
 @backends.register("simulated")
 def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
+    options = parse_options(SimulatedOptions, entry, context)
     if entry.path is None:
         raise InputError(
             "simulated backend needs path: a scenario npz",
@@ -180,9 +212,12 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             kept_tokens,
             context.campaign_seed,
             entry.latency,
+            options.load_s,
         ),
         files={"scenario": file_sha256(path)},
         weights=weights,
+        swappable=options.swappable,
+        devices_per_worker=options.devices,
         describe=f"simulated {path.name}: {len(kept_names)} models x {num_questions} questions,"
         f" {num_categories} categories",
     )

