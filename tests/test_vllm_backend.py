@@ -183,14 +183,35 @@ def test_engine_that_cannot_start_names_the_engine_args(models: tuple[Path, Path
 
     from adaptive_eval.backends.vllm import VllmWorker
 
-    data = campaign_data(models, engine_extra={"kv_cache_memory_bytes": 4096})
+    data = campaign_data(models, cpu_kvcache_gb=1 << 20)  # a KV cache of 1 PiB cannot fit
     plan = build_campaign(parse_config(data)).plans[0]
     setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
     actor = ray.remote(num_cpus=1, max_restarts=0)(VllmWorker).remote(setup, settings, 0)
     with pytest.raises(ray.exceptions.RayActorError) as info:
         ray.get(actor.run.remote(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))), timeout=300)
     message = str(info.value)
-    assert "BackendError" in message, message[-2000:]
+    assert "BackendError" in message and "ran out of memory" in message, message[-2000:]
     for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs",
                  "tensor_parallel_size", "models[0].options"):
         assert name in message, message[-2000:]
+
+
+@pytest.mark.xfail(strict=False, reason="Dispatcher re-queues a dead actor's batch at once, to the "
+                   "same actor while Ray is still restarting it; with an engine that takes ~25 s "
+                   "to start, max_batch_retries are spent in milliseconds (see docs/generation.md)")
+def test_batch_of_a_crashed_engine_worker_is_rerun(models: tuple[Path, Path], ray_local: None,
+                                                   tmp_path: Path) -> None:
+    """The worker's process dies (os._exit) on its first batch; Ray restarts the actor (a new
+    engine), the batch is re-run, and every trial is recorded exactly once."""
+    from adaptive_eval.runner import run_campaign
+
+    data = campaign_data(models, test_crash_once=str(tmp_path / "crash.marker"))
+    data["models"] = data["models"][:1]
+    data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2,
+                      "round_trials": 2 * QUESTIONS}
+    summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
+    trials = stored_trials(tmp_path / "run")
+    assert (tmp_path / "crash.marker").exists()
+    assert sorted((t.question, t.trial) for t in trials) == [
+        (q, i) for q in range(QUESTIONS) for i in range(2)]
+    assert summary["dispatch"]["worker_restarts"] >= 1
