@@ -99,8 +99,10 @@ def cmd_completions(args: argparse.Namespace) -> int:
         model = None
         if args.model is not None:
             if args.model not in models:
-                raise InputError(f"--model {args.model!r} is not in this run "
-                                 f"(models: {', '.join(models)})", source=str(run_dir))
+                raise InputError(
+                    f"--model {args.model!r} is not in this run (models: {', '.join(models)})",
+                    source=str(run_dir),
+                )
             model = models.index(args.model)
         shown = 0
         for trial in store.trials(model):
@@ -108,16 +110,26 @@ def cmd_completions(args: argparse.Namespace) -> int:
                 continue
             if args.trial is not None and trial.trial != args.trial:
                 continue
-            record = {"model": models[trial.model], "question": questions[trial.question],
-                      "trial": trial.trial, "seed": trial.seed, "category": trial.category,
-                      "answer": trial.answer, "reason": trial.reason, "tokens": trial.tokens,
-                      "signals": trial.signals, "text": trial.text}
+            record = {
+                "model": models[trial.model],
+                "question": questions[trial.question],
+                "trial": trial.trial,
+                "seed": trial.seed,
+                "category": trial.category,
+                "answer": trial.answer,
+                "reason": trial.reason,
+                "tokens": trial.tokens,
+                "signals": trial.signals,
+                "text": trial.text,
+            }
             if args.json:
                 print(json.dumps(record))
             else:
-                print(f"--- {record['model']} / {record['question']} / trial {trial.trial} "
-                      f"(seed {trial.seed}): category {trial.category}, answer "
-                      f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}")
+                print(
+                    f"--- {record['model']} / {record['question']} / trial {trial.trial} "
+                    f"(seed {trial.seed}): category {trial.category}, answer "
+                    f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}"
+                )
                 print(trial.text if trial.text is not None else "(no text stored)")
             shown += 1
             if args.limit and shown >= args.limit:

@@ -169,9 +169,15 @@ class TrialStore:
         ).fetchall()
         table = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
         ints = table[:, :6].astype(np.int64)
-        return TrialArrays(model=ints[:, 0], question=ints[:, 1], trial=ints[:, 2],
-                           round=ints[:, 3], category=ints[:, 4], tokens=ints[:, 5],
-                           gpu_s=table[:, 6])
+        return TrialArrays(
+            model=ints[:, 0],
+            question=ints[:, 1],
+            trial=ints[:, 2],
+            round=ints[:, 3],
+            category=ints[:, 4],
+            tokens=ints[:, 5],
+            gpu_s=table[:, 6],
+        )
 
     def count_trials(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])

@@ -27,8 +27,10 @@ sys.path.insert(0, str(REPO))
 
 
 def summary(label: str, values: list[float], unit: str) -> None:
-    print(f"{label}: median {statistics.median(values):,.4g} {unit} "
-          f"(min {min(values):,.4g}, max {max(values):,.4g}, n={len(values)})")
+    print(
+        f"{label}: median {statistics.median(values):,.4g} {unit} "
+        f"(min {min(values):,.4g}, max {max(values):,.4g}, n={len(values)})"
+    )
 
 
 def bench_ingest(repeats: int = 7) -> None:
@@ -36,8 +38,9 @@ def bench_ingest(repeats: int = 7) -> None:
 
     num_models, num_questions, num_categories = 20, 30, 8
     rng = np.random.default_rng(0)
-    state = RunState(np.ones((num_models, num_questions, num_categories)),
-                     np.linspace(0, 1, num_categories))
+    state = RunState(
+        np.ones((num_models, num_questions, num_categories)), np.linspace(0, 1, num_categories)
+    )
     for round_size in (600, 100_000):
         rates = []
         for _ in range(repeats):
@@ -66,9 +69,14 @@ def bench_decide(repeats: int = 200) -> None:
             rng = np.random.default_rng(1)
             probs = rng.dirichlet(np.ones(8), size=(num_models, num_questions))
             np.savez(Path(tmp) / "s.npz", probs=probs)
-            config = parse_config({
-                "name": "bench", "models": [{"backend": "simulated", "path": "s.npz"}],
-                "rubric": {"weights": list(np.linspace(0, 1, 8))}}, source=f"{tmp}/c.yaml")
+            config = parse_config(
+                {
+                    "name": "bench",
+                    "models": [{"backend": "simulated", "path": "s.npz"}],
+                    "rubric": {"weights": list(np.linspace(0, 1, 8))},
+                },
+                source=f"{tmp}/c.yaml",
+            )
             campaign = build_campaign(config)
             from adaptive_eval.store import TrialStore
 
@@ -86,8 +94,12 @@ def bench_decide(repeats: int = 200) -> None:
                 controller.allocate(controller.view())
                 times.append((time.perf_counter() - started) * 1e3)
             store.close()
-        summary(f"decision step L={num_models} M={num_questions} C=7 (posterior, "
-                f"{num_models - 1} pair decisions, stop rules, allocation)", times, "ms")
+        summary(
+            f"decision step L={num_models} M={num_questions} C=7 (posterior, "
+            f"{num_models - 1} pair decisions, stop rules, allocation)",
+            times,
+            "ms",
+        )
 
 
 def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
@@ -104,9 +116,12 @@ def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     store, campaign_id, _ = open_run_dir(campaign, tmp / "run")
     execution = config.execution
     init_ray(None, None)
-    dispatcher = Dispatcher(campaign.plans, campaign.offsets,
-                            in_flight_per_worker=execution.in_flight_per_worker,
-                            max_batch_retries=0)
+    dispatcher = Dispatcher(
+        campaign.plans,
+        campaign.offsets,
+        in_flight_per_worker=execution.in_flight_per_worker,
+        max_batch_retries=0,
+    )
     controller = Controller(campaign, store, dispatcher, SilentLog())
     started = time.perf_counter()
     controller.run()
@@ -125,19 +140,25 @@ def bench_replay(repeats: int = 5) -> None:
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)
-            np.savez(tmp / "r.npz", outcomes=outcomes,
-                     tokens=rng.integers(100, 30_000, outcomes.shape))
-            data = {"name": "bench-replay", "models": [{"backend": "replay", "path": "r.npz"}],
-                    "rubric": {"weights": [0, 1]},
-                    "policy": {"allocation": "uniform", "stopping": [],
-                               "round_trials": 4800},
-                    "execution": {"workers": 2, "batch_size": 400},
-                    "output": {"progress": False}}
+            np.savez(
+                tmp / "r.npz", outcomes=outcomes, tokens=rng.integers(100, 30_000, outcomes.shape)
+            )
+            data = {
+                "name": "bench-replay",
+                "models": [{"backend": "replay", "path": "r.npz"}],
+                "rubric": {"weights": [0, 1]},
+                "policy": {"allocation": "uniform", "stopping": [], "round_trials": 4800},
+                "execution": {"workers": 2, "batch_size": 400},
+                "output": {"progress": False},
+            }
             result, seconds = run_config(data, tmp)
             assert result["trials_used"] == outcomes.size
             rates.append(result["trials_used"] / seconds)
-    summary("replay (20, 30, 80) = 48,000 trials through Ray actors and the SQLite store",
-            rates, "trials/s")
+    summary(
+        "replay (20, 30, 80) = 48,000 trials through Ray actors and the SQLite store",
+        rates,
+        "trials/s",
+    )
 
 
 def bench_busy(repeats: int = 3) -> None:
@@ -156,16 +177,24 @@ def bench_busy(repeats: int = 3) -> None:
             data["output"] = {"progress": False}
             result, _ = run_config(data, tmp)
             fractions.append(result["utilisation"])
-    summary("worker busy fraction, 4 workers, 50 ms per batch (demo campaign)",
-            [100 * f for f in fractions], "%")
+    summary(
+        "worker busy fraction, 4 workers, 50 ms per batch (demo campaign)",
+        [100 * f for f in fractions],
+        "%",
+    )
 
 
 BENCHES: dict[str, Callable[[], None]] = {
-    "ingest": bench_ingest, "decide": bench_decide, "replay": bench_replay, "busy": bench_busy}
+    "ingest": bench_ingest,
+    "decide": bench_decide,
+    "replay": bench_replay,
+    "busy": bench_busy,
+}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("which", choices=[*BENCHES, "all"])
     args = parser.parse_args()
     for name, bench in BENCHES.items():

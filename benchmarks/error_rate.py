@@ -45,13 +45,15 @@ def scenario(path: Path, gap: float, questions: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     base = np.clip(rng.beta(3, 3, size=questions), 0.05, 0.95)
     success = np.stack([np.clip(base + gap / 2, 0, 1), np.clip(base - gap / 2, 0, 1)])
-    np.savez(path, probs=np.stack([1 - success, success], axis=2),
-             models=np.array(["better", "worse"]))
+    np.savez(
+        path, probs=np.stack([1 - success, success], axis=2), models=np.array(["better", "worse"])
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--campaigns", type=int, default=200)
     parser.add_argument("--gap", type=float, default=0.0)
     parser.add_argument("--questions", type=int, default=30)
@@ -60,13 +62,17 @@ def main() -> None:
     parser.add_argument("--confidence", type=float, default=0.95)
     args = parser.parse_args()
     looks = math.ceil(args.max_trials / args.trials_per_round)
-    rules = {"z_rank (every round)": [{"name": "z_rank"}],
-             f"z_rank(looks={looks})": [{"name": "z_rank", "looks": looks}],
-             "fixed N (one look)": None}
+    rules = {
+        "z_rank (every round)": [{"name": "z_rank"}],
+        f"z_rank(looks={looks})": [{"name": "z_rank", "looks": looks}],
+        "fixed N (one look)": None,
+    }
     nominal = (1 - args.confidence) * (2 if args.gap == 0 else 1)
-    print(f"gap {args.gap}, M = {args.questions}, up to {args.max_trials} trials per question "
-          f"in rounds of {args.trials_per_round}; {args.campaigns} campaigns per rule; nominal "
-          f"error {nominal:.3f}")
+    print(
+        f"gap {args.gap}, M = {args.questions}, up to {args.max_trials} trials per question "
+        f"in rounds of {args.trials_per_round}; {args.campaigns} campaigns per rule; nominal "
+        f"error {nominal:.3f}"
+    )
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         for rule_index, (label, pair_rules) in enumerate(rules.items()):
@@ -75,18 +81,28 @@ def main() -> None:
             for seed in range(args.campaigns):
                 scenario(tmp / "s.npz", args.gap, args.questions, seed)
                 fixed = pair_rules is None
-                policy = {"confidence": args.confidence, "rope": None,
-                          "min_trials_per_question": 1,
-                          "max_trials_per_question": args.max_trials,
-                          "allocation": {"name": "uniform",
-                                         "trials_per_round": args.max_trials if fixed
-                                         else args.trials_per_round},
-                          "pair_rules": [{"name": "z_rank"}] if fixed else pair_rules}
-                config = parse_config({"name": "err", "seed": seed,
-                                       "models": [{"backend": "simulated", "path": "s.npz"}],
-                                       "rubric": {"weights": [0, 1]}, "policy": policy,
-                                       "output": {"fsync": "normal"}},
-                                      source=str(tmp / "c.yaml"))
+                policy = {
+                    "confidence": args.confidence,
+                    "rope": None,
+                    "min_trials_per_question": 1,
+                    "max_trials_per_question": args.max_trials,
+                    "allocation": {
+                        "name": "uniform",
+                        "trials_per_round": args.max_trials if fixed else args.trials_per_round,
+                    },
+                    "pair_rules": [{"name": "z_rank"}] if fixed else pair_rules,
+                }
+                config = parse_config(
+                    {
+                        "name": "err",
+                        "seed": seed,
+                        "models": [{"backend": "simulated", "path": "s.npz"}],
+                        "rubric": {"weights": [0, 1]},
+                        "policy": policy,
+                        "output": {"fsync": "normal"},
+                    },
+                    source=str(tmp / "c.yaml"),
+                )
                 done = run_inline(config, tmp / f"run-{rule_index}-{seed}")
                 decision = done.decisions[0]
                 if decision.settled:
@@ -95,9 +111,11 @@ def main() -> None:
                     errors += args.gap == 0 or winner != "better"
                 trials.append(done.state.trials_used)
             low, high = wilson(errors, args.campaigns)
-            print(f"  {label:<24} error {errors / args.campaigns:.3f} "
-                  f"[{low:.3f}, {high:.3f}]  resolved {resolved / args.campaigns:.2f}  "
-                  f"median trials {int(np.median(trials))}")
+            print(
+                f"  {label:<24} error {errors / args.campaigns:.3f} "
+                f"[{low:.3f}, {high:.3f}]  resolved {resolved / args.campaigns:.2f}  "
+                f"median trials {int(np.median(trials))}"
+            )
 
 
 if __name__ == "__main__":

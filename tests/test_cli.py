@@ -212,8 +212,22 @@ def test_completions_reads_the_store(tmp_path: Path, capsys) -> None:
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]), names=["x", "y"])
     run_inline(load(write_config(tmp_path / "c.yaml", base_config("s.npz"))), tmp_path / "run")
-    assert main(["completions", str(tmp_path / "run"), "--model", "y", "--question", "q3",
-                 "--json", "--limit", "0"]) == 0
+    assert (
+        main(
+            [
+                "completions",
+                str(tmp_path / "run"),
+                "--model",
+                "y",
+                "--question",
+                "q3",
+                "--json",
+                "--limit",
+                "0",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows and {r["model"] for r in rows} == {"y"} and {r["question"] for r in rows} == {"q3"}
     assert [r["trial"] for r in rows] == list(range(len(rows)))

@@ -22,7 +22,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_opens_with_the_two_commands() -> None:
     lines = README.read_text().splitlines()
-    block = lines[lines.index("```bash") + 1: lines.index("```bash") + 3]
+    block = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
     assert [line.split("#")[0].strip() for line in block] == ["make demo", "make test"]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "make test" in ci
@@ -54,7 +54,19 @@ def test_bayes_is_exported_and_matches_laplace() -> None:
     mu, sigma = adaptive_eval.bayes(np.array([[1, 1, 0, 1]]), np.array([0.0, 1.0]))
     assert float(mu) == 4 / 6
     assert float(sigma) ** 2 == pytest.approx((4 / 6) * (2 / 6) / 7, rel=1e-12)
-    for name in ("posterior_moments", "credible_interval", "pairwise_z", "rank_with_ties",
-                 "avg_at_n", "pass_at_k", "pass_hat_k", "g_pass_at_k", "mg_pass_at_k",
-                 "kendall_tau_b", "convergence_at_n", "bootstrap_columns", "bootstrap_rows"):
+    for name in (
+        "posterior_moments",
+        "credible_interval",
+        "pairwise_z",
+        "rank_with_ties",
+        "avg_at_n",
+        "pass_at_k",
+        "pass_hat_k",
+        "g_pass_at_k",
+        "mg_pass_at_k",
+        "kendall_tau_b",
+        "convergence_at_n",
+        "bootstrap_columns",
+        "bootstrap_rows",
+    ):
         assert callable(getattr(stats, name))

@@ -16,27 +16,41 @@ from adaptive_eval.runner import run_campaign
 def config_data(load_s: float, slots: int | None) -> dict:
     data = base_config("s.npz", max_trials_per_question=12, round_trials=96)
     data["models"] = [
-        {"backend": "simulated", "path": "s.npz", "select": [name], "workers": 1,
-         "options": {"swappable": True, "load_s": load_s, "devices": 1}}
-        for name in ("a", "b", "c")]
+        {
+            "backend": "simulated",
+            "path": "s.npz",
+            "select": [name],
+            "workers": 1,
+            "options": {"swappable": True, "load_s": load_s, "devices": 1},
+        }
+        for name in ("a", "b", "c")
+    ]
     data["execution"] = {"gpu_slots": slots, "batch_size": 16, "workers": 1}
     return data
 
 
 def ledger(run_dir: Path) -> list[tuple]:
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
-        return conn.execute("SELECT model, question, trial, category FROM trials "
-                            "ORDER BY 1, 2, 3").fetchall()
+        return conn.execute(
+            "SELECT model, question, trial, category FROM trials ORDER BY 1, 2, 3"
+        ).fetchall()
 
 
 @pytest.mark.slow
 def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> None:
-    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8),
-                   names=["a", "b", "c"])
-    shared = run_campaign(load(write_config(tmp_path / "shared.yaml", config_data(0.1, 1))),
-                          tmp_path / "shared", quiet=True)
-    dedicated = run_campaign(load(write_config(tmp_path / "own.yaml", config_data(0.0, None))),
-                             tmp_path / "own", quiet=True)
+    write_scenario(
+        tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
+    )
+    shared = run_campaign(
+        load(write_config(tmp_path / "shared.yaml", config_data(0.1, 1))),
+        tmp_path / "shared",
+        quiet=True,
+    )
+    dedicated = run_campaign(
+        load(write_config(tmp_path / "own.yaml", config_data(0.0, None))),
+        tmp_path / "own",
+        quiet=True,
+    )
     dispatch = shared["dispatch"]
     assert dispatch["workers"] == 1
     assert dispatch["model_loads"] >= 3  # every model was loaded at least once
@@ -52,8 +66,9 @@ def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> No
 def test_unknown_simulated_option_is_named(tmp_path: Path) -> None:
     from adaptive_eval.campaign import build_campaign
 
-    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8),
-                   names=["a", "b", "c"])
+    write_scenario(
+        tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
+    )
     data = config_data(0.1, 1)
     data["models"][1]["options"]["load_seconds"] = 3
     with pytest.raises(InputError, match=r"models\[1\]\.options\.load_seconds"):

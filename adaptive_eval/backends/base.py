@@ -10,9 +10,9 @@ Workers run in actors and must be constructible from a picklable zero-argument c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
