@@ -346,21 +346,6 @@ class InlineDispatcher:
         self.stats = DispatchStats()
         self.submitted: list[Batch] = []
 
-    def _start_shared_slots(
-        self, plans: Sequence[BackendPlan], offsets: Sequence[int], count: int, actor_restarts: int
-    ) -> None:
-        """Slots that time-share the swappable plans' models (more models than GPUs)."""
-        factories = [plan.make_worker(offset) for plan, offset in zip(plans, offsets, strict=True)]
-        devices = [plan.devices_per_worker for plan in plans]
-        options = plans[self._swappable[0]].actor_options
-        remote = self._ray.remote(SlotActor)
-        for index in range(count):
-            worker_id = f"slot-{index}"
-            actor = remote.options(
-                max_restarts=actor_restarts, max_task_retries=0, **options
-            ).remote(factories, devices, worker_id)
-            self._slots.append(_Slot(actor, worker_id, None))
-
     @property
     def num_workers(self) -> int:
         return len(self._workers)
