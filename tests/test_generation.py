@@ -119,16 +119,21 @@ def test_unknown_engine_option_names_the_field(tmp_path: Path) -> None:
     assert error.field == "models[0].options.tensor_parallel_size"
     error = input_error(tmp_path, [vllm_entry(model, gpu_memory_utilization=1.5)])
     assert error.field == "models[0].options.gpu_memory_utilization"
-    error = input_error(tmp_path, [vllm_entry(model, max_model_len=256,
-                                              engine_extra={"max_model_len": 512})])
+    error = input_error(
+        tmp_path, [vllm_entry(model, max_model_len=256, engine_extra={"max_model_len": 512})]
+    )
     assert error.field == "models[0].options.engine_extra" and "repeats" in str(error)
 
 
 def test_missing_dataset_answer_names_file_and_line(tmp_path: Path) -> None:
     model = fake_model(tmp_path / "m")
     data = tmp_path / "qs.jsonl"
-    data.write_text(json.dumps({"id": "a", "problem": "1+1?", "answer": "2"}) + "\n"
-                    + json.dumps({"id": "b", "problem": "2+2?"}) + "\n")
+    data.write_text(
+        json.dumps({"id": "a", "problem": "1+1?", "answer": "2"})
+        + "\n"
+        + json.dumps({"id": "b", "problem": "2+2?"})
+        + "\n"
+    )
     error = input_error(tmp_path, [vllm_entry(model)], dataset={"path": str(data)})
     assert f"{data}:2" in str(error) and "missing answer field 'answer'" in str(error)
 
@@ -142,11 +147,13 @@ def test_dataset_and_grader_are_checked(tmp_path: Path) -> None:
     assert info.value.field == "dataset"
     error = input_error(tmp_path, [vllm_entry(model)], grader="nope")
     assert error.field == "grader" and "unknown grader" in str(error)
-    error = input_error(tmp_path, [vllm_entry(model)],
-                        grader={"name": "math", "timeout": 3})
+    error = input_error(tmp_path, [vllm_entry(model)], grader={"name": "math", "timeout": 3})
     assert error.field == "grader.timeout"
-    error = input_error(tmp_path, [vllm_entry(model)],
-                        dataset={"path": str(ARITH20), "template": "{problem} {nope}"})
+    error = input_error(
+        tmp_path,
+        [vllm_entry(model)],
+        dataset={"path": str(ARITH20), "template": "{problem} {nope}"},
+    )
     assert error.field == "dataset.template" and "{nope}" in str(error)
 
 
@@ -169,8 +176,10 @@ def test_vllm_plan_cpu_and_gpu_resources(tmp_path: Path) -> None:
     settings = cpu.make_worker(0).args[1]  # type: ignore[attr-defined]
     assert settings.engine_args == {"max_model_len": 256, "seed": 3, "enforce_eager": True}
     assert settings.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and settings.num_gpus == 0
-    gpu = build(tmp_path, [vllm_entry(model, device="cuda", tensor_parallel_size=2,
-                                      load_cost_s=90, num_cpus=4)]).plans[0]
+    gpu = build(
+        tmp_path,
+        [vllm_entry(model, device="cuda", tensor_parallel_size=2, load_cost_s=90, num_cpus=4)],
+    ).plans[0]
     assert gpu.actor_options == {"num_cpus": 4, "num_gpus": 2}
     assert gpu.load_cost_s == 90
     settings = gpu.make_worker(0).args[1]  # type: ignore[attr-defined]
@@ -186,8 +195,11 @@ def test_model_fingerprint_follows_the_folder(tmp_path: Path) -> None:
 
 
 def test_openai_plan_and_option_errors(tmp_path: Path) -> None:
-    entry = {"backend": "openai", "name": "srv",
-             "options": {"base_url": "http://127.0.0.1:9/v1", "max_concurrency": 3}}
+    entry = {
+        "backend": "openai",
+        "name": "srv",
+        "options": {"base_url": "http://127.0.0.1:9/v1", "max_concurrency": 3},
+    }
     plan = build(tmp_path, [entry]).plans[0]
     assert plan.models == ("srv",) and plan.actor_options == {"num_cpus": 0.25}
     settings = plan.make_worker(0).args[1]  # type: ignore[attr-defined]
@@ -195,15 +207,20 @@ def test_openai_plan_and_option_errors(tmp_path: Path) -> None:
     assert settings.url == "http://127.0.0.1:9/v1/chat/completions"
     bad = {"backend": "openai", "name": "srv", "options": {"base_url": "x"}}
     assert input_error(tmp_path, [bad]).field == "models[0].options.base_url"
-    bad = {"backend": "openai", "name": "srv",
-           "options": {"base_url": "http://h/v1", "retries": 3}}
+    bad = {"backend": "openai", "name": "srv", "options": {"base_url": "http://h/v1", "retries": 3}}
     error = input_error(tmp_path, [bad])
     assert error.field == "models[0].options.retries" and "max_retries" in str(error)
-    bad = {"backend": "openai", "name": "srv",
-           "options": {"base_url": "http://h/v1", "api_key_env": "ADAPTIVE_EVAL_NO_SUCH_KEY"}}
+    bad = {
+        "backend": "openai",
+        "name": "srv",
+        "options": {"base_url": "http://h/v1", "api_key_env": "ADAPTIVE_EVAL_NO_SUCH_KEY"},
+    }
     assert input_error(tmp_path, [bad]).field == "models[0].options.api_key_env"
-    bad = {"backend": "openai", "name": "srv",
-           "options": {"base_url": "http://h/v1", "endpoint": "responses"}}
+    bad = {
+        "backend": "openai",
+        "name": "srv",
+        "options": {"base_url": "http://h/v1", "endpoint": "responses"},
+    }
     assert input_error(tmp_path, [bad]).field == "models[0].options.endpoint"
 
 
@@ -223,10 +240,20 @@ class EchoWorker(GenerationWorker):
             question = self.setup.questions[request.question]
             answer = question.answer if request.seed % 2 == 0 else "nope"
             text = f"seed {request.seed}: \\boxed{{{answer}}}"
-            out.append(Generated(GeneratedSample(
-                text=text, completion_tokens=5 + request.trial, prompt_tokens=11,
-                finish_reason="stop", cumulative_logprob=-2.0 * math.log(2) * (5 + request.trial),
-                prompt_logprob_sum=-11 * math.log(2), latency_s=0.01), {"extra": 1}))
+            out.append(
+                Generated(
+                    GeneratedSample(
+                        text=text,
+                        completion_tokens=5 + request.trial,
+                        prompt_tokens=11,
+                        finish_reason="stop",
+                        cumulative_logprob=-2.0 * math.log(2) * (5 + request.trial),
+                        prompt_logprob_sum=-11 * math.log(2),
+                        latency_s=0.01,
+                    ),
+                    {"extra": 1},
+                )
+            )
         return out
 
 
@@ -241,8 +268,13 @@ def test_trials_carry_seed_grade_and_signals(tmp_path: Path) -> None:
     ids = worker.setup.question_ids
     batch = Batch(1, 0, 0, (WorkItem(0, 0, 0, 3), WorkItem(0, 4, 2, 2)))
     result = worker.run(batch)
-    assert [(t.question, t.trial) for t in result.trials] == [(0, 0), (0, 1), (0, 2), (4, 2),
-                                                              (4, 3)]
+    assert [(t.question, t.trial) for t in result.trials] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (4, 2),
+        (4, 3),
+    ]
     for trial in result.trials:
         assert trial.seed == trial_seed(3, "m", ids[trial.question], trial.trial)
         assert trial.category == int(trial.seed % 2 == 0)
@@ -256,7 +288,8 @@ def test_trials_carry_seed_grade_and_signals(tmp_path: Path) -> None:
         assert signals["finish_reason"] == "stop" and signals["extra"] == 1
         assert signals["batch_id"] == 1 and signals["generate_end"] >= signals["generate_start"]
     assert result.gpu_s > 0 and sum(t.gpu_s or 0 for t in result.trials) == pytest.approx(
-        result.gpu_s)
+        result.gpu_s
+    )
     worker.close()
 
 
@@ -274,19 +307,23 @@ def test_out_of_range_category_fails_the_batch(tmp_path: Path) -> None:
     worker = echo_worker(tmp_path)
     worker.setup = generation.GenerationSetup(**{**worker.setup.__dict__, "num_categories": 1})
     batch = Batch(1, 0, 0, (WorkItem(0, 0, 0, 4),))
-    with pytest.raises(BackendError, match="outside 0..0"):
+    with pytest.raises(BackendError, match=r"outside 0\.\.0"):
         worker.run(batch)
 
 
 def test_crash_hook_kills_only_the_first_caller(tmp_path: Path) -> None:
     marker = tmp_path / "crash.marker"
-    code = ("import sys; from adaptive_eval.backends.generation import maybe_crash; "
-            "maybe_crash(sys.argv[1]); print('alive')")
-    first = subprocess.run([sys.executable, "-c", code, str(marker)], capture_output=True,
-                           text=True, timeout=60)
+    code = (
+        "import sys; from adaptive_eval.backends.generation import maybe_crash; "
+        "maybe_crash(sys.argv[1]); print('alive')"
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", code, str(marker)], capture_output=True, text=True, timeout=60
+    )
     assert first.returncode == 17 and "alive" not in first.stdout and marker.exists()
-    second = subprocess.run([sys.executable, "-c", code, str(marker)], capture_output=True,
-                            text=True, timeout=60)
+    second = subprocess.run(
+        [sys.executable, "-c", code, str(marker)], capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 0 and "alive" in second.stdout
 
 
@@ -307,31 +344,46 @@ def test_prompt_logprob_sum_skips_the_first_token() -> None:
 
 
 def test_engine_start_errors_name_the_engine_args_to_change() -> None:
-    settings = vllm.VllmSettings(entry_field="models[1]", path="/m", device="cuda",
-                                 engine_args={"gpu_memory_utilization": 0.9,
-                                              "max_model_len": 32768}, num_gpus=1)
-    oom = vllm.engine_start_error(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"),
-                                  settings)
+    settings = vllm.VllmSettings(
+        entry_field="models[1]",
+        path="/m",
+        device="cuda",
+        engine_args={"gpu_memory_utilization": 0.9, "max_model_len": 32768},
+        num_gpus=1,
+    )
+    oom = vllm.engine_start_error(
+        RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), settings
+    )
     text = str(oom)
     assert "ran out of memory" in text
-    for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                 "tensor_parallel_size", "models[1].options"):
+    for name in (
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "tensor_parallel_size",
+        "models[1].options",
+    ):
         assert name in text
     assert "gpu_memory_utilization=0.9" in text and "max_model_len=32768" in text
     other = vllm.engine_start_error(ValueError("unsupported architecture"), settings)
     assert "failed to start" in str(other) and "gpu_memory_utilization" in str(other)
-    kv = ValueError("No available memory for the cache blocks. Try increasing "
-                    "`gpu_memory_utilization` when initializing the engine.")
+    kv = ValueError(
+        "No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine."
+    )
     assert vllm.looks_like_memory(kv)
 
 
 def test_driver_does_not_import_heavy_modules() -> None:
-    code = ("import sys, adaptive_eval.backends, adaptive_eval.testing.tiny_model, "
-            "adaptive_eval.testing.flaky_server; "
-            "print(sorted(m for m in ('vllm', 'torch', 'httpx', 'transformers') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
+    code = (
+        "import sys, adaptive_eval.backends, adaptive_eval.testing.tiny_model, "
+        "adaptive_eval.testing.flaky_server; "
+        "print(sorted(m for m in ('vllm', 'torch', 'httpx', 'transformers') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 

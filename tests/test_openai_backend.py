@@ -36,9 +36,21 @@ def config(url: str, *, limit: int = 4, name: str = "srv", **options: Any) -> An
     data = {
         "name": "oa",
         "seed": 5,
-        "models": [{"backend": "openai", "name": name, "workers": 1,
-                    "options": {"base_url": url, "backoff": 0.001, "backoff_max": 0.01,
-                                "max_retries": 4, "timeout_s": 5, **options}}],
+        "models": [
+            {
+                "backend": "openai",
+                "name": name,
+                "workers": 1,
+                "options": {
+                    "base_url": url,
+                    "backoff": 0.001,
+                    "backoff_max": 0.01,
+                    "max_retries": 4,
+                    "timeout_s": 5,
+                    **options,
+                },
+            }
+        ],
         "rubric": {"weights": [0, 1]},
         "dataset": {"path": str(ARITH20), "limit": limit},
         "sampling": {"max_tokens": 32},
@@ -60,12 +72,22 @@ BATCH = Batch(1, 0, 0, (WorkItem(0, 0, 0, 3), WorkItem(0, 2, 0, 2)))
 
 def check_trials(result: Any, worker: OpenAIWorker) -> None:
     ids = worker.setup.question_ids
-    assert [(t.question, t.trial) for t in result.trials] == [(0, 0), (0, 1), (0, 2), (2, 0),
-                                                              (2, 1)]
+    assert [(t.question, t.trial) for t in result.trials] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (2, 0),
+        (2, 1),
+    ]
     for trial in result.trials:
         assert trial.seed == trial_seed(5, "srv", ids[trial.question], trial.trial)
-        assert trial.text == f"Trial {trial.seed}. The answer is \\boxed" + "{" + \
-            QUESTIONS.questions[trial.question].answer + "}"
+        assert (
+            trial.text
+            == f"Trial {trial.seed}. The answer is \\boxed"
+            + "{"
+            + QUESTIONS.questions[trial.question].answer
+            + "}"
+        )
         assert trial.category == 1 and trial.tokens and trial.tokens > 0
         assert trial.prompt_tokens and trial.prompt_tokens > 0
         assert trial.signals is not None and trial.signals["finish_reason"] == "stop"
@@ -83,8 +105,7 @@ def test_transient_failures_are_retried() -> None:
     assert sum(t.signals["attempts"] for t in result.trials) == server.requests  # type: ignore
     seeds = sorted(body["seed"] for body in server.bodies)
     assert set(seeds) == {t.seed for t in result.trials}
-    assert all(body["n"] == 1 and body["messages"][-1]["role"] == "user"
-               for body in server.bodies)
+    assert all(body["n"] == 1 and body["messages"][-1]["role"] == "user" for body in server.bodies)
 
 
 def test_timeouts_are_retried() -> None:
@@ -130,8 +151,12 @@ def test_retry_after_is_honoured() -> None:
 def test_logprobs_completions_endpoint_and_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ADAPTIVE_EVAL_TEST_KEY", "sk-test")
     with FlakyServer(answers=ANSWERS) as server:
-        worker = worker_for(server.url, endpoint="completions", api_key_env="ADAPTIVE_EVAL_TEST_KEY",
-                            prompt_logprobs=True)
+        worker = worker_for(
+            server.url,
+            endpoint="completions",
+            api_key_env="ADAPTIVE_EVAL_TEST_KEY",
+            prompt_logprobs=True,
+        )
         result = worker.run(BATCH)
         worker.close()
     body = server.bodies[0]
@@ -147,8 +172,9 @@ def test_logprobs_completions_endpoint_and_api_key(monkeypatch: pytest.MonkeyPat
 
 def test_missing_api_key_in_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ADAPTIVE_EVAL_TEST_KEY", "sk-test")
-    plan = build_campaign(config("http://127.0.0.1:9/v1",
-                                 api_key_env="ADAPTIVE_EVAL_TEST_KEY")).plans[0]
+    plan = build_campaign(
+        config("http://127.0.0.1:9/v1", api_key_env="ADAPTIVE_EVAL_TEST_KEY")
+    ).plans[0]
     monkeypatch.delenv("ADAPTIVE_EVAL_TEST_KEY")
     with pytest.raises(BackendError, match="ADAPTIVE_EVAL_TEST_KEY"):
         plan.make_worker(0)()
@@ -168,8 +194,11 @@ def test_campaign_through_a_flaky_server(tmp_path: Path) -> None:
     with FlakyServer(script=[500, 429, 500], answers=ANSWERS) as server:
         cfg = config(server.url, limit=3)
         data = cfg.model_dump(mode="json")
-        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 3,
-                          "round_trials": 6}
+        data["policy"] = {
+            "min_trials_per_question": 2,
+            "max_trials_per_question": 3,
+            "round_trials": 6,
+        }
         run_inline(parse_config(data), tmp_path / "run")
     store = TrialStore(tmp_path / "run", readonly=True)
     trials = list(store.trials())
@@ -188,16 +217,20 @@ def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> 
     with FlakyServer(answers=ANSWERS) as server:
         cfg = config(server.url, limit=3, test_crash_once=str(tmp_path / "crash.marker"))
         data = cfg.model_dump(mode="json")
-        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2,
-                          "round_trials": 6}
+        data["policy"] = {
+            "min_trials_per_question": 2,
+            "max_trials_per_question": 2,
+            "round_trials": 6,
+        }
         data["execution"]["max_batch_retries"] = 3
         summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
     assert (tmp_path / "crash.marker").exists()
     store = TrialStore(tmp_path / "run", readonly=True)
     trials = list(store.trials())
     store.close()
-    assert sorted((t.question, t.trial) for t in trials) == [(q, i) for q in range(3)
-                                                             for i in range(2)]
+    assert sorted((t.question, t.trial) for t in trials) == [
+        (q, i) for q in range(3) for i in range(2)
+    ]
     assert summary["dispatch"]["worker_restarts"] >= 1
 
 
@@ -218,10 +251,28 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w")  # noqa: SIM115
     env = {**os.environ, **CPU_VLLM_ENV}
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
-               str(model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port",
-               str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
-               "--max-num-seqs", "16", "--seed", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--enforce-eager",
+        "--max-num-seqs",
+        "16",
+        "--seed",
+        "0",
+    ]
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -229,16 +280,19 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         while True:
             if process.poll() is not None:
                 log.flush()
-                raise RuntimeError(f"vLLM server exited with {process.returncode}: "
-                                   + Path(log.name).read_text()[-3000:])
+                raise RuntimeError(
+                    f"vLLM server exited with {process.returncode}: "
+                    + Path(log.name).read_text()[-3000:]
+                )
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("vLLM server not healthy after 240 s: "
-                                   + Path(log.name).read_text()[-3000:])
+                raise RuntimeError(
+                    "vLLM server not healthy after 240 s: " + Path(log.name).read_text()[-3000:]
+                )
             time.sleep(1)
         yield f"{url}/v1"
     finally:
@@ -256,9 +310,12 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_real_vllm_server(vllm_server: str, endpoint: str) -> None:
     worker = worker_for(vllm_server, model="tiny", endpoint=endpoint, prompt_logprobs=True)
-    worker.setup = type(worker.setup)(**{**worker.setup.__dict__,
-                                         "sampling": worker.setup.sampling.model_copy(
-                                             update={"max_tokens": 12})})
+    worker.setup = type(worker.setup)(
+        **{
+            **worker.setup.__dict__,
+            "sampling": worker.setup.sampling.model_copy(update={"max_tokens": 12}),
+        }
+    )
     result = worker.run(BATCH)
     again = worker.run(Batch(2, 0, 0, (WorkItem(0, 2, 1, 1),)))
     worker.close()

@@ -51,13 +51,20 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from adaptive_eval.testing.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("models")
-    return (build_tiny_model(root / "tiny-a", seed=0, arch="qwen2"),
-            build_tiny_model(root / "tiny-b", seed=1, arch="llama"))
+    return (
+        build_tiny_model(root / "tiny-a", seed=0, arch="qwen2"),
+        build_tiny_model(root / "tiny-b", seed=1, arch="llama"),
+    )
 
 
 def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
-    engine = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "max_num_seqs": 16,
-              **options}
+    engine = {
+        "device": "cpu",
+        "dtype": "float32",
+        "max_model_len": 256,
+        "max_num_seqs": 16,
+        **options,
+    }
     return {
         "name": "tiny-vllm",
         "seed": 11,
@@ -67,8 +74,11 @@ def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
         ],
         "rubric": {"weights": [0, 1]},
         "grader": "math",
-        "policy": {"min_trials_per_question": 1, "max_trials_per_question": MAX_TRIALS,
-                   "round_trials": 2 * QUESTIONS},
+        "policy": {
+            "min_trials_per_question": 1,
+            "max_trials_per_question": MAX_TRIALS,
+            "round_trials": 2 * QUESTIONS,
+        },
         "dataset": {"path": str(ARITH20), "limit": QUESTIONS},
         "sampling": {"max_tokens": MAX_TOKENS, "temperature": 1.0, "top_p": 1.0},
         "execution": {"workers": 1, "num_cpus": 2, "batch_size": 8},
@@ -77,8 +87,9 @@ def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def campaign_run(models: tuple[Path, Path], ray_local: None,
-                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def campaign_run(
+    models: tuple[Path, Path], ray_local: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
     from adaptive_eval.runner import run_campaign
 
     run_dir = tmp_path_factory.mktemp("run")
@@ -95,7 +106,8 @@ def stored_trials(run_dir: Path) -> list[Trial]:
 
 
 def test_end_to_end_campaign_records_real_completions(
-        campaign_run: tuple[Path, dict[str, Any]]) -> None:
+    campaign_run: tuple[Path, dict[str, Any]],
+) -> None:
     run_dir, summary = campaign_run
     assert (run_dir / "summary.json").exists()
     assert json.loads((run_dir / "summary.json").read_text())["name"] == "tiny-vllm"
@@ -150,8 +162,9 @@ def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
     ray.kill(actor)
 
 
-def test_a_recorded_trial_is_reproduced_alone(campaign_run: tuple[Path, dict[str, Any]],
-                                              engine_actor: Any) -> None:
+def test_a_recorded_trial_is_reproduced_alone(
+    campaign_run: tuple[Path, dict[str, Any]], engine_actor: Any
+) -> None:
     import ray
 
     run_dir, _ = campaign_run
@@ -162,7 +175,8 @@ def test_a_recorded_trial_is_reproduced_alone(campaign_run: tuple[Path, dict[str
     (again,) = result.trials
     assert (again.seed, again.text, again.tokens) == (target.seed, target.text, target.tokens)
     assert again.signals["cumulative_logprob"] == pytest.approx(
-        target.signals["cumulative_logprob"], abs=1e-3)  # type: ignore[index]
+        target.signals["cumulative_logprob"], abs=1e-3
+    )  # type: ignore[index]
 
 
 def test_close_frees_the_engine_and_the_next_batch_reloads(engine_actor: Any) -> None:
@@ -177,8 +191,9 @@ def test_close_frees_the_engine_and_the_next_batch_reloads(engine_actor: Any) ->
     assert ray.get(engine_actor.__ray_call__.remote(lambda w: w.load_s > 0), timeout=60)
 
 
-def test_engine_that_cannot_start_names_the_engine_args(models: tuple[Path, Path],
-                                                        ray_local: None) -> None:
+def test_engine_that_cannot_start_names_the_engine_args(
+    models: tuple[Path, Path], ray_local: None
+) -> None:
     import ray
 
     from adaptive_eval.backends.vllm import VllmWorker
@@ -191,27 +206,40 @@ def test_engine_that_cannot_start_names_the_engine_args(models: tuple[Path, Path
         ray.get(actor.run.remote(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))), timeout=300)
     message = str(info.value)
     assert "BackendError" in message and "ran out of memory" in message, message[-2000:]
-    for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                 "tensor_parallel_size", "models[0].options"):
+    for name in (
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "tensor_parallel_size",
+        "models[0].options",
+    ):
         assert name in message, message[-2000:]
 
 
-@pytest.mark.xfail(strict=False, reason="Dispatcher re-queues a dead actor's batch at once, to the "
-                   "same actor while Ray is still restarting it; with an engine that takes ~25 s "
-                   "to start, max_batch_retries are spent in milliseconds (see docs/generation.md)")
-def test_batch_of_a_crashed_engine_worker_is_rerun(models: tuple[Path, Path], ray_local: None,
-                                                   tmp_path: Path) -> None:
+@pytest.mark.xfail(
+    strict=False,
+    reason="Dispatcher re-queues a dead actor's batch at once, to the "
+    "same actor while Ray is still restarting it; with an engine that takes ~25 s "
+    "to start, max_batch_retries are spent in milliseconds (see docs/generation.md)",
+)
+def test_batch_of_a_crashed_engine_worker_is_rerun(
+    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+) -> None:
     """The worker's process dies (os._exit) on its first batch; Ray restarts the actor (a new
     engine), the batch is re-run, and every trial is recorded exactly once."""
     from adaptive_eval.runner import run_campaign
 
     data = campaign_data(models, test_crash_once=str(tmp_path / "crash.marker"))
     data["models"] = data["models"][:1]
-    data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2,
-                      "round_trials": 2 * QUESTIONS}
+    data["policy"] = {
+        "min_trials_per_question": 2,
+        "max_trials_per_question": 2,
+        "round_trials": 2 * QUESTIONS,
+    }
     summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
     trials = stored_trials(tmp_path / "run")
     assert (tmp_path / "crash.marker").exists()
     assert sorted((t.question, t.trial) for t in trials) == [
-        (q, i) for q in range(QUESTIONS) for i in range(2)]
+        (q, i) for q in range(QUESTIONS) for i in range(2)
+    ]
     assert summary["dispatch"]["worker_restarts"] >= 1

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
@@ -333,7 +334,12 @@ class GenerationWorker:
 
     Subclasses implement :meth:`generate`, returning one :class:`Generated` per request, in
     order, and set ``device_factor`` (device-seconds per second of generation: the GPUs a worker
-    holds, at least 1).
+    holds, at least 1). A subclass that learns of finished samples one by one overrides
+    :meth:`generate_and_grade` to hand each to :meth:`grade_async` at once, so grading overlaps
+    the rest of the generation.
+
+    Generation holds a lock and grading does not: when the actor runs two batches at once (a
+    threaded actor), one batch is graded while the next one generates.
     """
 
     device_factor: float = 1.0
@@ -344,6 +350,29 @@ class GenerationWorker:
         self.worker_id = worker_id
         self.grader: Grader = make_grader(setup.grader_name, setup.grader_params)
         self._grade_pool: ThreadPoolExecutor | None = None
+        self._generate_lock = threading.Lock()
+        self.warm_up_grader()
+
+    def warm_up_grader(self) -> None:
+        """Grade made-up samples now, ``grade_threads`` at once, so that the grader's checker
+        processes start while the worker loads rather than during its first batch (where the
+        device would wait on them)."""
+        if not self.setup.questions:
+            return
+        question = self.setup.questions[0]
+        sample = GeneratedSample(text=f"\\boxed{{{question.answer}}}", completion_tokens=1)
+        if self.setup.grade_threads <= 1:
+            self.grader(sample, question)
+            return
+        pool = self._pool()
+        list(pool.map(lambda _: self.grader(sample, question), range(self.setup.grade_threads)))
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._grade_pool is None:
+            self._grade_pool = ThreadPoolExecutor(
+                self.setup.grade_threads, thread_name_prefix="grade"
+            )
+        return self._grade_pool
 
     # -- to implement -----------------------------------------------------------------------
     def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
@@ -354,17 +383,14 @@ class GenerationWorker:
         started = time.perf_counter()
         maybe_crash(self.setup.crash_once)
         requests = expand_batch(batch, self.setup)
-        wall_start = time.time()
-        generate_started = time.perf_counter()
-        samples = self.generate(requests)
-        generate_s = time.perf_counter() - generate_started
-        wall_end = time.time()
+        samples, pending, window = self.generate_and_grade(requests)
         if len(samples) != len(requests):
             raise BackendError(
                 f"{self.worker_id}: backend returned {len(samples)} samples for "
                 f"{len(requests)} requests"
             )
-        graded = self.grade(requests, samples)
+        graded = [future.result() for future in pending]
+        wall_start, wall_end, generate_s = window
         gpu_s = generate_s * self.device_factor
         timing = {
             "batch_id": batch.batch_id,
@@ -378,19 +404,32 @@ class GenerationWorker:
         busy = time.perf_counter() - started
         return BatchResult(batch.batch_id, batch.round, self.worker_id, trials, busy, gpu_s)
 
+    def generate_and_grade(
+        self, requests: Sequence[TrialRequest]
+    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
+        """Generate (under the lock) and start grading; returns the samples, their grading
+        futures and the generation window (wall-clock start, end, seconds)."""
+        with self._generate_lock:
+            wall_start = time.time()
+            generate_started = time.perf_counter()
+            samples = self.generate(requests)
+            generate_s = time.perf_counter() - generate_started
+            wall_end = time.time()
+        pending = [self.grade_async(r, s) for r, s in zip(requests, samples, strict=False)]
+        return samples, pending, (wall_start, wall_end, generate_s)
+
+    def grade_async(self, request: TrialRequest, generated: Generated) -> Future[Graded]:
+        """Grade one sample on the grading threads (inline with ``grade_threads: 1``)."""
+        question = self.setup.questions[request.question]
+        if self.setup.grade_threads <= 1:
+            future: Future[Graded] = Future()
+            future.set_result(self.grader(generated.sample, question))
+            return future
+        return self._pool().submit(self.grader, generated.sample, question)
+
     def grade(self, requests: Sequence[TrialRequest], samples: Sequence[Generated]) -> list[Graded]:
-        questions = self.setup.questions
-
-        def one(index: int) -> Graded:
-            return self.grader(samples[index].sample, questions[requests[index].question])
-
-        if self.setup.grade_threads <= 1 or len(samples) <= 1:
-            return [one(i) for i in range(len(samples))]
-        if self._grade_pool is None:
-            self._grade_pool = ThreadPoolExecutor(
-                self.setup.grade_threads, thread_name_prefix="grade"
-            )
-        return list(self._grade_pool.map(one, range(len(samples))))
+        pending = [self.grade_async(r, s) for r, s in zip(requests, samples, strict=True)]
+        return [future.result() for future in pending]
 
     def close(self) -> None:
         if self._grade_pool is not None:

@@ -27,10 +27,10 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.generation import (
@@ -45,10 +45,11 @@ from adaptive_eval.backends.generation import (
 )
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
-from adaptive_eval.grading import GeneratedSample
+from adaptive_eval.grading import GeneratedSample, Graded
 from adaptive_eval.registry import backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
+_T = TypeVar("_T")
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 BACKEND_OPTIONS = {
@@ -351,9 +352,12 @@ class OpenAIWorker(GenerationWorker):
             f"(max_retries={settings.max_retries}); last: {last}"
         )
 
-    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+    def _gather(
+        self, work: Callable[[TrialRequest, threading.Event], _T], requests: Sequence[TrialRequest]
+    ) -> list[_T]:
+        """Run ``work`` for every request on the pool; the first failure fails them all."""
         abort = threading.Event()
-        futures = [self.pool.submit(self.request, request, abort) for request in requests]
+        futures = [self.pool.submit(work, request, abort) for request in requests]
         wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f for f in futures if f.done() and f.exception() is not None), None)
         if failed is not None:
@@ -366,6 +370,26 @@ class OpenAIWorker(GenerationWorker):
                 raise error
             raise BackendError(f"{type(error).__name__}: {error}") from error
         return [future.result() for future in futures]
+
+    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+        return self._gather(self.request, requests)
+
+    def generate_and_grade(
+        self, requests: Sequence[TrialRequest]
+    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
+        """Each response is graded as soon as it arrives, while other requests are in flight."""
+
+        def fetch(
+            request: TrialRequest, abort: threading.Event
+        ) -> tuple[Generated, Future[Graded]]:
+            generated = self.request(request, abort)
+            return generated, self.grade_async(request, generated)
+
+        wall_start = time.time()
+        started = time.perf_counter()
+        done = self._gather(fetch, requests)
+        window = (wall_start, time.time(), time.perf_counter() - started)
+        return [g for g, _ in done], [f for _, f in done], window
 
 
 def _make(setup: GenerationSetup, settings: OpenAISettings, offset: int) -> Callable[[], Worker]:

@@ -38,7 +38,9 @@ import glob
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -58,8 +60,9 @@ from adaptive_eval.backends.generation import (
 )
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
-from adaptive_eval.grading import GeneratedSample
+from adaptive_eval.grading import GeneratedSample, Graded
 from adaptive_eval.registry import backends
+from adaptive_eval.types import Batch, BatchResult
 
 INSTALL_HINT = (
     "pip install 'adaptive-eval[gpu]' (GPU machines) or "
@@ -120,6 +123,8 @@ BACKEND_OPTIONS = {
     "sampling_extra": "more SamplingParams fields (top_k, min_p, stop, ...), unchecked",
     "load_cost_s": "seconds to load this model into a worker slot (default: estimated from "
     "the weights' size); used to decide when time-sharing GPUs pays",
+    "stream_grading": "grade each request as it finishes, while the batch still generates "
+    "(default true; false: one llm.generate call, then grading)",
     "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
 }
 
@@ -158,6 +163,7 @@ class VllmSettings:
     chat_template: str | None = None  # template text overriding the tokenizer's
     env: dict[str, str] = field(default_factory=dict)
     sampling_extra: dict[str, Any] = field(default_factory=dict)
+    stream_grading: bool = True
 
 
 def _import_vllm() -> Any:
@@ -253,8 +259,6 @@ class VllmWorker(GenerationWorker):
         """Build the engine (once; again only after :meth:`close`)."""
         if self.llm is not None:
             return
-        import time
-
         for key, value in {
             **COMMON_ENV,
             **(CPU_ENV if self.settings.device == "cpu" else {}),
@@ -350,7 +354,7 @@ class VllmWorker(GenerationWorker):
             **self.settings.sampling_extra,
         )
 
-    def run(self, batch: Any) -> Any:
+    def run(self, batch: Batch) -> BatchResult:
         if self.broken is not None:
             # The engine died in an earlier batch; its CUDA context cannot be trusted. Exit so
             # that Ray restarts this actor with a fresh process (the batch is re-queued).
@@ -359,32 +363,106 @@ class VllmWorker(GenerationWorker):
             self.load()
         return super().run(batch)
 
-    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
-        import time
-
+    def _requests(self, requests: Sequence[TrialRequest]) -> tuple[list[Any], list[Any]]:
         prompts = []
         params = []
         for request in requests:
             ids = self.prompt_ids(request.question)
             prompts.append({"prompt_token_ids": ids})
             params.append(self.sampling_params(request, len(ids)))
+        return prompts, params
+
+    def _engine_failed(self, error: Exception) -> BackendError:
+        self.broken = f"{type(error).__name__}: {error}"
+        self.close()
+        return BackendError(
+            f"vLLM engine failed on {self.settings.path} (the worker restarts before its next "
+            f"batch): {type(error).__name__}: {error}"
+        )
+
+    def generate(self, requests: Sequence[TrialRequest]) -> list[Generated]:
+        """All requests in one ``llm.generate`` call (used when streaming is off)."""
+        prompts, params = self._requests(requests)
         started = time.perf_counter()
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        except Exception as error:
-            dead = type(error).__name__ == "EngineDeadError" or "EngineCore" in str(error)
-            if dead:
-                self.broken = f"{type(error).__name__}: {error}"
-                self.close()
+        except (ValueError, TypeError) as error:  # a request vLLM refuses: the engine is fine
             raise BackendError(
-                f"vLLM generate failed on {self.settings.path}"
-                f"{' (engine died; the worker restarts)' if dead else ''}: "
-                f"{type(error).__name__}: {error}"
+                f"vLLM refused a request: {type(error).__name__}: {error}"
             ) from error
+        except Exception as error:
+            raise self._engine_failed(error) from error
         latency = time.perf_counter() - started
         if len(outputs) != len(requests):
             raise BackendError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
         return [self._convert(output, params[i], latency) for i, output in enumerate(outputs)]
+
+    def generate_and_grade(
+        self, requests: Sequence[TrialRequest]
+    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
+        """Step the engine and grade each request the moment it finishes, so grading overlaps
+        the generation of the batch's longer completions."""
+        llm = self.llm
+        engine: Any = getattr(llm, "llm_engine", None)
+        if (
+            not self.settings.stream_grading
+            or not hasattr(llm, "enqueue")
+            or not hasattr(engine, "step")
+        ):
+            return super().generate_and_grade(requests)
+        prompts, params = self._requests(requests)
+        samples: list[Generated | None] = [None] * len(requests)
+        pending: list[Future[Graded] | None] = [None] * len(requests)
+        with self._generate_lock:
+            wall_start = time.time()
+            started = time.perf_counter()
+            try:
+                ids = llm.enqueue(prompts, params, use_tqdm=False)
+            except Exception as error:
+                self._drain(engine)
+                raise BackendError(
+                    f"vLLM refused a request: {type(error).__name__}: {error}"
+                ) from error
+            index: dict[str, int] = {}
+            for i, rid in enumerate(ids):
+                index[str(rid)] = i
+                index.setdefault(str(rid).rsplit("-", 1)[0], i)  # outputs carry the external id
+            try:
+                while engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if not output.finished:
+                            continue
+                        k = index.get(str(output.request_id))
+                        if k is None or samples[k] is not None:
+                            raise BackendError(
+                                f"cannot match vLLM output {output.request_id!r} to a request; "
+                                f"set {self.settings.entry_field}.options.stream_grading: false"
+                            )
+                        generated = self._convert(output, params[k], time.perf_counter() - started)
+                        samples[k] = generated
+                        pending[k] = self.grade_async(requests[k], generated)
+            except BackendError:
+                self.broken = "unmatched output"
+                raise
+            except Exception as error:
+                raise self._engine_failed(error) from error
+            generate_s = time.perf_counter() - started
+            wall_end = time.time()
+        missing = sum(sample is None for sample in samples)
+        if missing:
+            raise BackendError(f"vLLM finished without {missing} of {len(requests)} requests")
+        done = [sample for sample in samples if sample is not None]
+        futures = [future for future in pending if future is not None]
+        return done, futures, (wall_start, wall_end, generate_s)
+
+    @staticmethod
+    def _drain(engine: Any) -> None:
+        """Run whatever a failed enqueue left in the engine to completion, discarding it."""
+        try:
+            while engine.has_unfinished_requests():
+                engine.step()
+        except Exception:
+            pass
 
     def _convert(self, output: Any, params: Any, latency: float) -> Generated:
         completion = output.outputs[0]
@@ -550,6 +628,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if device == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_gb or 1))))
     sampling_extra = options.mapping("sampling_extra")
+    stream_grading = bool(options.boolean("stream_grading", True))
     load_cost = options.number("load_cost_s", None, minimum=0)
     name = entry.name or path.name
     prepared = prepare_generation(entry, context, options, name)
@@ -572,6 +651,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         chat_template=template_text,
         env=env,
         sampling_extra=sampling_extra,
+        stream_grading=stream_grading,
     )
     if config.execution.ray_address is None:
         import importlib.util
@@ -599,4 +679,6 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         + (f" x{num_gpus} GPU" if num_gpus else "")
         + f": {len(setup.questions)} questions, grader {setup.grader_name}",
         load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
+        swappable=True,
+        devices_per_worker=float(num_gpus),
     )

