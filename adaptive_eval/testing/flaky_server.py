@@ -163,10 +163,11 @@ def _response(body: dict[str, Any], chat: bool, text: str, model: str) -> dict[s
             "total_tokens": prompt_tokens + len(words),
         },
     }
-    if body.get("prompt_logprobs") is not None:
-        out["prompt_logprobs"] = [None] + [
-            {"7": {"logprob": -1.0, "rank": 1, "decoded_token": "x"}}
-        ] * (prompt_tokens - 1)
+    if body.get("prompt_logprobs") is not None:  # where vLLM puts them
+        entries = [None] + [{"7": {"logprob": -1.0, "rank": 1, "decoded_token": "x"}}] * (
+            prompt_tokens - 1
+        )
+        (out if chat else choice)["prompt_logprobs"] = entries
     return out
 
 

@@ -1,0 +1,356 @@
+"""Generation throughput: plain ``vllm.LLM.generate`` against the same requests run as a campaign.
+
+    python benchmarks/gpu_throughput.py --out DIR            # GPU: random ~1.3B Qwen2-shaped model
+    python benchmarks/gpu_throughput.py --out DIR --tiny     # CPU: tiny model (tests the script)
+
+Steps, each timed:
+
+1. Build a random-weight model locally (no hub): the Qwen2-1.5B body (28 layers, hidden 1536,
+   GQA 12/2) with the tiny builder's 512-token tokenizer, so ~1.3B parameters (the real model's
+   151,936-entry embedding is left out); ``--tiny`` builds the 2-layer test model instead. Built
+   in a subprocess so this process never holds a CUDA context.
+2. Plain engine (subprocess): the ``vllm`` backend's own worker code builds ``vllm.LLM`` with the
+   campaign's engine args, renders the same chat prompts and the same per-trial
+   ``SamplingParams`` (seeded, ``ignore_eos``, ``max_tokens`` output tokens each), and times one
+   ``llm.generate`` call over all requests: output tokens per second.
+3. Campaign: the same questions x trials through ``run_campaign`` (controller, store, one Ray
+   actor holding the engine, grading in the worker, uniform allocation, no early stopping), so
+   exactly the same requests. Throughput is output tokens over the span from the first batch's
+   ``generate`` start to the last one's end (engine start-up excluded, as in step 2), and the GPU
+   idle fraction is the share of that span in which no ``generate`` call ran (between batches:
+   grading, result transfer, the next batch's hand-off), from the batch timestamps every trial
+   records in its signals.
+
+Prints a table and writes ``DIR/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+CPU_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TORCH_COMPILE_DISABLE": "1",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--tiny", action="store_true", help="tiny model on CPU (script check)")
+    parser.add_argument("--model-dir", type=Path, help="use this model folder, build none")
+    parser.add_argument("--questions", type=int, help="questions (default 128; tiny 8)")
+    parser.add_argument("--trials", type=int, help="trials per question (default 4; tiny 2)")
+    parser.add_argument("--max-tokens", type=int, help="output tokens each (default 1536; tiny 32)")
+    parser.add_argument("--batch-size", type=int, help="trials per batch (default 256; tiny 8)")
+    parser.add_argument("--grader", default="math", help="grader of the campaign (math, exact)")
+    parser.add_argument(
+        "--no-logprobs",
+        action="store_true",
+        help="ask for no completion/prompt log-probs (both phases)",
+    )
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    parser.add_argument("--phase", choices=["plain"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    defaults = (8, 2, 32, 8) if args.tiny else (128, 4, 1536, 256)
+    for name, value in zip(
+        ("questions", "trials", "max_tokens", "batch_size"), defaults, strict=True
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def write_questions(path: Path, count: int) -> None:
+    rows = [
+        {
+            "id": f"q{i:04d}",
+            "problem": f"Compute ${17 + i} + {3 * i + 5}$.",
+            "answer": str(17 + i + 3 * i + 5),
+        }
+        for i in range(count)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def campaign_config(args: argparse.Namespace, model: Path) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "device": "cpu" if args.tiny else "cuda",
+        "max_model_len": args.max_tokens + 256,
+        "max_num_seqs": 256,
+    }
+    if args.tiny:
+        options.update(dtype="float32", max_num_seqs=16)
+    else:
+        options.update(dtype="bfloat16", gpu_memory_utilization=args.gpu_memory_utilization)
+    total = args.questions * args.trials
+    logprobs = not args.no_logprobs
+    return {
+        "name": "gpu-throughput",
+        "seed": 0,
+        "models": [
+            {
+                "backend": "vllm",
+                "path": str(model),
+                "name": "bench",
+                "workers": 1,
+                "options": options,
+            }
+        ],
+        "rubric": {"weights": [0, 1]},
+        "grader": args.grader,
+        "policy": {
+            "allocation": "uniform",
+            "stopping": [],
+            "min_trials_per_question": args.trials,
+            "max_trials_per_question": args.trials,
+            "round_trials": total,
+        },
+        "baseline": {"fixed_n": args.trials},
+        "dataset": {"path": str(args.out / "questions.jsonl")},
+        "sampling": {
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "max_tokens": args.max_tokens,
+            "ignore_eos": True,
+            "logprobs": logprobs,
+            "prompt_logprobs": logprobs,
+        },
+        "execution": {
+            "workers": 1,
+            "batch_size": args.batch_size,
+            "in_flight_per_worker": 2,
+            **({"num_cpus": 2} if args.tiny else {}),
+        },
+        "output": {"progress": False, "fsync": "normal", "keep_completions": True},
+    }
+
+
+def build_model(args: argparse.Namespace) -> tuple[Path, float]:
+    if args.model_dir is not None:
+        return args.model_dir, 0.0
+    target = args.out / ("model-tiny" if args.tiny else "model-qwen2-1.5b")
+    started = time.perf_counter()
+    if not (target / "config.json").exists():
+        preset = "tiny" if args.tiny else "qwen2-1.5b"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "adaptive_eval.testing.tiny_model",
+                str(target),
+                "--preset",
+                preset,
+                "--seed",
+                "0",
+            ],
+            check=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            cwd=REPO,
+        )
+    return target, time.perf_counter() - started
+
+
+def plan_parts(config_path: Path) -> tuple[Any, Any]:
+    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.config import load_config
+
+    plan = build_campaign(load_config(config_path)).plans[0]
+    partial_make = plan.make_worker(0)
+    return partial_make.args[0], partial_make.args[1]  # type: ignore[attr-defined]
+
+
+def plain_phase(args: argparse.Namespace) -> None:
+    """Run in a subprocess: one engine, one generate call over every request."""
+    from adaptive_eval.backends.generation import TrialRequest
+    from adaptive_eval.backends.vllm import VllmWorker
+    from adaptive_eval.types import trial_seed
+
+    setup, settings = plan_parts(args.out / "config.yaml")
+    started = time.perf_counter()
+    worker = VllmWorker(setup, settings, 0, "plain")
+    load_s = time.perf_counter() - started
+    requests = [
+        TrialRequest(q, t, trial_seed(setup.campaign_seed, setup.model_name, qid, t))
+        for q, qid in enumerate(setup.question_ids)
+        for t in range(args.trials)
+    ]
+    prompts = [{"prompt_token_ids": worker.prompt_ids(r.question)} for r in requests]
+    params = [
+        worker.sampling_params(r, len(p["prompt_token_ids"]))
+        for r, p in zip(requests, prompts, strict=True)
+    ]
+    worker.llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
+    started = time.perf_counter()
+    outputs = worker.llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - started
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    result = {
+        "requests": len(requests),
+        "output_tokens": tokens,
+        "generate_s": wall,
+        "tokens_per_s": tokens / wall,
+        "engine_load_s": load_s,
+    }
+    (args.out / "plain.json").write_text(json.dumps(result, indent=2))
+    texts = {
+        f"{r.question}/{r.trial}": o.outputs[0].text for r, o in zip(requests, outputs, strict=True)
+    }
+    (args.out / "plain_texts.json").write_text(json.dumps(texts))
+    worker.close()
+
+
+def idle_fraction(batches: dict[int, tuple[float, float]]) -> tuple[float, float, float]:
+    """(span, busy, idle fraction) of generate intervals [start, end] (merged if they overlap)."""
+    intervals = sorted(batches.values())
+    if not intervals:
+        return 0.0, 0.0, 0.0
+    span = max(end for _, end in intervals) - intervals[0][0]
+    busy = 0.0
+    current_start, current_end = intervals[0]
+    for start, end in intervals[1:]:
+        if start > current_end:
+            busy += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    busy += current_end - current_start
+    return span, busy, (1 - busy / span) if span > 0 else 0.0
+
+
+def campaign_phase(args: argparse.Namespace) -> dict[str, Any]:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.store import TrialStore
+
+    run_dir = args.out / "run"
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    started = time.perf_counter()
+    summary = run_campaign(load_config(args.out / "config.yaml"), run_dir, quiet=True)
+    wall = time.perf_counter() - started
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        trials = list(store.trials())
+    finally:
+        store.close()
+    batches: dict[int, tuple[float, float]] = {}
+    tokens = 0
+    for trial in trials:
+        tokens += trial.tokens or 0
+        signals = trial.signals or {}
+        batches[int(signals["batch_id"])] = (
+            float(signals["generate_start"]),
+            float(signals["generate_end"]),
+        )
+    span, busy, idle = idle_fraction(batches)
+    plain_texts = json.loads((args.out / "plain_texts.json").read_text())
+    same = sum(plain_texts.get(f"{t.question}/{t.trial}") == t.text for t in trials)
+    return {
+        "requests": len(trials),
+        "output_tokens": tokens,
+        "batches": len(batches),
+        "generation_span_s": span,
+        "generate_busy_s": busy,
+        "gpu_idle_fraction": idle,
+        "tokens_per_s": tokens / span if span > 0 else 0.0,
+        "end_to_end_s": wall,
+        "end_to_end_tokens_per_s": tokens / wall,
+        "stop_reason": summary["stop_reason"],
+        "worker_utilisation": summary["dispatch"]["worker_utilisation"],
+        "same_text_as_plain": same,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = args.out.resolve()
+    if args.tiny:
+        for key, value in CPU_ENV.items():
+            os.environ.setdefault(key, value)
+    if args.phase == "plain":
+        plain_phase(args)
+        return
+    import yaml
+
+    model, build_s = build_model(args)
+    write_questions(args.out / "questions.jsonl", args.questions)
+    (args.out / "config.yaml").write_text(
+        yaml.safe_dump(campaign_config(args, model), sort_keys=False)
+    )
+    print(
+        f"model {model} (built in {build_s:.1f} s); {args.questions} questions x "
+        f"{args.trials} trials x {args.max_tokens} output tokens",
+        flush=True,
+    )
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--phase",
+        "plain",
+        "--out",
+        str(args.out),
+        "--questions",
+        str(args.questions),
+        "--trials",
+        str(args.trials),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
+    if args.tiny:
+        command.append("--tiny")
+    subprocess.run(command, check=True, cwd=REPO)
+    plain = json.loads((args.out / "plain.json").read_text())
+    print(
+        f"plain vllm.LLM.generate: {plain['output_tokens']} tokens in "
+        f"{plain['generate_s']:.2f} s = {plain['tokens_per_s']:,.0f} tokens/s",
+        flush=True,
+    )
+    campaign = campaign_phase(args)
+    ratio = campaign["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+    results = {
+        "model": str(model),
+        "tiny": args.tiny,
+        "questions": args.questions,
+        "trials": args.trials,
+        "max_tokens": args.max_tokens,
+        "batch_size": args.batch_size,
+        "grader": args.grader,
+        "logprobs": not args.no_logprobs,
+        "plain": plain,
+        "campaign": campaign,
+        "campaign_over_plain": ratio,
+    }
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    print(
+        f"campaign (Ray actor + controller): {campaign['output_tokens']} tokens in "
+        f"{campaign['generation_span_s']:.2f} s of generation span = "
+        f"{campaign['tokens_per_s']:,.0f} tokens/s over {campaign['batches']} batches "
+        f"(end to end with engine start: {campaign['end_to_end_s']:.1f} s)"
+    )
+    print(f"campaign / plain throughput: {ratio:.3f}")
+    print(f"GPU idle fraction between batches: {campaign['gpu_idle_fraction']:.3f}")
+    print(
+        f"completions identical to the plain run (same seeds, other batching): "
+        f"{campaign['same_text_as_plain']}/{campaign['requests']}"
+    )
+    print(f"results: {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
