@@ -219,10 +219,12 @@ class CampaignConfig(_Strict):
     def identity(self) -> dict[str, Any]:
         """The parts that decide which trials are drawn and how they are judged.
 
-        Execution and output settings are left out: changing workers or batch size does not
-        change results, so a resume may change them.
+        Execution and output settings are left out (changing workers or batch size does not
+        change results, so a resume may change them), except the pipelining lag.
         """
         data = self.model_dump(mode="json", exclude={"execution", "output", "source"})
+        # The pipelining lag decides which posterior each round is planned from.
+        data["rounds_in_flight"] = self.execution.rounds_in_flight
         # File contents are hashed separately; where a file lives does not matter.
         for entry in data["models"]:
             for key in ("workers", "latency", "path"):

@@ -9,7 +9,7 @@ replays the stored rounds through the same code and reaches the same state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from adaptive_eval.types import (
     PairDecision,
     Stop,
     StopReason,
+    Trial,
     Verdict,
     WorkItem,
 )
@@ -88,11 +89,12 @@ class Controller:
     # -- phases ---------------------------------------------------------------------------------
     def record(self, results: list[BatchResult]) -> None:
         """Make each result durable first; only then does it count towards its round."""
-        for result in results:
-            if result.round not in self.rounds:
-                self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
-                continue
-            added = self.store.record(result, self.config.output.keep_completions)
+        late = [r for r in results if r.round not in self.rounds]
+        for result in late:
+            self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
+        results = [r for r in results if r.round in self.rounds]
+        counts = self.store.record_many(results, self.config.output.keep_completions)
+        for result, added in zip(results, counts, strict=True):
             if added != len(result.trials):
                 self.log.warning(
                     "duplicate_trials_ignored",
@@ -101,6 +103,10 @@ class Controller:
                 )
             entry = self.rounds[result.round]
             entry.missing -= added
+            if added == len(result.trials):
+                fresh: Sequence[Trial] = result.trials
+            else:
+                fresh = self._unseen(result) if added else []
             entry.trials.extend(
                 (
                     t.model,
@@ -109,10 +115,20 @@ class Controller:
                     -1 if t.tokens is None else t.tokens,
                     t.gpu_s or 0.0,
                 )
-                for t in result.trials
+                for t in fresh
             )
         if results and self.on_progress:
             self.on_progress(self)
+
+    def _unseen(self, result: BatchResult) -> list[Trial]:
+        """Trials this batch itself inserted (the first writer of a trial keeps its row)."""
+        mine = set(
+            self.store.conn.execute(
+                "SELECT model, question, trial FROM trials WHERE batch_id = ? AND round = ?",
+                (result.batch_id, result.round),
+            ).fetchall()
+        )
+        return [t for t in result.trials if (t.model, t.question, t.trial) in mine]
 
     def next_round_complete(self) -> bool:
         entry = self.rounds.get(self.state.applied_rounds)

@@ -23,6 +23,8 @@ from adaptive_eval.backends.base import BackendPlan, Worker
 from adaptive_eval.errors import BackendError
 from adaptive_eval.types import Batch, BatchResult
 
+RESTART_PROBE_INTERVAL_S = 0.5
+
 
 class WorkerActor:
     """Ray actor body: builds its backend worker once and runs batches on it."""
@@ -85,6 +87,9 @@ class SlotActor:
             assert self.worker is not None
             result = self.worker.run(batch)
         except Exception as error:
+            close = getattr(self.worker, "close", None)
+            if callable(close):
+                close()  # free the engine's memory before the next load
             self.worker, self.loaded = None, None
             return BatchResult.failed(
                 batch,
@@ -113,6 +118,10 @@ class _Slot:
     outstanding: int = 0
     busy_s: float = 0.0
     target: int | None = None  # the plan a shared slot holds (or will, once queued calls run)
+    recovering: bool = False  # Ray is restarting the actor; no work until ready() answers
+    probe: Any = None  # the ready() call in flight while recovering
+    probe_at: float = 0.0  # when to send the next ready() while recovering
+    dead: bool = False  # Ray gave up restarting it
 
 
 @dataclass
@@ -173,6 +182,7 @@ class Dispatcher:
         self._queues: list[deque[Batch]] = [deque() for _ in plans]
         self._inflight: dict[Any, tuple[Batch, _Slot]] = {}
         self._attempts: dict[int, int] = {}
+        self._probes: dict[Any, _Slot] = {}
         self._slots: list[_Slot] = []
         remote = ray.remote(WorkerActor)
         # The worker factories are pinned here for the dispatcher's lifetime, so that Ray can
@@ -225,24 +235,33 @@ class Dispatcher:
 
     def poll(self, timeout: float) -> list[BatchResult]:
         """Results that finished within ``timeout`` seconds (at least one unless timed out)."""
-        if not self._inflight:
+        timeout = self._send_probes(timeout)
+        waitables = [*self._inflight, *self._probes]
+        if not waitables:
+            time.sleep(timeout)
             return []
-        ready, _ = self._ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
+        ready, _ = self._ray.wait(waitables, num_returns=1, timeout=timeout)
         if ready:
-            more, _ = self._ray.wait(
-                list(self._inflight), num_returns=len(self._inflight), timeout=0
-            )
+            more, _ = self._ray.wait(waitables, num_returns=len(waitables), timeout=0)
             ready = list(dict.fromkeys([*ready, *more]))
         results = []
         now = time.perf_counter()
         for ref in ready:
+            if ref in self._probes:
+                self._probe_done(ref)
+                continue
             batch, slot = self._inflight.pop(ref)
             slot.outstanding -= 1
             try:
                 result: BatchResult = self._ray.get(ref)
             except self._ray.exceptions.RayActorError as error:
-                self.stats.restarts += 1
-                result = BatchResult.failed(batch, slot.worker_id, f"worker died: {error}")
+                if self._worker_died(slot):
+                    self._retry(
+                        batch, BatchResult.failed(batch, slot.worker_id, f"worker died: {error}")
+                    )
+                else:  # queued behind the batch that killed it: not this batch's fault
+                    self._queues[self._plan_of_model[batch.model]].appendleft(batch)
+                continue
             self.stats.last_result = now
             slot.busy_s += result.busy_s
             self.stats.busy_s[slot.worker_id] = slot.busy_s
@@ -256,6 +275,47 @@ class Dispatcher:
                 self._retry(batch, result)
         self._fill()
         return results
+
+    def _worker_died(self, slot: _Slot) -> bool:
+        """Start watching a restart; True for the first failure seen of this death."""
+        if slot.recovering or slot.dead:
+            return False
+        self.stats.restarts += 1
+        slot.target = None  # a restarted shared slot holds no model
+        slot.recovering, slot.probe_at = True, 0.0
+        return True
+
+    def _send_probes(self, timeout: float) -> float:
+        """Ask recovering actors whether they are back; returns how long poll may wait."""
+        now = time.perf_counter()
+        for slot in self._slots:
+            if not slot.recovering or slot.probe is not None:
+                continue
+            if now >= slot.probe_at:
+                slot.probe = slot.actor.ready.remote()
+                self._probes[slot.probe] = slot
+            else:
+                timeout = min(timeout, slot.probe_at - now)
+        return max(timeout, 0.0)
+
+    def _probe_done(self, ref: Any) -> None:
+        slot = self._probes.pop(ref)
+        slot.probe = None
+        try:
+            self._ray.get(ref)
+        except self._ray.exceptions.ActorUnavailableError:
+            slot.probe_at = time.perf_counter() + RESTART_PROBE_INTERVAL_S  # still restarting
+            return
+        except self._ray.exceptions.RayActorError as error:
+            slot.dead, slot.recovering = True, False
+            alive = [s for s in self._slots if not s.dead and s.plan_index == slot.plan_index]
+            if not alive:
+                raise BackendError(
+                    f"every worker of {slot.worker_id.rsplit('-', 1)[0]} is dead and Ray "
+                    f"stopped restarting them: {error}"
+                ) from None
+            return
+        slot.recovering = False
 
     def _retry(self, batch: Batch, result: BatchResult) -> None:
         self.stats.failures += 1
@@ -275,7 +335,7 @@ class Dispatcher:
         while progress:
             progress = False
             for slot in sorted(self._slots, key=lambda s: s.outstanding):
-                if slot.outstanding >= self.in_flight_per_worker:
+                if slot.outstanding >= self.in_flight_per_worker or slot.dead or slot.recovering:
                     continue
                 picked = self._next_batch(slot)
                 if picked is None:

@@ -112,54 +112,65 @@ class TrialStore:
 
     # -- trials -------------------------------------------------------------------------------
     def record(self, result: BatchResult, keep_text: bool) -> int:
-        """Record a batch in one transaction; returns how many trials were new."""
+        """Record one batch atomically; returns how many trials were new."""
+        return self.record_many([result], keep_text)[0]
+
+    def record_many(self, results: list[BatchResult], keep_text: bool) -> list[int]:
+        """Record batches in one transaction (one fsync: group commit).
+
+        Returns, per batch, how many of its trials were new; a trial already recorded is
+        ignored, never counted twice.
+        """
         now = time.time()
-        rows = [
-            (
-                t.model,
-                t.question,
-                t.trial,
-                result.round,
-                result.batch_id,
-                t.seed,
-                t.category,
-                t.tokens,
-                t.prompt_tokens,
-                t.latency_s,
-                t.gpu_s,
-                result.worker,
-                t.answer,
-                t.reason,
-                now,
-            )
-            for t in result.trials
-        ]
+        added: list[int] = []
         with self._transaction():
-            before = self.conn.total_changes
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO trials(model, question, trial, round, batch_id, seed, "
-                "category, tokens, prompt_tokens, latency_s, gpu_s, worker, answer, reason, "
-                "recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
-            added = self.conn.total_changes - before
-            extra = [
-                (
-                    t.model,
-                    t.question,
-                    t.trial,
-                    zlib.compress(t.text.encode()) if keep_text and t.text is not None else None,
-                    json.dumps(t.signals) if t.signals is not None else None,
-                )
-                for t in result.trials
-                if t.text is not None or t.signals is not None
-            ]
-            if extra:
+            for result in results:
+                before = self.conn.total_changes
                 self.conn.executemany(
-                    "INSERT OR IGNORE INTO completions(model, question, trial, text, signals) "
-                    "VALUES (?,?,?,?,?)",
-                    extra,
+                    "INSERT OR IGNORE INTO trials(model, question, trial, round, batch_id, seed, "
+                    "category, tokens, prompt_tokens, latency_s, gpu_s, worker, answer, reason, "
+                    "recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            t.model,
+                            t.question,
+                            t.trial,
+                            result.round,
+                            result.batch_id,
+                            t.seed,
+                            t.category,
+                            t.tokens,
+                            t.prompt_tokens,
+                            t.latency_s,
+                            t.gpu_s,
+                            result.worker,
+                            t.answer,
+                            t.reason,
+                            now,
+                        )
+                        for t in result.trials
+                    ],
                 )
+                added.append(self.conn.total_changes - before)
+                extra = [
+                    (
+                        t.model,
+                        t.question,
+                        t.trial,
+                        zlib.compress(t.text.encode())
+                        if keep_text and t.text is not None
+                        else None,
+                        json.dumps(t.signals) if t.signals is not None else None,
+                    )
+                    for t in result.trials
+                    if t.text is not None or t.signals is not None
+                ]
+                if extra:
+                    self.conn.executemany(
+                        "INSERT OR IGNORE INTO completions(model, question, trial, text, signals) "
+                        "VALUES (?,?,?,?,?)",
+                        extra,
+                    )
         return added
 
     def trial_arrays(self) -> TrialArrays:

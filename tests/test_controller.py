@@ -176,3 +176,26 @@ def test_duplicate_batch_is_not_counted_twice(tmp_path: Path, config_path: Path)
     assert store.record(result, keep_text=False) == 0
     assert store.count_trials() == 4
     store.close()
+
+
+def test_a_batch_delivered_twice_counts_once(tmp_path: Path, config_path: Path) -> None:
+    from helpers import NullLog
+
+    from adaptive_eval.controller import Controller
+    from adaptive_eval.dispatch import InlineDispatcher
+
+    campaign = build_campaign(load(config_path))
+    store, _, _ = open_run_dir(campaign, tmp_path / "run")
+    dispatcher = InlineDispatcher(campaign.plans, campaign.offsets)
+    controller = Controller(campaign, store, dispatcher, NullLog())
+    controller.resume()
+    batch = dispatcher.submitted[0]
+    result = campaign.plans[0].make_worker(0)().run(batch)
+    planned = controller.rounds[batch.round].missing
+    controller.record([result, result])
+    controller.record([result])
+    entry = controller.rounds[batch.round]
+    assert len(entry.trials) == len(result.trials) == batch.size
+    assert entry.missing == planned - batch.size
+    assert store.count_trials() == batch.size
+    store.close()
