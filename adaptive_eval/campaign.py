@@ -41,7 +41,8 @@ class Campaign:
     stopping: StoppingRule
     allocator: Allocator
     fixed_n: int
-    fingerprint: str  # hash of the config identity and input files
+    fingerprint: str  # hash of ``identity``
+    identity: dict[str, Any]  # what decides the trials: config (less execution), files, prior
 
     @property
     def num_models(self) -> int:
@@ -192,7 +193,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         *_spec(config.policy.allocation), source=source, field="policy.allocation"
     )
     identity = {
-        "config": config.identity(),
+        "config": config.identity([plan.execution_options for plan in plans]),
         "files": [plan.files for plan in plans],
         "prior": prior_hash,
     }
@@ -212,6 +213,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         allocator,
         fixed_n,
         fingerprint,
+        identity,
     )
 
 

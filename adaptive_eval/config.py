@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -216,19 +217,23 @@ class CampaignConfig(_Strict):
         base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
         return (base / candidate).resolve()
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, execution_options: Sequence[Collection[str]] = ()) -> dict[str, Any]:
         """The parts that decide which trials are drawn and how they are judged.
 
         Execution and output settings are left out (changing workers or batch size does not
-        change results, so a resume may change them), except the pipelining lag.
+        change results, so a resume may change them), except the pipelining lag; so are the
+        entry options each backend names in ``execution_options`` (one set per entry).
         """
         data = self.model_dump(mode="json", exclude={"execution", "output", "source"})
         # The pipelining lag decides which posterior each round is planned from.
         data["rounds_in_flight"] = self.execution.rounds_in_flight
         # File contents are hashed separately; where a file lives does not matter.
-        for entry in data["models"]:
+        for index, entry in enumerate(data["models"]):
             for key in ("workers", "latency", "path"):
                 entry.pop(key, None)
+            if index < len(execution_options):
+                for key in execution_options[index]:
+                    entry["options"].pop(key, None)
         if data.get("dataset"):
             data["dataset"].pop("path")
         if data["policy"].get("prior"):

@@ -43,7 +43,7 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         raise InputError("exists and is not a directory", source=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     store = TrialStore(run_dir, fsync=config.output.fsync)
-    identity = {"config": config.identity(), "files": [p.files for p in campaign.plans]}
+    identity = campaign.identity
     stored = store.get_meta("fingerprint")
     if stored is None:
         campaign_id = f"{config.name}-{uuid.uuid4().hex[:8]}"

@@ -199,3 +199,13 @@ def test_a_batch_delivered_twice_counts_once(tmp_path: Path, config_path: Path) 
     assert entry.missing == planned - batch.size
     assert store.count_trials() == batch.size
     store.close()
+
+
+def test_execution_only_entry_options_may_change_on_resume(
+    tmp_path: Path, config_path: Path
+) -> None:
+    run_inline(load(config_path), tmp_path / "run")
+    data = base_config("s.npz")
+    data["models"][0]["options"] = {"load_s": 0.01, "swappable": True}
+    changed = build_campaign(load(write_config(tmp_path / "changed.yaml", data)))
+    open_run_dir(changed, tmp_path / "run")[0].close()  # accepted: results cannot differ

@@ -248,7 +248,7 @@ class EchoWorker(GenerationWorker):
                         prompt_tokens=11,
                         finish_reason="stop",
                         cumulative_logprob=-2.0 * math.log(2) * (5 + request.trial),
-                        prompt_logprob_sum=-11 * math.log(2),
+                        prompt_logprob_sum=-10 * math.log(2),  # 10 scored tokens
                         latency_s=0.01,
                     ),
                     {"extra": 1},

@@ -44,7 +44,7 @@ def sample(
         prompt_tokens=prompt_tokens,
         finish_reason=finish,
         cumulative_logprob=None if bpt is None else -bpt * tokens * LN2,
-        prompt_logprob_sum=None if prompt_bpt is None else -prompt_bpt * prompt_tokens * LN2,
+        prompt_logprob_sum=None if prompt_bpt is None else -prompt_bpt * (prompt_tokens - 1) * LN2,
         latency_s=0.1,
     )
 

@@ -67,6 +67,8 @@ class BackendPlan:
     # Whether shared worker slots may load and unload this backend's models (time-sharing).
     swappable: bool = False
     devices_per_worker: float = 0.0  # GPUs a worker holds; load time is charged at this rate
+    # Entry options that change how trials run, not what they are: a resume may change them.
+    execution_options: frozenset[str] = frozenset()
 
 
 def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:

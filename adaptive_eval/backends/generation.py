@@ -49,7 +49,7 @@ COMMON_OPTIONS = {
 
 #: Options of the generating backends that change how trials are run, not which samples are
 #: drawn or how they are graded: safe to change between a run and its resume. (For the config's
-#: run identity, which today keeps every option.)
+#: run identity: ``BackendPlan.execution_options``.)
 EXECUTION_OPTIONS = frozenset(
     {
         "num_cpus",
@@ -337,7 +337,7 @@ def trial_signals(generated: Generated, graded: Graded) -> dict[str, Any]:
         graded.signals.to_dict()
         if graded.signals is not None
         else {
-            "prompt_bpt": bits_per_token(sample.prompt_logprob_sum, sample.prompt_tokens),
+            "prompt_bpt": sample.prompt_bpt,
             "completion_bpt": bits_per_token(sample.cumulative_logprob, sample.completion_tokens),
         }
     )

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
+    EXECUTION_OPTIONS,
     Generated,
     GenerationSetup,
     GenerationWorker,
@@ -457,4 +458,5 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
         describe=f"openai {model} at {base_url} ({settings.endpoint}): "
         f"{len(setup.questions)} questions, grader {setup.grader_name}",
+        execution_options=EXECUTION_OPTIONS,
     )

@@ -217,6 +217,7 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         files={"scenario": file_sha256(path)},
         weights=weights,
         swappable=options.swappable,
+        execution_options=frozenset(SimulatedOptions.model_fields),
         devices_per_worker=options.devices,
         describe=f"simulated {path.name}: {len(kept_names)} models x {num_questions} questions,"
         f" {num_categories} categories",

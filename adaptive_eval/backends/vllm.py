@@ -49,6 +49,7 @@ from typing import Any
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
+    EXECUTION_OPTIONS,
     Generated,
     GenerationSetup,
     GenerationWorker,
@@ -673,5 +674,6 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         + f": {len(setup.questions)} questions, grader {setup.grader_name}",
         load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
         swappable=True,
+        execution_options=EXECUTION_OPTIONS,
         devices_per_worker=float(num_gpus),
     )

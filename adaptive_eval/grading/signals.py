@@ -32,6 +32,16 @@ class GeneratedSample:
     prompt_logprob_sum: float | None = None
     latency_s: float | None = None
 
+    @property
+    def prompt_bpt(self) -> float | None:
+        """Prompt bits per token over the scored prompt tokens: the first token of a prompt
+        has no log-probability (nothing precedes it), so the sum covers ``prompt_tokens - 1``.
+
+        >>> GeneratedSample("", 1, prompt_tokens=3, prompt_logprob_sum=-2 * math.log(2)).prompt_bpt
+        1.0
+        """
+        return bits_per_token(self.prompt_logprob_sum, self.prompt_tokens - 1)
+
 
 @dataclass(frozen=True, slots=True)
 class Signals:
@@ -100,7 +110,7 @@ def base_signals(
         is_correct=is_correct,
         token_ratio=max(0, sample.completion_tokens) / max_tokens_ref,
         repeated_pattern=is_degenerate(sample.finish_reason),
-        prompt_bpt=bits_per_token(sample.prompt_logprob_sum, sample.prompt_tokens),
+        prompt_bpt=sample.prompt_bpt,
         completion_bpt=bits_per_token(sample.cumulative_logprob, sample.completion_tokens),
         verifier=verifier,
     )
