@@ -196,8 +196,11 @@ class Dispatcher:
                 continue
             for replica in range(plan.workers):
                 worker_id = f"{plan.backend}-{plan_index}-{replica}"
+                options = dict(plan.actor_options)
+                if plan.actor_concurrency > 1:
+                    options["max_concurrency"] = plan.actor_concurrency
                 actor = remote.options(
-                    max_restarts=actor_restarts, max_task_retries=0, **plan.actor_options
+                    max_restarts=actor_restarts, max_task_retries=0, **options
                 ).remote(self._factories[plan_index], worker_id)
                 self._slots.append(_Slot(actor, worker_id, plan_index))
         if self._swappable:

@@ -67,6 +67,9 @@ class BackendPlan:
     # Whether shared worker slots may load and unload this backend's models (time-sharing).
     swappable: bool = False
     devices_per_worker: float = 0.0  # GPUs a worker holds; load time is charged at this rate
+    # Batches one worker actor may run at once (threads): a generating worker grades one batch
+    # while the next generates. The worker must be thread-safe when this is above 1.
+    actor_concurrency: int = 1
     # Entry options that change how trials run, not what they are: a resume may change them.
     execution_options: frozenset[str] = frozenset()
 

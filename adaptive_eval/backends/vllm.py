@@ -674,6 +674,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         + f": {len(setup.questions)} questions, grader {setup.grader_name}",
         load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
         swappable=True,
+        actor_concurrency=2,  # generation holds a lock; grading of one batch overlaps the next
         execution_options=EXECUTION_OPTIONS,
         devices_per_worker=float(num_gpus),
     )
