@@ -233,14 +233,16 @@ def math_grader(
     max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
     invalid_category: int = 0,
     unboxed_fallback: bool = True,
-    verifier: VerifierFn | None = None,
+    verifier: VerifierFn | Mapping[str, Any] | None = None,
 ) -> MathGrader:
     r"""math-verify grader.
 
     Without ``schema``: 0 wrong, 1 correct (weights ``(0, 1)``). With ``schema`` (a name in
     :data:`~adaptive_eval.grading.schemata.SCHEMATA`), the signals are mapped through it, using
     ``thresholds`` (a :class:`Thresholds` or a mapping of its fields), fixed here for the whole
-    run. Verifier schemata need ``verifier``, a callable giving (A, B, C) probabilities.
+    run. Verifier schemata need ``verifier``: a callable giving (A, B, C) probabilities, or a
+    mapping configuring a verifier model behind an OpenAI-compatible endpoint
+    (:mod:`adaptive_eval.grading.verifier`).
     ``unboxed_fallback`` checks completions without a ``\boxed{}`` on their tail.
     """
     if importlib.util.find_spec("math_verify") is None:
@@ -270,6 +272,10 @@ def math_grader(
                 field="verifier",
             )
         n, default = chosen.num_categories, chosen.default_weights
+    if isinstance(verifier, Mapping):
+        from adaptive_eval.grading.verifier import build_verifier
+
+        verifier = build_verifier(verifier)
     if verifier is not None and not callable(verifier):
         raise InputError(f"verifier must be callable, got {verifier!r}", field="verifier")
     return MathGrader(
