@@ -53,7 +53,9 @@ def compute_savings(
     Trials are exact: the baseline runs ``fixed_n`` trials on every (model, question) cell, i.e.
     ``L * M * fixed_n``. Tokens and GPU-seconds of the baseline are estimated as
     ``sum_cells fixed_n * mean_cell``, the mean observed per trial in each cell (a model's mean
-    for a cell it never sampled), since cost differs a lot between models and questions.
+    for a cell it never sampled), since cost differs a lot between models and questions. The
+    saved fractions price the used trials the same way, so trials without a token count do not
+    inflate them (with every count known, that is exactly the tokens used).
     Arrays are (L, M): ``trials`` per cell, ``tokens_sum`` and ``tokens_count`` over trials with a
     known token count, ``gpu_s_sum`` attributed GPU-seconds (zero when unknown).
 
@@ -67,9 +69,14 @@ def compute_savings(
     baseline = int(trials.size * fixed_n)
     tokens_used: int | None = None
     baseline_tokens: float | None = None
+    tokens_estimate: float | None = None
     if tokens_count.sum() > 0:
         tokens_used = int(tokens_sum.sum())
-        baseline_tokens = float((_cell_means(tokens_sum, tokens_count) * fixed_n).sum())
+        per_trial = _cell_means(tokens_sum, tokens_count)
+        baseline_tokens = float((per_trial * fixed_n).sum())
+        # Trials with no token count are priced like the rest of their cell, so the saved
+        # fraction compares like with like (exactly tokens_used when every count is known).
+        tokens_estimate = float((per_trial * trials).sum())
     gpu_used: float | None = None
     baseline_gpu: float | None = None
     if gpu_s_sum.sum() > 0:
@@ -88,7 +95,7 @@ def compute_savings(
         1.0 - used / baseline if baseline else 0.0,
         tokens_used,
         baseline_tokens,
-        fraction(tokens_used, baseline_tokens),
+        fraction(tokens_estimate, baseline_tokens),
         gpu_used,
         baseline_gpu,
         fraction(gpu_used, baseline_gpu),

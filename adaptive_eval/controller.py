@@ -17,6 +17,7 @@ import numpy as np
 
 from adaptive_eval.accounting import Savings, compute_savings
 from adaptive_eval.campaign import Campaign
+from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
 from adaptive_eval.state import RunState
 from adaptive_eval.store import TrialStore
@@ -32,6 +33,8 @@ from adaptive_eval.types import (
 )
 
 SLOW_POLICY_S = 0.05
+#: Stops that more data cannot undo.
+LATCHED_STOPS = frozenset({StopReason.MAX_TRIALS, StopReason.EXHAUSTED, StopReason.INTERRUPTED})
 
 
 class DispatchPort(Protocol):
@@ -67,8 +70,11 @@ class Controller:
         self.stop: Stop | None = None
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
-        self.logged_through = store.last_event_round()
-        self._next_batch_id = 0
+        # Rounds whose events (and elapsed time) were committed: a resume replays them silently.
+        self.logged_through = int(store.get_meta("events_through") or -1)
+        self._events: list[tuple[str, str, dict[str, Any]]] = []
+        self._next_batch_id = store.max_batch_id()
+        self._sent: dict[int, Batch] = {}  # batches in flight, by id
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -79,12 +85,23 @@ class Controller:
 
     def step(self) -> bool:
         """One turn: collect finished batches, record them, then apply every complete round."""
-        self.record(self.dispatcher.poll(timeout=0.5))
+        results = self.dispatcher.poll(timeout=0.5)
+        self.record(results)
         while self.next_round_complete():
-            self.apply_round()
-            self.decide()
-            self.plan()
+            self.advance()
+        if not results and self.rounds and self.dispatcher.pending() == 0:
+            raise BackendError(
+                f"rounds {sorted(self.rounds)} lack trials but no work is in "
+                "flight; a backend returned incomplete batches"
+            )
         return not self.finished()
+
+    def advance(self) -> None:
+        """Apply the next round, decide, plan ahead, and commit the round's events at once."""
+        self.apply_round()
+        self.decide()
+        self.plan()
+        self.flush_events()
 
     # -- phases ---------------------------------------------------------------------------------
     def record(self, results: list[BatchResult]) -> None:
@@ -93,6 +110,8 @@ class Controller:
         for result in late:
             self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
         results = [r for r in results if r.round in self.rounds]
+        for result in results:
+            self._check_complete(result)
         counts = self.store.record_many(results, self.config.output.keep_completions)
         for result, added in zip(results, counts, strict=True):
             if added != len(result.trials):
@@ -120,6 +139,22 @@ class Controller:
         if results and self.on_progress:
             self.on_progress(self)
 
+    def _check_complete(self, result: BatchResult) -> None:
+        """A result must hold exactly its batch's trials: nothing missing, nothing extra."""
+        batch = self._sent.pop(result.batch_id, None)
+        if batch is None:
+            return  # a duplicate delivery: the store ignores its trials
+        if not batch.answered_by(result.trials):
+            raise BackendError(
+                f"batch {batch.batch_id} from {result.worker}: returned trials do not match the "
+                f"batch ({len(result.trials)} returned, {batch.size} asked for)"
+            )
+
+    def submit(self, batches: list[Batch]) -> None:
+        for batch in batches:
+            self._sent[batch.batch_id] = batch
+        self.dispatcher.submit(batches)
+
     def _unseen(self, result: BatchResult) -> list[Trial]:
         """Trials this batch itself inserted (the first writer of a trial keeps its row)."""
         mine = set(
@@ -145,7 +180,10 @@ class Controller:
         view = self.view()
         started = time.perf_counter()
         decisions = decide_pairs(view, self.campaign.pair_rules)
-        stop = self.stop or self.campaign.stopping.should_stop(view, decisions)
+        # Goal and budget stops are re-checked on every round, including those drained after
+        # the stop, so the final report never says "settled" over undecided pairs.
+        latched = self.stop is not None and self.stop.reason in LATCHED_STOPS
+        stop = self.stop if latched else self.campaign.stopping.should_stop(view, decisions)
         self._warn_if_slow("decide", started)
         self._log_changes(decisions, stop)
         self.decisions, self.stop = decisions, stop
@@ -164,7 +202,7 @@ class Controller:
             self.store.add_round(round_index, plan)
             starts = self.state.add_plan(plan)
             self.rounds[round_index] = _Round(int(plan.sum()), [])
-            self.dispatcher.submit(self.batches(round_index, plan, starts))
+            self.submit(self.batches(round_index, plan, starts))
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds
@@ -248,12 +286,27 @@ class Controller:
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:
-        """Log once: rounds already logged before a resume are replayed silently."""
-        round_index = self.state.applied_rounds
+        """Buffer an event of the current round (see :meth:`flush_events`)."""
+        self._events.append((kind, level, payload))
+
+    def flush_events(self) -> None:
+        """Commit the round's events with the elapsed time in one transaction, then log them.
+
+        A round's events are all recorded or none; rounds committed before a resume are
+        replayed silently, so each event is logged exactly once.
+        """
+        round_index, events, self._events = self.state.applied_rounds, self._events, []
         if round_index <= self.logged_through:
             return
-        self.store.add_events(round_index, [(kind, payload)])
-        getattr(self.log, level)(kind, round=round_index, **payload)
+        self.store.add_events(
+            round_index,
+            [(kind, payload) for kind, _, payload in events],
+            events_through=round_index,
+            elapsed_s=self.elapsed_s,
+        )
+        self.logged_through = round_index
+        for kind, level, payload in events:
+            getattr(self.log, level)(kind, round=round_index, **payload)
 
     def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
         names = self.campaign.names
@@ -276,6 +329,8 @@ class Controller:
             self._emit("compute", level="debug", **self.savings().as_dict())
         if stop is not None and self.stop is None:
             self._emit("stop", reason=stop.reason.value, detail=stop.detail)
+        if stop is None and self.stop is not None:
+            self._emit("stop_withdrawn", reason=self.stop.reason.value)
 
     # -- resume ---------------------------------------------------------------------------------
     def resume(self) -> None:
@@ -306,10 +361,9 @@ class Controller:
             )
         self.decide()
         self.plan()
+        self.flush_events()
         while self.next_round_complete():
-            self.apply_round()
-            self.decide()
-            self.plan()
+            self.advance()
 
     def _redispatch_missing(
         self, round_index: int, plan: np.ndarray, starts: np.ndarray, recorded: Any
@@ -335,7 +389,7 @@ class Controller:
                             round_index, int(model), [WorkItem(int(model), int(question), trial, 1)]
                         )
                     )
-        self.dispatcher.submit(_merge_single_trials(items, self.config.execution.batch_size))
+        self.submit(_merge_single_trials(items, self.config.execution.batch_size))
 
 
 def _merge_single_trials(batches: list[Batch], size: int) -> list[Batch]:

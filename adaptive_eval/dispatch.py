@@ -215,7 +215,11 @@ class Dispatcher:
         """Slots that time-share the swappable plans' models (more models than GPUs)."""
         factories = [plan.make_worker(offset) for plan, offset in zip(plans, offsets, strict=True)]
         devices = [plan.devices_per_worker for plan in plans]
-        options = plans[self._swappable[0]].actor_options
+        # Slots must fit the largest swappable model (most GPUs, then CPUs).
+        options = max(
+            (plans[i].actor_options for i in self._swappable),
+            key=lambda o: (o.get("num_gpus", 0), o.get("num_cpus", 0)),
+        )
         remote = self._ray.remote(SlotActor)
         for index in range(count):
             worker_id = f"slot-{index}"
@@ -265,6 +269,13 @@ class Dispatcher:
                 else:  # queued behind the batch that killed it: not this batch's fault
                     self._queues[self._plan_of_model[batch.model]].appendleft(batch)
                 continue
+            except self._ray.exceptions.RayError as error:  # the call itself failed
+                self._retry(batch, BatchResult.failed(batch, slot.worker_id, str(error)))
+                continue
+            if result.error is None and not batch.answered_by(result.trials):
+                result = BatchResult.failed(
+                    batch, slot.worker_id, "returned trials do not match the batch"
+                )
             self.stats.last_result = now
             slot.busy_s += result.busy_s
             self.stats.busy_s[slot.worker_id] = slot.busy_s

@@ -221,10 +221,12 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         # A set stop keeps resume() from planning new rounds: reading never writes a plan.
         controller.stop = Stop(StopReason.INTERRUPTED, "run did not finish")
         controller.resume()
-        stops = store.events("stop")
-        if stops:
-            payload = stops[-1][2]
-            controller.stop = Stop(StopReason(payload["reason"]), payload["detail"])
+        stops = [e for e in store.events() if e[1] in ("stop", "stop_withdrawn")]
+        last = stops[-1] if stops else None
+        if last is not None and last[1] == "stop":
+            controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
+        elif not store.get_meta("finished"):
+            controller.stop = None
         summary = build_summary(
             campaign,
             controller,

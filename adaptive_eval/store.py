@@ -84,6 +84,10 @@ class TrialStore:
 
     def set_meta(self, **values: Any) -> None:
         with self._transaction():
+            self._put_meta(values)
+
+    def _put_meta(self, values: dict[str, Any]) -> None:
+        if values:
             self.conn.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -223,17 +227,23 @@ class TrialStore:
             )
 
     # -- events -------------------------------------------------------------------------------
-    def add_events(self, round_index: int, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    def add_events(
+        self,
+        round_index: int,
+        events: Iterable[tuple[str, dict[str, Any]]],
+        **meta: Any,
+    ) -> None:
+        """Append a round's events and update ``meta`` keys, in one transaction."""
         now = time.time()
         rows = [
             (round_index, kind, json.dumps(payload, sort_keys=True), now)
             for kind, payload in events
         ]
-        if rows:
-            with self._transaction():
-                self.conn.executemany(
-                    "INSERT INTO events(round, kind, payload, at) VALUES (?,?,?,?)", rows
-                )
+        with self._transaction():
+            self.conn.executemany(
+                "INSERT INTO events(round, kind, payload, at) VALUES (?,?,?,?)", rows
+            )
+            self._put_meta(meta)
 
     def events(self, kind: str | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         query = "SELECT round, kind, payload FROM events"
@@ -245,9 +255,10 @@ class TrialStore:
             (r, k, json.loads(p)) for r, k, p in self.conn.execute(query + " ORDER BY seq", args)
         ]
 
-    def last_event_round(self) -> int:
-        row = self.conn.execute("SELECT MAX(round) FROM events").fetchone()
-        return -1 if row[0] is None else int(row[0])
+    def max_batch_id(self) -> int:
+        """Largest batch id recorded, so a resumed run numbers its batches after it."""
+        row = self.conn.execute("SELECT MAX(batch_id) FROM trials").fetchone()
+        return 0 if row[0] is None else int(row[0])
 
     # -- helpers ------------------------------------------------------------------------------
     class _Tx:

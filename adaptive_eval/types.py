@@ -57,6 +57,12 @@ class Batch:
     def size(self) -> int:
         return sum(item.count for item in self.items)
 
+    def answered_by(self, trials: tuple[Trial, ...]) -> bool:
+        """Whether ``trials`` are exactly this batch's trials (none missing, none extra)."""
+        expected = {(self.model, item.question, t) for item in self.items for t in item.trials}
+        got = [(t.model, t.question, t.trial) for t in trials]
+        return len(got) == len(expected) and set(got) == expected
+
 
 @dataclass(frozen=True, slots=True)
 class Trial:

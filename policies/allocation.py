@@ -70,7 +70,13 @@ class Pairwise:
         needs: np.ndarray,
         round_trials: int,
     ) -> np.ndarray:
-        open_pairs = sorted((d for d in decisions if not d.settled), key=lambda d: d.z)
+        room = view.planned.min(axis=1) < view.capacity
+        # Pairs whose models are both at capacity cannot be served: skip them before the cap,
+        # or a tie stuck at the cap would starve every other open pair.
+        open_pairs = sorted(
+            (d for d in decisions if not d.settled and (room[d.a] or room[d.b])),
+            key=lambda d: d.z,
+        )
         in_pairs = np.zeros(view.num_models, dtype=bool)
         for d in open_pairs:
             in_pairs[[d.a, d.b]] = True
@@ -79,7 +85,7 @@ class Pairwise:
             served[[d.a, d.b]] = True
         # Models needed for a reason other than an open pair are always served.
         chosen = (needs & ~in_pairs) | (needs & served) | view.below_min()
-        chosen &= view.planned.min(axis=1) < view.capacity
+        chosen &= room
         return even_plan(view, chosen, round_trials, self.trials_per_round)
 
 

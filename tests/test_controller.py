@@ -209,3 +209,61 @@ def test_execution_only_entry_options_may_change_on_resume(
     data["models"][0]["options"] = {"load_s": 0.01, "swappable": True}
     changed = build_campaign(load(write_config(tmp_path / "changed.yaml", data)))
     open_run_dir(changed, tmp_path / "run")[0].close()  # accepted: results cannot differ
+
+
+def test_token_savings_are_not_inflated_by_trials_without_counts() -> None:
+    from adaptive_eval.accounting import compute_savings
+
+    trials = np.full((2, 3), 10)
+    tokens_sum = np.array([[1000, 1000, 1000], [0, 0, 0]])
+    tokens_count = np.array([[10, 10, 10], [0, 0, 0]])  # model 1 reports no tokens
+    savings = compute_savings(trials, tokens_sum, tokens_count, np.zeros((2, 3)), fixed_n=10)
+    assert savings.trials_fraction == 0.0
+    assert savings.tokens_fraction == pytest.approx(0.0)
+    assert savings.tokens_used == 3000
+
+
+def test_a_goal_stop_always_reports_settled_pairs(tmp_path: Path) -> None:
+    # Rounds still in flight at a goal stop are applied afterwards; their data can reopen a
+    # pair, and then the stop is withdrawn and sampling goes on instead of reporting "settled".
+    for seed in range(12):
+        write_scenario(tmp_path / "s.npz",
+                       mimic_success([0.3, 0.34, 0.5, 0.52, 0.7], questions=10, seed=seed))
+        data = base_config("s.npz", max_trials_per_question=200, round_trials=32)
+        data["seed"] = seed
+        done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / f"r{seed}")
+        if done.stop.reason is StopReason.GOAL_MET:
+            assert all(d.settled for d in done.decisions), seed
+
+
+def test_pairs_per_round_skips_pairs_stuck_at_capacity(tmp_path: Path) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.5, 0.5, 0.62, 0.66], questions=10))
+    data = base_config("s.npz", rope=None, max_trials_per_question=30,
+                       allocation={"name": "pairwise", "pairs_per_round": 1})
+    done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
+    # The 0.5/0.5 tie can never settle; the other open pairs must still get their trials.
+    assert done.stop.reason is StopReason.MAX_TRIALS
+    open_models = {m for d in done.decisions if not d.settled for m in (d.a, d.b)}
+    assert all(done.state.trials[m].min() == 30 for m in open_models)
+
+
+def test_incomplete_batches_are_detected_not_waited_on_forever(tmp_path: Path,
+                                                               config_path: Path) -> None:
+    from helpers import NullLog
+
+    from adaptive_eval.controller import Controller
+    from adaptive_eval.dispatch import InlineDispatcher
+    from adaptive_eval.errors import BackendError
+
+    class Lossy(InlineDispatcher):
+        def poll(self, timeout: float):
+            from dataclasses import replace
+
+            return [replace(r, trials=r.trials[:-1]) for r in super().poll(timeout)]
+
+    campaign = build_campaign(load(config_path))
+    store, _, _ = open_run_dir(campaign, tmp_path / "run")
+    controller = Controller(campaign, store, Lossy(campaign.plans, campaign.offsets), NullLog())
+    with pytest.raises(BackendError, match="trials do not match"):
+        controller.run()
+    store.close()
