@@ -227,8 +227,9 @@ def test_a_goal_stop_always_reports_settled_pairs(tmp_path: Path) -> None:
     # Rounds still in flight at a goal stop are applied afterwards; their data can reopen a
     # pair, and then the stop is withdrawn and sampling goes on instead of reporting "settled".
     for seed in range(12):
-        write_scenario(tmp_path / "s.npz",
-                       mimic_success([0.3, 0.34, 0.5, 0.52, 0.7], questions=10, seed=seed))
+        write_scenario(
+            tmp_path / "s.npz", mimic_success([0.3, 0.34, 0.5, 0.52, 0.7], questions=10, seed=seed)
+        )
         data = base_config("s.npz", max_trials_per_question=200, round_trials=32)
         data["seed"] = seed
         done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / f"r{seed}")
@@ -238,8 +239,12 @@ def test_a_goal_stop_always_reports_settled_pairs(tmp_path: Path) -> None:
 
 def test_pairs_per_round_skips_pairs_stuck_at_capacity(tmp_path: Path) -> None:
     write_scenario(tmp_path / "s.npz", mimic_success([0.5, 0.5, 0.62, 0.66], questions=10))
-    data = base_config("s.npz", rope=None, max_trials_per_question=30,
-                       allocation={"name": "pairwise", "pairs_per_round": 1})
+    data = base_config(
+        "s.npz",
+        rope=None,
+        max_trials_per_question=30,
+        allocation={"name": "pairwise", "pairs_per_round": 1},
+    )
     done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
     # The 0.5/0.5 tie can never settle; the other open pairs must still get their trials.
     assert done.stop.reason is StopReason.MAX_TRIALS
@@ -247,8 +252,9 @@ def test_pairs_per_round_skips_pairs_stuck_at_capacity(tmp_path: Path) -> None:
     assert all(done.state.trials[m].min() == 30 for m in open_models)
 
 
-def test_incomplete_batches_are_detected_not_waited_on_forever(tmp_path: Path,
-                                                               config_path: Path) -> None:
+def test_incomplete_batches_are_detected_not_waited_on_forever(
+    tmp_path: Path, config_path: Path
+) -> None:
     from helpers import NullLog
 
     from adaptive_eval.controller import Controller
