@@ -9,7 +9,7 @@ replays the stored rounds through the same code and reaches the same state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -202,7 +202,16 @@ class Controller:
             self.store.add_round(round_index, plan)
             starts = self.state.add_plan(plan)
             self.rounds[round_index] = _Round(int(plan.sum()), [])
-            self.submit(self.batches(round_index, plan, starts))
+            cells = zip(*np.nonzero(plan), strict=True)
+            self.submit(
+                self.batches(
+                    round_index,
+                    (
+                        WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q]))
+                        for m, q in cells
+                    ),
+                )
+            )
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds
@@ -235,24 +244,29 @@ class Controller:
         self._warn_if_slow("allocate", started)
         return cap_plan(plan, view, left)
 
-    def batches(self, round_index: int, plan: np.ndarray, starts: np.ndarray) -> list[Batch]:
-        """Split a round into batches of at most ``batch_size`` trials, one model per batch."""
+    def batches(self, round_index: int, items: Iterable[WorkItem]) -> list[Batch]:
+        """Pack work items into batches of at most ``batch_size`` trials, one model per batch.
+
+        Items of one model must come together; an item larger than the room left is split.
+        """
         size = self.config.execution.batch_size
         out: list[Batch] = []
-        for model in np.flatnonzero(plan.sum(axis=1)):
-            items: list[WorkItem] = []
-            filled = 0
-            for question in np.flatnonzero(plan[model]):
-                first, count = int(starts[model, question]), int(plan[model, question])
-                while count:
-                    take = min(count, size - filled)
-                    items.append(WorkItem(int(model), int(question), first, take))
-                    first, count, filled = first + take, count - take, filled + take
-                    if filled == size:
-                        out.append(self._batch(round_index, int(model), items))
-                        items, filled = [], 0
-            if items:
-                out.append(self._batch(round_index, int(model), items))
+        current: list[WorkItem] = []
+        filled = 0
+        for item in items:
+            if current and item.model != current[0].model:
+                out.append(self._batch(round_index, current[0].model, current))
+                current, filled = [], 0
+            first, count = item.first_trial, item.count
+            while count:
+                take = min(count, size - filled)
+                current.append(WorkItem(item.model, item.question, first, take))
+                first, count, filled = first + take, count - take, filled + take
+                if filled == size:
+                    out.append(self._batch(round_index, item.model, current))
+                    current, filled = [], 0
+        if current:
+            out.append(self._batch(round_index, current[0].model, current))
         return out
 
     def _batch(self, round_index: int, model: int, items: list[WorkItem]) -> Batch:
@@ -337,6 +351,14 @@ class Controller:
         """Rebuild the state from the store, re-dispatch what was in flight, then plan ahead."""
         plans = self.store.rounds()
         recorded = self.store.trial_arrays()
+        have = set(
+            zip(
+                recorded.model.tolist(),
+                recorded.question.tolist(),
+                recorded.trial.tolist(),
+                strict=True,
+            )
+        )
         for round_index, plan in enumerate(plans):
             starts = self.state.add_plan(plan)
             in_round = recorded.round == round_index
@@ -351,7 +373,8 @@ class Controller:
                 )
             )
             self.rounds[round_index] = _Round(int(plan.sum()) - len(trials), trials)
-            self._redispatch_missing(round_index, plan, starts, recorded)
+            if self.rounds[round_index].missing:
+                self.submit(self.batches(round_index, _missing(plan, starts, have)))
         if plans:
             self.log.info(
                 "resume",
@@ -365,45 +388,19 @@ class Controller:
         while self.next_round_complete():
             self.advance()
 
-    def _redispatch_missing(
-        self, round_index: int, plan: np.ndarray, starts: np.ndarray, recorded: Any
-    ) -> None:
-        if self.rounds[round_index].missing == 0:
-            return
-        num_questions = plan.shape[1]
-        have = set(
-            zip(
-                (recorded.model * num_questions + recorded.question).tolist(),
-                recorded.trial.tolist(),
-                strict=True,
-            )
-        )
-        items: list[Batch] = []
-        for model, question in zip(*np.nonzero(plan), strict=True):
-            cell = int(model) * num_questions + int(question)
-            first = int(starts[model, question])
-            for trial in range(first, first + int(plan[model, question])):
-                if (cell, trial) not in have:
-                    items.append(
-                        self._batch(
-                            round_index, int(model), [WorkItem(int(model), int(question), trial, 1)]
-                        )
-                    )
-        self.submit(_merge_single_trials(items, self.config.execution.batch_size))
 
-
-def _merge_single_trials(batches: list[Batch], size: int) -> list[Batch]:
-    """Re-pack one-trial batches of the same model and round into batches of ``size``."""
-    merged: list[Batch] = []
-    for batch in batches:
-        last = merged[-1] if merged else None
-        if (
-            last is not None
-            and last.model == batch.model
-            and last.round == batch.round
-            and last.size < size
-        ):
-            merged[-1] = Batch(last.batch_id, last.round, last.model, last.items + batch.items)
-        else:
-            merged.append(batch)
-    return merged
+def _missing(
+    plan: np.ndarray, starts: np.ndarray, have: set[tuple[int, int, int]]
+) -> Iterator[WorkItem]:
+    """The planned trials of a round that are not in ``have``, as runs of consecutive trials."""
+    for model, question in zip(*np.nonzero(plan), strict=True):
+        m, q = int(model), int(question)
+        first = int(starts[m, q])
+        run_start = None
+        for trial in range(first, first + int(plan[m, q]) + 1):
+            missing = trial < first + int(plan[m, q]) and (m, q, trial) not in have
+            if missing and run_start is None:
+                run_start = trial
+            elif not missing and run_start is not None:
+                yield WorkItem(m, q, run_start, trial - run_start)
+                run_start = None

@@ -48,12 +48,6 @@ class RunState:
         self.planned += plan
         return starts
 
-    def round_starts(self, round_index: int) -> np.ndarray:
-        starts = np.zeros_like(self.planned)
-        for plan in self.plans[:round_index]:
-            starts += plan
-        return starts
-
     def apply(
         self,
         model: np.ndarray,
