@@ -38,7 +38,8 @@ def _cell_means(total: np.ndarray, count: np.ndarray) -> np.ndarray:
         model = total.sum(axis=1) / count.sum(axis=1)
     overall = total.sum() / count.sum()
     model = np.where(np.isfinite(model), model, overall)
-    return np.where(count > 0, cell, model[:, None])
+    filled: np.ndarray = np.where(count > 0, cell, model[:, None])
+    return filled
 
 
 def compute_savings(

@@ -91,11 +91,19 @@ class PolicyConfig(_Strict):
         description="Pairs whose difference is surely within +-rope are "
         "equivalent; null disables equivalence.",
     )
+    error_control: Literal["pair", "ranking"] = Field(
+        "ranking",
+        description="What `confidence` guarantees: `ranking` = the whole final ranking (every "
+        "decided adjacent pair at once) is right with probability >= confidence; `pair` = "
+        "each decided pair is.",
+    )
     min_trials_per_question: int = Field(2, ge=1)
     max_trials_per_question: int = Field(400, ge=1)
     allocation: PluginRef = Field("pairwise", description="Allocation policy name or spec.")
     pair_rules: list[PluginRef] | None = Field(
-        None, description="Pair rules tried in order; default: z_rank then rope."
+        None,
+        description="Pair rules tried in order; default: group_sequential (alpha spending, "
+        "resolves and declares equivalence within rope from one boundary).",
     )
     stopping: list[PluginRef] | None = Field(
         None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled."

@@ -229,6 +229,8 @@ class Controller:
             policy.confidence,
             policy.min_trials_per_question,
             self.elapsed_s,
+            rope=policy.rope,
+            error_control=policy.error_control,
         )
 
     def allocate(self, view: CampaignView) -> np.ndarray:

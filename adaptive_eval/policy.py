@@ -5,7 +5,10 @@ the last applied round, so a campaign's decisions are a deterministic function o
 trials. Concrete policies live in the top-level ``policies`` package and are found by name through
 the registry.
 
-* A **pair rule** settles an adjacent pair (a ranked above b) or returns ``None``.
+* A **pair rule** settles an adjacent pair (a ranked above b) or returns ``None``. Sequential
+  rules keep per-pair state across looks (a look is one applied round); :meth:`PairRule.observe`
+  is called once per round before any pair is asked, and the state is a function of the
+  sequence of views, so a resumed run replays it exactly.
 * A **stopping rule** decides whether the campaign stops and which models it still needs data
   from (``needs``); shared guards live in :class:`StoppingRule`.
 * An **allocator** turns the needy models into an (L, M) plan of trials for the next round.
@@ -41,10 +44,43 @@ class CampaignView:
     trials_used: int
     tokens_used: int | None
     elapsed_s: float
+    #: Unbiased score per model (mean over questions of the per-question empirical means) and
+    #: its standard error with the Bayesian per-trial variance; ``None`` falls back to mu/sigma.
+    estimate: np.ndarray | None = None
+    estimate_se: np.ndarray | None = None
+    #: (L, M) variance of one trial's score per cell (posterior mean probabilities).
+    cell_variance: np.ndarray | None = None
+    #: (L, M) mean observed cost of one trial per cell (tokens or GPU-seconds), NaN if unknown.
+    cell_tokens: np.ndarray | None = None
+    cell_gpu_s: np.ndarray | None = None
+    rope: float | None = None
+    error_control: str = "ranking"
 
     @property
     def num_models(self) -> int:
         return len(self.names)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The decision score: the unbiased estimate where known, else the posterior mean."""
+        return self.mu if self.estimate is None else self.estimate
+
+    @property
+    def theta_se(self) -> np.ndarray:
+        return self.sigma if self.estimate_se is None else self.estimate_se
+
+    def pair_stat(self, a: int, b: int) -> tuple[float, float]:
+        """``(D, s)``: difference of decision scores and its standard error."""
+        se = self.theta_se
+        return float(self.theta[a] - self.theta[b]), float(np.hypot(se[a], se[b]))
+
+    def pair_alpha(self, error_control: str | None = None) -> float:
+        """Error budget of one adjacent pair: ``1 - confidence``, split over the L - 1 slots of
+        the ranking under ``ranking`` control (Bonferroni)."""
+        alpha = 1.0 - self.confidence
+        if (error_control or self.error_control) == "ranking":
+            alpha /= max(1, self.num_models - 1)
+        return alpha
 
     @property
     def z_threshold(self) -> float:
@@ -52,8 +88,9 @@ class CampaignView:
 
     @property
     def order(self) -> np.ndarray:
-        """Model indices by posterior mean, best first (stable for exact ties)."""
-        return np.argsort(-self.mu, kind="stable")
+        """Model indices by decision score, best first (stable for exact ties). With equal trial
+        counts and a uniform prior this is the posterior-mean order (mu is affine in avg@N)."""
+        return np.argsort(-self.theta, kind="stable")
 
     def ci(self) -> tuple[np.ndarray, np.ndarray]:
         low, high = stats.credible_interval(self.mu, self.sigma, self.confidence)
@@ -72,7 +109,16 @@ class CampaignView:
 
 
 class PairRule(Protocol):
-    """Settle the adjacent pair (a above b) or return ``None`` to pass to the next rule."""
+    """Settle the adjacent pair (a above b) or return ``None`` to pass to the next rule.
+
+    ``error_controlled`` says whether the rule keeps its error at or under ``1 - confidence``
+    however many rounds are looked at (the report warns about rules that do not).
+    """
+
+    @property
+    def error_controlled(self) -> bool: ...
+
+    def observe(self, view: CampaignView) -> None: ...
 
     def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None: ...
 
@@ -171,8 +217,11 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
     """Decisions on the adjacent pairs of the current ordering, best first.
 
     A pair stays undecided until both models have ``min_trials`` on every question; otherwise
-    the first rule that settles it wins.
+    the first rule that settles it wins. ``z`` passed to the rules is the paper's posterior z;
+    an undecided pair reports the z of the unbiased decision statistic.
     """
+    for rule in rules:
+        rule.observe(view)
     order = view.order
     young = view.below_min()
     decisions = []
@@ -182,7 +231,10 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
         decision = None
         if not (young[a] or young[b]):
             decision = next((d for d in (rule(view, a, b, z) for rule in rules) if d), None)
-        decisions.append(decision or PairDecision.undecided(a, b, z))
+        if decision is None:
+            gap, spread = view.pair_stat(a, b)
+            decision = PairDecision.undecided(a, b, abs(gap) / spread if spread > 0 else 0.0)
+        decisions.append(decision)
     return tuple(decisions)
 
 

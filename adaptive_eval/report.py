@@ -28,11 +28,29 @@ def summarize(
     savings: Savings,
     prior_note: str,
     extra: dict[str, Any] | None = None,
+    estimate: np.ndarray | None = None,
+    estimate_se: np.ndarray | None = None,
+    weight_range: tuple[float, float] = (0.0, 1.0),
+    decision_rules: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The summary document. ``trials`` is (L, M); ``weighted_mean`` is each model's avg@n."""
-    low, high = stats.credible_interval(mu, sigma, confidence)
-    ranks = stats.rank_with_ties(mu, sigma, stats.z_threshold(confidence))
-    plain = stats.rank_no_ties(mu)
+    """The summary document. ``trials`` is (L, M); ``weighted_mean`` is each model's avg@n.
+
+    Models are listed in decision order (the unbiased ``estimate``, see
+    :mod:`adaptive_eval.stats.sequential`), with the paper's Bayes@N ``mu``/``sigma`` and
+    credible interval (clipped to the weight range) and the estimate's frequentist interval.
+    ``rank`` is dense over the final pair decisions: a resolved pair steps down a rank, an
+    equivalent or undecided one shares it.
+    """
+    lo_w, hi_w = weight_range
+    low, high = (np.clip(x, lo_w, hi_w) for x in stats.credible_interval(mu, sigma, confidence))
+    theta = mu if estimate is None else estimate
+    theta_se = sigma if estimate_se is None else estimate_se
+    f_low, f_high = (
+        np.clip(x, lo_w, hi_w) for x in stats.credible_interval(theta, theta_se, confidence)
+    )
+    order = np.argsort(-theta, kind="stable")
+    ranks = _decision_ranks(order, decisions)
+    plain = {int(m): k + 1 for k, m in enumerate(order)}
     models = [
         {
             "name": names[i],
@@ -40,14 +58,18 @@ def summarize(
             "sigma": float(sigma[i]),
             "ci_low": float(low[i]),
             "ci_high": float(high[i]),
+            "estimate": float(theta[i]),
+            "estimate_se": float(theta_se[i]),
+            "estimate_ci_low": float(f_low[i]),
+            "estimate_ci_high": float(f_high[i]),
             "trials": int(trials[i].sum()),
             "trials_per_question_min": int(trials[i].min()),
             "trials_per_question_max": int(trials[i].max()),
             "avg": float(weighted_mean[i]),
-            "rank": int(ranks[i]),
-            "rank_no_ties": int(plain[i]),
+            "rank": ranks[int(i)],
+            "rank_no_ties": plain[int(i)],
         }
-        for i in np.argsort(-mu, kind="stable")
+        for i in order
     ]
     pairs = [
         {
@@ -56,6 +78,9 @@ def summarize(
             "z": float(d.z),
             "decision": d.verdict.value,
             "rule": d.rule,
+            "boundary": None if d.boundary is None else float(d.boundary),
+            "alpha_spent": None if d.alpha is None else float(d.alpha),
+            "decided_at_round": d.look,
         }
         for d in decisions
     ]
@@ -81,10 +106,23 @@ def summarize(
             "tokens_fraction": savings.tokens_fraction,
             "gpu_fraction": savings.gpu_fraction,
         },
+        "decision_rules": decision_rules or {},
         "models": models,
         "pairs": pairs,
         **(extra or {}),
     }
+
+
+def _decision_ranks(order: np.ndarray, decisions: tuple[PairDecision, ...]) -> dict[int, int]:
+    """Dense ranks down ``order``: only a resolved adjacent pair starts a new rank."""
+    resolved = {frozenset((d.a, d.b)) for d in decisions if d.verdict.value in ("a>b", "b>a")}
+    ranks: dict[int, int] = {}
+    rank = 1
+    for k, model in enumerate(order):
+        if k and frozenset((int(order[k - 1]), int(model))) in resolved:
+            rank += 1
+        ranks[int(model)] = rank
+    return ranks
 
 
 def _pct(value: float | None) -> str:
@@ -100,33 +138,46 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"Stopped: **{summary['stop_reason']}** ({summary['stop_detail']}).  ",
         f"Ranking confidence {summary['confidence']}; prior: {summary['prior']}.",
         "",
+        *_decision_lines(summary.get("decision_rules") or {}),
         "## Ranking",
         "",
-        f"| rank (CI ties) | rank | model | mu | sigma | {int(100 * summary['confidence'])}% CI "
-        "| avg | trials |",
-        "|---:|---:|---|---:|---:|---|---:|---:|",
+        f"| rank (decided) | order | model | Bayes@N mu | sigma | "
+        f"{int(100 * summary['confidence'])}% CI | estimate | frequentist CI | avg | trials |",
+        "|---:|---:|---|---:|---:|---|---:|---|---:|---:|",
     ]
     for m in summary["models"]:
+        estimate = m.get("estimate", m["mu"])
+        freq = (
+            f"[{m['estimate_ci_low']:.4f}, {m['estimate_ci_high']:.4f}]"
+            if "estimate_ci_low" in m
+            else ""
+        )
         lines.append(
             f"| {m['rank']} | {m['rank_no_ties']} | {m['name']} | {m['mu']:.4f} | "
             f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
-            f"{m['avg']:.4f} | {m['trials']} |"
+            f"{estimate:.4f} | {freq} | {m['avg']:.4f} | {m['trials']} |"
         )
     lines += [
         "",
         "## Adjacent pairs",
         "",
-        "| a | b | z | decision | rule |",
-        "|---|---|---:|---|---|",
+        "| a | b | z | decision | rule | boundary on z | error budget spent | round |",
+        "|---|---|---:|---|---|---:|---:|---:|",
     ]
     for p in summary["pairs"]:
+        boundary = p.get("boundary")
+        spent = p.get("alpha_spent")
+        decided = p.get("decided_at_round")
         lines.append(
-            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | {p['rule'] or ''} |"
+            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | {p['rule'] or ''} | "
+            f"{'' if boundary is None else f'{boundary:.3f}'} | "
+            f"{'' if spent is None else f'{spent:.2e}'} | "
+            f"{'' if decided is None else decided} |"
         )
     tokens = summary["tokens_used"]
     gpu = summary["gpu_s_used"]
 
-    def estimate(value: float | None, digits: int) -> str:
+    def estimate_of(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} (est.)"
 
     lines += [
@@ -137,13 +188,31 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "|---|---:|---:|---:|",
         f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}) | "
         f"{_pct(saved['trials_fraction'])} |",
-        f"| tokens | {'n/a' if tokens is None else tokens} | {estimate(base['tokens'], 0)} | "
+        f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base['tokens'], 0)} | "
         f"{_pct(saved['tokens_fraction'])} |",
-        f"| GPU-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | {estimate(base['gpu_s'], 1)} | "
+        f"| GPU-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | {estimate_of(base['gpu_s'], 1)} | "
         f"{_pct(saved['gpu_fraction'])} |",
         "",
     ]
     return "\n".join(lines)
+
+
+def _decision_lines(rules: dict[str, Any]) -> list[str]:
+    """The decision rules' guarantee (and a warning where there is none), for report.md."""
+    if not rules:
+        return []
+    lines = [
+        "## Decisions",
+        "",
+        f"Rules: {', '.join(rules.get('rules', []))}; error control: "
+        f"**{rules.get('error_control')}** (error budget per adjacent pair "
+        f"{rules.get('pair_alpha', 0):.2e}). {rules.get('statistic', '')}  ",
+        f"Prior in the test: {rules.get('prior_in_test', '')}",
+        "",
+    ]
+    if rules.get("warning"):
+        lines += [f"> **Warning:** {rules['warning']}", ""]
+    return lines
 
 
 def render_console(summary: dict[str, Any]) -> str:
@@ -163,6 +232,9 @@ def render_console(summary: dict[str, Any]) -> str:
     out.append("")
     for p in summary["pairs"]:
         out.append(f"  {p['a']} vs {p['b']}: {p['decision']} (z = {p['z']:.2f})")
+    warning = (summary.get("decision_rules") or {}).get("warning")
+    if warning:
+        out += ["", f"warning: {warning}"]
     out += [
         "",
         f"trials used {summary['trials_used']} vs fixed N = "

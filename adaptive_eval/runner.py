@@ -11,7 +11,7 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
-from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.campaign import Campaign, build_campaign, describe_rules
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.errors import InputError
@@ -107,6 +107,7 @@ def build_summary(
 ) -> dict[str, Any]:
     state = controller.state
     mu, sigma = state.moments()
+    theta, theta_se, _ = state.estimate()
     with np.errstate(invalid="ignore", divide="ignore"):
         weighted = (state.counts @ campaign.weights).sum(axis=1) / state.trials.sum(axis=1)
     return summarize(
@@ -123,6 +124,10 @@ def build_summary(
         savings=controller.savings(),
         prior_note=campaign.prior_note,
         extra=extra,
+        estimate=theta,
+        estimate_se=theta_se,
+        weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
+        decision_rules=describe_rules(campaign),
     )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from adaptive_eval import stats
 from adaptive_eval.policy import CampaignView
+from adaptive_eval.stats import sequential
 
 
 class RunState:
@@ -28,6 +29,7 @@ class RunState:
         self.plans: list[np.ndarray] = []
         self.applied_rounds = 0
         self._moments: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._estimate: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -76,12 +78,28 @@ class RunState:
         )
         self.applied_rounds += 1
 
+    def apply_counts(self, delta: np.ndarray) -> None:
+        """Add one round given as (L, M, K) category counts (simulation; no cost ledgers)."""
+        self.counts += delta
+        self.trials += delta.sum(axis=2)
+        self.applied_rounds += 1
+
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd per model, computed once per applied round."""
         if self._moments is None or self._moments[0] != self.applied_rounds:
             mu, sigma = stats.posterior_moments(self.prior + self.counts, self.weights)
             self._moments = (self.applied_rounds, np.asarray(mu), np.asarray(sigma))
         return self._moments[1], self._moments[2]
+
+    def estimate(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unbiased decision score, its standard error and the per-cell trial variance
+        (:func:`adaptive_eval.stats.sequential.empirical_estimate`), once per applied round."""
+        if self._estimate is None or self._estimate[0] != self.applied_rounds:
+            nu = self.prior + self.counts
+            theta, se = sequential.empirical_estimate(self.counts, nu, self.weights)
+            variance = sequential.trial_variance(nu, self.weights)
+            self._estimate = (self.applied_rounds, theta, se, variance)
+        return self._estimate[1], self._estimate[2], self._estimate[3]
 
     def view(
         self,
@@ -90,8 +108,16 @@ class RunState:
         confidence: float,
         min_trials: int,
         elapsed_s: float,
+        rope: float | None = None,
+        error_control: str = "ranking",
     ) -> CampaignView:
         mu, sigma = self.moments()
+        theta, se, variance = self.estimate()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tokens = np.where(
+                self.tokens_count > 0, self.tokens_sum / np.maximum(self.tokens_count, 1), np.nan
+            )
+            gpu_s = np.where(self.trials > 0, self.gpu_s_sum / np.maximum(self.trials, 1), np.nan)
         return CampaignView(
             names=names,
             counts=_frozen(self.counts),
@@ -106,6 +132,13 @@ class RunState:
             trials_used=self.trials_used,
             tokens_used=self.tokens_used,
             elapsed_s=elapsed_s,
+            estimate=_frozen(theta),
+            estimate_se=_frozen(se),
+            cell_variance=_frozen(variance),
+            cell_tokens=_frozen(tokens),
+            cell_gpu_s=_frozen(gpu_s),
+            rope=rope,
+            error_control=error_control,
         )
 
 

@@ -116,21 +116,57 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PairDecision:
-    """Decision on one pair of models, by index. ``z`` is |mu_a - mu_b| / sqrt(s_a^2 + s_b^2)."""
+    """Decision on one pair of models, by index.
+
+    ``z`` is the rule's statistic (|D| / s); ``boundary`` the value of the rule's boundary on
+    ``|z|`` where it decided, ``alpha`` the error budget the pair had spent by then, ``look``
+    the round of the decision.
+    """
 
     a: int
     b: int
     z: float
     verdict: Verdict
     rule: str | None = None
+    boundary: float | None = None
+    alpha: float | None = None
+    look: int | None = None
 
     @classmethod
-    def resolved(cls, a: int, b: int, z: float, a_wins: bool, rule: str) -> PairDecision:
-        return cls(a, b, z, Verdict.A_GT_B if a_wins else Verdict.B_GT_A, rule)
+    def resolved(
+        cls,
+        a: int,
+        b: int,
+        z: float,
+        a_wins: bool,
+        rule: str,
+        boundary: float | None = None,
+        alpha: float | None = None,
+        look: int | None = None,
+    ) -> PairDecision:
+        verdict = Verdict.A_GT_B if a_wins else Verdict.B_GT_A
+        return cls(a, b, z, verdict, rule, boundary, alpha, look)
 
     @classmethod
-    def equivalent(cls, a: int, b: int, z: float, rule: str) -> PairDecision:
-        return cls(a, b, z, Verdict.EQUIVALENT, rule)
+    def equivalent(
+        cls,
+        a: int,
+        b: int,
+        z: float,
+        rule: str,
+        boundary: float | None = None,
+        alpha: float | None = None,
+        look: int | None = None,
+    ) -> PairDecision:
+        return cls(a, b, z, Verdict.EQUIVALENT, rule, boundary, alpha, look)
+
+    def swapped(self) -> PairDecision:
+        """The same decision about the pair, stated with ``a`` and ``b`` exchanged."""
+        flip = {Verdict.A_GT_B: Verdict.B_GT_A, Verdict.B_GT_A: Verdict.A_GT_B}
+        verdict = flip.get(self.verdict, self.verdict)
+        return PairDecision(
+            self.b, self.a, self.z, verdict, self.rule, self.boundary, self.alpha, self.look
+        )
 
     @classmethod
     def undecided(cls, a: int, b: int, z: float) -> PairDecision:

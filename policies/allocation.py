@@ -9,6 +9,7 @@ import numpy as np
 
 from adaptive_eval.policy import Allocator, CampaignView
 from adaptive_eval.registry import allocators
+from adaptive_eval.stats import sequential as seq
 from adaptive_eval.types import PairDecision
 
 
@@ -99,3 +100,184 @@ def pairwise(pairs_per_round: int | None = None, trials_per_round: int | None = 
     if pairs_per_round is not None and pairs_per_round < 1:
         raise ValueError(f"pairs_per_round must be >= 1, got {pairs_per_round}")
     return Pairwise(pairs_per_round, trials_per_round)
+
+
+def split_integer(total: int, weights: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Split ``total`` into integers proportional to ``weights``, each at most ``room``.
+
+    Largest-remainder rounding; a part that hits its room passes its excess to the others
+    (water filling). Deterministic: ties go to the lower index.
+
+    >>> split_integer(10, np.array([1.0, 1.0, 2.0]), np.array([10, 1, 10])).tolist()
+    [3, 1, 6]
+    """
+    weights = np.where(room > 0, np.maximum(np.asarray(weights, dtype=np.float64), 0.0), 0.0)
+    out = np.zeros(len(weights), dtype=np.int64)
+    left = int(min(total, int(room.sum())))
+    while left > 0:
+        open_ = (room - out) > 0
+        w = np.where(open_, weights, 0.0)
+        if w.sum() <= 0:
+            w = open_.astype(np.float64)
+            if w.sum() == 0:
+                break
+        share = left * w / w.sum()
+        base = np.floor(share).astype(np.int64)
+        remainder = left - int(base.sum())
+        if remainder:
+            order = np.lexsort((np.arange(len(w)), -(share - base)))
+            base[order[:remainder]] += 1
+        base = np.minimum(base, room - out)
+        if base.sum() == 0:
+            break
+        out += base
+        left -= int(base.sum())
+    return out
+
+
+def question_weights(view: CampaignView, model: int, scheme: str, cost: str) -> np.ndarray:
+    """Per-question sampling weights of one model: Neyman ``sd_q / sqrt(cost_q)`` or equal."""
+    num_questions = view.planned.shape[1]
+    if scheme == "uniform" or view.cell_variance is None:
+        return np.ones(num_questions)
+    sd = np.sqrt(np.maximum(view.cell_variance[model], 1e-12))
+    weights: np.ndarray = sd / np.sqrt(cell_cost(view, cost)[model])
+    return weights
+
+
+def cell_cost(view: CampaignView, cost: str) -> np.ndarray:
+    """(L, M) observed cost of one trial per cell, in units of the model's mean (1 if unknown)."""
+    shape = view.planned.shape
+    source = {"tokens": view.cell_tokens, "gpu_s": view.cell_gpu_s}.get(cost)
+    if cost == "trials" or source is None:
+        return np.ones(shape)
+    values = np.asarray(source, dtype=np.float64)
+    known = np.isfinite(values) & (values > 0)
+    if not known.any():
+        return np.ones(shape)
+    overall = float(values[known].mean())
+    filled = np.where(known, values, overall)
+    return np.asarray(filled / overall, dtype=np.float64)
+
+
+def per_trial_variance(view: CampaignView, scheme: str) -> np.ndarray:
+    """A_i: variance of model i's score estimate times its trials, under the question scheme.
+
+    Uniform across questions: ``(1/M) sum_q v_q``; Neyman: ``((1/M) sum_q sd_q)^2``.
+    """
+    if view.cell_variance is None:
+        fallback: np.ndarray = np.asarray(
+            view.sigma**2 * np.maximum(view.trials.sum(axis=1), 1), dtype=np.float64
+        )
+        return fallback
+    v = np.maximum(np.asarray(view.cell_variance, dtype=np.float64), 1e-12)
+    if scheme == "neyman":
+        return np.asarray(np.sqrt(v).mean(axis=1) ** 2, dtype=np.float64)
+    return np.asarray(v.mean(axis=1), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class TrackAndStop:
+    """Sample in the proportions of the plug-in lower-bound program (Garivier & Kaufmann 2016).
+
+    Each round: over the undecided adjacent pairs (i, j), solve
+    ``min sum_i c_i T_i  s.t.  A_i/T_i + A_j/T_j <= gap_ij^2 / (2 log(1/(2.4 delta)))`` with
+    ``gap = max(|D|, eps - |D|)`` from the current decision scores, ``delta`` the pair's error
+    budget and ``c_i`` the model's observed cost per trial (``cost``); then give the round's
+    trials so that each model's total tracks its share of the solution (C-tracking), with
+    forced exploration: a model in an open pair below ``sqrt(total)`` trials is served first.
+    Within a model, trials go to questions by ``questions``: ``neyman`` (proportional to the
+    question's posterior sd over sqrt(cost), at least ``min_trials`` each; a saturated question
+    gets little) or ``uniform``. The estimate stays the mean of per-question means, so the
+    allocation changes its variance, not what it estimates.
+    """
+
+    questions: str = "neyman"
+    cost: str = "trials"
+    trials_per_round: int | None = None
+    name: str = "track_and_stop"
+
+    def targets(
+        self, view: CampaignView, pairs: list[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The program's solution T* (L,) and the model costs used."""
+        costs = cell_cost(view, self.cost).mean(axis=1)
+        if not pairs:
+            return np.zeros(view.num_models), costs
+        index = np.asarray(pairs, dtype=np.int64)
+        theta = view.theta
+        epsilon = view.rope
+        gap = seq.pair_gap(theta[index[:, 0]] - theta[index[:, 1]], epsilon)
+        floor = epsilon / 2 if epsilon else 1e-3
+        gap = np.maximum(gap, floor)
+        radius = gap**2 / (2 * seq.kl_log_term(view.pair_alpha()))
+        variance = per_trial_variance(view, self.questions)
+        return seq.allocation_program(variance, index, radius, costs), costs
+
+    def __call__(
+        self,
+        view: CampaignView,
+        decisions: tuple[PairDecision, ...],
+        needs: np.ndarray,
+        round_trials: int,
+    ) -> np.ndarray:
+        room = np.maximum(view.capacity[:, None] - view.planned, 0)
+        has_room = room.sum(axis=1) > 0
+        open_pairs = [
+            (d.a, d.b) for d in decisions if not d.settled and (has_room[d.a] or has_room[d.b])
+        ]
+        in_pairs = np.zeros(view.num_models, dtype=bool)
+        for a, b in open_pairs:
+            in_pairs[[a, b]] = True
+        young = view.below_min()
+        plan = np.zeros_like(view.planned)
+        # Models below min_trials or needed by another goal get an even top-up first.
+        others = ((needs & ~in_pairs) | young) & has_room
+        plan += even_plan(view, others, 0, 1)
+        active = in_pairs & has_room & ~young
+        if not active.any():
+            return plan
+        optimal, _ = self.targets(view, open_pairs)
+        totals = view.planned.sum(axis=1).astype(np.float64)
+        # At least one trial per question for each active model, as the even allocators give.
+        size = self.trials_per_round or max(round_trials, view.planned.shape[1] * int(active.sum()))
+        share = np.where(active, optimal, 0.0)
+        if share.sum() <= 0:
+            share = active.astype(np.float64)
+        goal = share / share.sum() * (totals[active].sum() + size)
+        deficit = np.where(active, np.maximum(goal - totals, 0.0), 0.0)
+        explore = active & (totals < np.sqrt(totals[active].sum() + size))
+        if explore.any():
+            deficit = np.where(explore, np.maximum(deficit, deficit.max(initial=1.0)), deficit)
+        model_room = np.where(active, room.sum(axis=1), 0)
+        per_model = split_integer(size, deficit, model_room)
+        for model in np.nonzero(per_model)[0]:
+            plan[model] += self.spread(view, int(model), int(per_model[model]), room[model])
+        return plan
+
+    def spread(self, view: CampaignView, model: int, count: int, room: np.ndarray) -> np.ndarray:
+        """Give ``count`` trials of ``model`` to its questions by the question scheme."""
+        weights = question_weights(view, model, self.questions, self.cost)
+        planned = view.planned[model].astype(np.float64)
+        goal = weights / weights.sum() * (planned.sum() + count)
+        deficit = np.maximum(goal - planned, 0.0)
+        if deficit.sum() <= 0:
+            deficit = weights
+        return split_integer(count, deficit, room)
+
+
+QUESTION_SCHEMES = ("neyman", "uniform")
+COSTS = ("trials", "tokens", "gpu_s")
+
+
+@allocators.register("track_and_stop")
+def track_and_stop(
+    questions: str = "neyman", cost: str = "trials", trials_per_round: int | None = None
+) -> Allocator:
+    if questions not in QUESTION_SCHEMES:
+        raise ValueError(f"questions must be one of {QUESTION_SCHEMES}, got {questions!r}")
+    if cost not in COSTS:
+        raise ValueError(f"cost must be one of {COSTS}, got {cost!r}")
+    if trials_per_round is not None and trials_per_round < 1:
+        raise ValueError(f"trials_per_round must be >= 1, got {trials_per_round}")
+    return TrackAndStop(questions, cost, trials_per_round)

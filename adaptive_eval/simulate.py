@@ -1,0 +1,149 @@
+"""Fast in-process campaigns with known truth, for measuring decision rules and allocators.
+
+The loop is the controller's, minus I/O: rounds are planned ``rounds_in_flight`` ahead of the
+posterior, applied whole in order, and after each applied round the same
+:func:`~adaptive_eval.policy.decide_pairs`, stopping rule and allocator as a real campaign decide
+what happens next. Outcomes are drawn per round as multinomial counts from the true category
+probabilities, so thousands of seeded campaigns run in minutes (``benchmarks/sequential.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule, cap_plan
+from adaptive_eval.policy import decide_pairs as _decide
+from adaptive_eval.state import RunState
+from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A campaign with known truth: (L, M, K) category probabilities and the rubric weights."""
+
+    probs: np.ndarray
+    weights: np.ndarray
+    names: tuple[str, ...] = ()
+
+    @property
+    def scores(self) -> np.ndarray:
+        """True score per model: (1/M) sum_q w . p_q."""
+        return np.asarray((self.probs @ self.weights).mean(axis=1), dtype=np.float64)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        num_models, num_questions, num_categories = self.probs.shape
+        return int(num_models), int(num_questions), int(num_categories)
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    """What a campaign's ``policy:`` section builds, with fresh (stateful) rule objects."""
+
+    make_rules: Callable[[], tuple[PairRule, ...]]
+    stopping: StoppingRule
+    allocator: Allocator
+    confidence: float = 0.95
+    rope: float | None = 0.02
+    error_control: str = "ranking"
+    min_trials: int = 2
+    max_trials: int = 400
+    round_trials: int = 256
+    rounds_in_flight: int = 2
+
+
+@dataclass(frozen=True)
+class SimResult:
+    decisions: tuple[PairDecision, ...]
+    trials: np.ndarray  # (L, M)
+    stop: Stop | None
+    rounds: int
+    estimate: np.ndarray
+    mu: np.ndarray
+
+    @property
+    def total_trials(self) -> int:
+        return int(self.trials.sum())
+
+
+def simulate(truth: Truth, policy: SimPolicy, rng: np.random.Generator) -> SimResult:
+    num_models = truth.shape[0]
+    prior = np.ones(truth.probs.shape)
+    state = RunState(prior, truth.weights)
+    capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
+    rules = policy.make_rules()
+    names = truth.names or tuple(f"m{i}" for i in range(num_models))
+
+    def view() -> CampaignView:
+        return state.view(
+            names,
+            capacity,
+            policy.confidence,
+            policy.min_trials,
+            0.0,
+            rope=policy.rope,
+            error_control=policy.error_control,
+        )
+
+    decisions: tuple[PairDecision, ...] = ()
+    stop: Stop | None = None
+
+    def decide() -> None:
+        nonlocal decisions, stop
+        current = view()
+        decisions = _decide(current, rules)
+        if stop is None or stop.reason is not StopReason.MAX_TRIALS:
+            stop = policy.stopping.should_stop(current, decisions)
+
+    def plan_ahead() -> None:
+        nonlocal stop
+        while stop is None and len(state.plans) - state.applied_rounds < policy.rounds_in_flight:
+            current = view()
+            needs = policy.stopping.needs(current, decisions)
+            if needs is None:
+                needs = np.ones(num_models, dtype=bool)
+            plan = policy.allocator(
+                current, decisions, needs | current.below_min(), policy.round_trials
+            )
+            plan = cap_plan(plan, current, None)
+            if plan.sum() == 0:
+                if len(state.plans) == state.applied_rounds:
+                    stop = Stop(StopReason.MAX_TRIALS, "nothing left to sample")
+                return
+            state.add_plan(plan)
+
+    decide()
+    plan_ahead()
+    while state.applied_rounds < len(state.plans):
+        plan = state.plans[state.applied_rounds]
+        state.apply_counts(rng.multinomial(plan, truth.probs))
+        decide()
+        plan_ahead()
+    theta, _, _ = state.estimate()
+    mu, _ = state.moments()
+    return SimResult(decisions, state.trials.copy(), stop, state.applied_rounds, theta, mu)
+
+
+def wrong_calls(
+    decisions: tuple[PairDecision, ...], scores: np.ndarray, epsilon: float | None
+) -> list[bool]:
+    """Per settled decision: is it wrong for the true ``scores``?
+
+    Resolved ``a > b`` is wrong unless ``score_a > score_b`` (a true tie makes any resolution
+    wrong); equivalent is wrong when ``|score_a - score_b| >= epsilon``.
+    """
+    out = []
+    for d in decisions:
+        if not d.settled:
+            continue
+        gap = float(scores[d.a] - scores[d.b])
+        if d.verdict is Verdict.EQUIVALENT:
+            out.append(epsilon is None or abs(gap) >= epsilon - 1e-12)
+        elif d.verdict is Verdict.A_GT_B:
+            out.append(not gap > 1e-12)
+        else:
+            out.append(not gap < -1e-12)
+    return out

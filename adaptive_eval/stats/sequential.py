@@ -1,0 +1,426 @@
+"""Sequential decision statistics: an unbiased pair statistic and error-controlled boundaries.
+
+Pure functions over arrays; the rules in ``policies/pair_rules.py`` and the allocators in
+``policies/allocation.py`` are thin layers over them.
+
+**The decision statistic.** An adaptive run gives models and questions different trial counts.
+The Bayes@N mean shrinks each question's score toward the prior mean by ``(1+C)/(T_a)``, so a
+model that stopped early is pulled further than one that went on. Decisions therefore use the
+per-question empirical means (unbiased for any fixed counts) with the Bayesian per-trial variance
+(never zero, also for a question that was always right):
+
+    theta_i   = (1/M) sum_a xbar_ia,      xbar_ia = sum_k w_k n_iak / n_ia
+    se_i^2    = (1/M^2) sum_a v_ia / n_ia,
+    v_ia      = sum_k p_iak w_k^2 - (sum_k p_iak w_k)^2,   p_iak = nu_iak / T_ia
+
+(nu = prior + counts, the posterior mean of the category probabilities). For a pair,
+``D = theta_a - theta_b``, ``s^2 = se_a^2 + se_b^2`` (models are sampled independently),
+``z = D / s`` and the information is ``I = 1 / s^2``.
+
+**Boundaries.** Both rules give a confidence sequence ``D +- c * s`` for the true difference that
+covers it at every look with probability at least ``1 - alpha``. From it, with the region of
+practical equivalence ``+-eps``: resolved ``a > b`` when ``D - c s > 0``; equivalent when
+``|D| + c s < eps`` (TOST on the same boundary). If the sequence covers the truth, neither
+decision can be wrong, so one ``alpha`` bounds every error of the pair.
+
+* :func:`mixture_boundary`: Robbins' normal mixture (Howard et al. 2021, two-sided),
+  anytime-valid: ``c(I) = sqrt((1 + rho/I) (log(1 + I/rho) + 2 log(1/alpha)))``.
+* :func:`spending_boundaries`: group-sequential boundaries at planned information fractions
+  with Lan-DeMets alpha spending (O'Brien-Fleming type, alpha/2 per side:
+  ``alpha(t) = 4 - 4 Phi(z_{1-alpha/4} / sqrt(t))``, or Pocock type
+  ``alpha log(1 + (e - 1) t)``), computed by the
+  Armitage-McPherson-Rowe recursion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize
+from scipy.stats import norm
+
+FloatArray = NDArray[np.float64]
+
+SPENDING_FUNCTIONS = ("obf", "pocock", "hsd")
+
+
+def empirical_estimate(
+    counts: NDArray[np.int64] | FloatArray,
+    nu: NDArray[np.int64] | FloatArray,
+    weights: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """Per-model unbiased score and its standard error (see the module docstring).
+
+    ``counts`` are the observed (L, M, K) category counts, ``nu`` the posterior Dirichlet
+    parameters (prior + counts). A question with no trial yet contributes its posterior mean and
+    the variance of a single trial (it only matters before the first look).
+
+    >>> counts = np.array([[[1, 3], [0, 2]]])
+    >>> nu = counts + 1.0
+    >>> theta, se = empirical_estimate(counts, nu, np.array([0.0, 1.0]))
+    >>> float(theta[0])  # (3/4 + 2/2) / 2
+    0.875
+    >>> round(float(se[0] ** 2), 6)  # ((2/6)(4/6)/4 + (1/4)(3/4)/2) / 4
+    0.037326
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    nu = np.asarray(nu, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    n = counts.sum(axis=-1)
+    p = nu / nu.sum(axis=-1, keepdims=True)
+    mean_post = p @ w
+    var_trial = np.maximum(p @ (w * w) - mean_post**2, 0.0)
+    safe_n = np.maximum(n, 1.0)
+    xbar = np.where(n > 0, (counts @ w) / safe_n, mean_post)
+    num_questions = counts.shape[-2]
+    theta = xbar.mean(axis=-1)
+    se = np.sqrt((var_trial / safe_n).sum(axis=-1)) / num_questions
+    return np.asarray(theta, dtype=np.float64), np.asarray(se, dtype=np.float64)
+
+
+def trial_variance(nu: NDArray[np.float64] | NDArray[np.int64], weights: FloatArray) -> FloatArray:
+    """Per-cell variance of one trial's score under the posterior mean probabilities, (L, M)."""
+    p = np.asarray(nu, dtype=np.float64)
+    p = p / p.sum(axis=-1, keepdims=True)
+    mean = p @ weights
+    return np.asarray(np.maximum(p @ (weights * weights) - mean**2, 0.0), dtype=np.float64)
+
+
+# -- anytime-valid normal mixture --------------------------------------------------------------
+
+
+def mixture_boundary(information: float | FloatArray, alpha: float, rho: float) -> FloatArray:
+    """Two-sided normal-mixture boundary on ``|z|`` at information ``I`` (anytime-valid).
+
+    ``P(exists I: |Z(I)| >= c(I)) <= alpha`` for a standard Brownian motion observed at any
+    (data-dependent) information times; ``rho`` is the mixing precision, in information units.
+
+    >>> round(float(mixture_boundary(1e4, 0.05, 1e4)), 4)
+    3.6564
+    """
+    i = np.asarray(information, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        out = np.sqrt((1 + rho / i) * (np.log1p(i / rho) + 2 * math.log(1 / alpha)))
+    return np.asarray(np.where(i > 0, out, np.inf), dtype=np.float64)
+
+
+def mixture_grid_boundary(
+    information: float, alpha: float, rhos: tuple[float, ...], weights: tuple[float, ...]
+) -> float:
+    """Two-sided boundary on ``|z|`` of a weighted mixture of normal mixtures (anytime-valid).
+
+    The martingale ``sum_j w_j sqrt(rho_j/(I+rho_j)) exp(S^2 / (2 (I + rho_j)))`` (weights
+    summing to 1) crosses ``1/alpha`` with probability at most ``alpha`` (Ville); the boundary
+    is its root in ``|S| = z sqrt(I)``. A grid of ``rho`` keeps the boundary near the best
+    single mixture at every information level, at the price of ``log(1/w_j)``.
+    """
+    if information <= 0:
+        return math.inf
+    rho = np.asarray(rhos, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    log_w = np.log(w) + 0.5 * np.log(rho / (information + rho))
+    target = math.log(1 / alpha)
+
+    def excess(z: float) -> float:
+        s2 = z * z * information
+        terms = log_w + s2 / (2 * (information + rho))
+        top = float(terms.max())
+        return top + math.log(float(np.exp(terms - top).sum())) - target
+
+    hi = 2.0
+    while excess(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(excess, 0.0, hi, xtol=1e-10))
+
+
+def mixture_rho(information: float, alpha: float) -> float:
+    """The mixing precision that makes :func:`mixture_boundary` tightest at ``information``."""
+    result = optimize.minimize_scalar(
+        lambda log_rho: float(mixture_boundary(information, alpha, math.exp(log_rho))),
+        bounds=(math.log(information) - 12, math.log(information) + 4),
+        method="bounded",
+        options={"xatol": 1e-6},
+    )
+    return float(math.exp(result.x))
+
+
+# -- group-sequential alpha spending ------------------------------------------------------------
+
+
+def spent_alpha(
+    t: float | FloatArray, alpha: float, spending: str = "obf", gamma: float = -4.0
+) -> FloatArray:
+    """Two-sided Lan-DeMets spending: total error spent by information fraction ``t``.
+
+    Each side spends half: O'Brien-Fleming type ``alpha(t) = 2 (2 - 2 Phi(z_{1-alpha/4} /
+    sqrt(t)))`` (gsDesign's ``sfLDOF`` at alpha/2 per side), Pocock type
+    ``alpha log(1 + (e - 1) t)``, Hwang-Shih-DeCani ``alpha (1 - e^{-gamma t}) /
+    (1 - e^{-gamma})`` (``gamma = -4`` is close to O'Brien-Fleming late but spends a little
+    early, so a clear difference is settled long before the cap).
+
+    >>> round(float(spent_alpha(1.0, 0.05)), 12)
+    0.05
+    >>> round(float(spent_alpha(0.25, 0.05)), 7)  # 4 - 4 Phi(2.2414 / 0.5)
+    1.47e-05
+    """
+    frac = np.clip(np.asarray(t, dtype=np.float64), 0.0, 1.0)
+    if spending == "obf":
+        with np.errstate(divide="ignore"):
+            z = norm.isf(alpha / 4) / np.sqrt(frac)
+        out = 4 * norm.sf(z)
+    elif spending == "pocock":
+        out = alpha * np.log1p((math.e - 1) * frac)
+    elif spending == "hsd":
+        out = alpha * np.expm1(-gamma * frac) / math.expm1(-gamma)
+    else:
+        raise ValueError(f"spending must be one of {SPENDING_FUNCTIONS}, got {spending!r}")
+    return np.asarray(np.minimum(out, alpha), dtype=np.float64)
+
+
+@lru_cache(maxsize=64)
+def spending_boundaries(
+    fractions: tuple[float, ...],
+    alpha: float,
+    spending: str = "obf",
+    gamma: float = -4.0,
+    grid: int = 801,
+) -> tuple[float, ...]:
+    """Two-sided boundaries ``c_k`` on ``|z|`` at information fractions ``t_1 < ... < t_K``.
+
+    Chosen so that under no difference, ``P(|Z_1| < c_1, ..., |Z_{k-1}| < c_{k-1},
+    |Z_k| >= c_k) = alpha(t_k) - alpha(t_{k-1})`` (Lan & DeMets 1983), with ``Z_k = B(t_k) /
+    sqrt(t_k)`` for a standard Brownian motion ``B``. The sub-density of ``B`` on the
+    continuation region is carried from look to look on a grid (Armitage, McPherson & Rowe
+    1969); each look's crossing mass is an exact normal tail integrated over that density.
+    A look that can spend nothing new gets an infinite boundary.
+
+    >>> [round(c, 3) for c in spending_boundaries((0.2, 0.4, 0.6, 0.8, 1.0), 0.05)]
+    [4.877, 3.357, 2.68, 2.29, 2.031]
+    """
+    t = np.asarray(fractions, dtype=np.float64)
+    if t.ndim != 1 or len(t) == 0 or (np.diff(t) <= 0).any() or t[0] <= 0:
+        raise ValueError(f"fractions must increase and be > 0, got {fractions}")
+    budget = spent_alpha(t, alpha, spending, gamma)
+    bounds: list[float] = []
+    # Look 1: B(t1) ~ N(0, t1); exact.
+    spend = float(budget[0])
+    c = float(norm.isf(spend / 2)) if spend > 0 else math.inf
+    bounds.append(c)
+    half = c * math.sqrt(t[0]) if math.isfinite(c) else 10 * math.sqrt(t[0])
+    x = np.linspace(-half, half, grid)
+    density = norm.pdf(x, scale=math.sqrt(t[0]))
+    weight = _trapezoid_weights(x)
+    for k in range(1, len(t)):
+        step = math.sqrt(t[k] - t[k - 1])
+        mass = density * weight
+        target = float(budget[k] - budget[k - 1])
+
+        crossing = _crossing_mass(x, mass, float(t[k]), step)
+        if target <= 1e-15 or crossing(40.0, 0.0) >= target:
+            c = math.inf
+        else:
+            c = float(optimize.brentq(crossing, 1e-6, 40.0, args=(target,), xtol=1e-9))
+        bounds.append(c)
+        half = (c if math.isfinite(c) else 10.0) * math.sqrt(t[k])
+        new_x = np.linspace(-half, half, grid)
+        kernel = norm.pdf((new_x[:, None] - x[None, :]) / step) / step
+        density = kernel @ mass
+        x, weight = new_x, _trapezoid_weights(new_x)
+    return tuple(bounds)
+
+
+def _crossing_mass(
+    x: FloatArray, mass: FloatArray, t: float, sd: float
+) -> Callable[[float, float], float]:
+    """Probability of continuing to ``x`` (with ``mass``) and then crossing ``+-c sqrt(t)``,
+    minus ``target`` (a root-finding form)."""
+
+    def crossing(c_k: float, target: float) -> float:
+        edge = c_k * math.sqrt(t)
+        tails = norm.sf((edge - x) / sd) + norm.cdf((-edge - x) / sd)
+        return float(mass @ tails) - target
+
+    return crossing
+
+
+def _trapezoid_weights(x: FloatArray) -> FloatArray:
+    w = np.full(len(x), x[1] - x[0])
+    w[0] = w[-1] = (x[1] - x[0]) / 2
+    return w
+
+
+def look_fractions(looks: int, first: float) -> tuple[float, ...]:
+    """``looks`` information fractions spaced geometrically from ``first`` up to 1.
+
+    >>> look_fractions(3, 0.25)
+    (0.25, 0.5, 1.0)
+    """
+    if looks < 1:
+        raise ValueError(f"looks must be >= 1, got {looks}")
+    if not 0 < first <= 1:
+        raise ValueError(f"first look fraction must be in (0, 1], got {first}")
+    if looks == 1:
+        return (1.0,)
+    ratio = (1 / first) ** (1 / (looks - 1))
+    return (*(float(min(1.0, first * ratio**k)) for k in range(looks - 1)), 1.0)
+
+
+# -- the optimal-allocation program -------------------------------------------------------------
+
+
+def kl_log_term(delta: float) -> float:
+    """``log(1 / (2.4 delta))``, the lower-bound factor of Kaufmann, Cappe & Garivier (2016)."""
+    return math.log(1 / (2.4 * delta))
+
+
+def pair_gap(difference: FloatArray, epsilon: float | None) -> FloatArray:
+    """Distance to the nearest alternative that changes the pair's answer.
+
+    ``max(|D|, eps - |D|)`` with a region of practical equivalence, else ``|D|``.
+    """
+    d = np.abs(np.asarray(difference, dtype=np.float64))
+    if epsilon is None or epsilon <= 0:
+        return d
+    return np.asarray(np.maximum(d, epsilon - d), dtype=np.float64)
+
+
+def allocation_program(
+    variance: FloatArray,
+    pairs: NDArray[np.int64],
+    radius: FloatArray,
+    cost: FloatArray | None = None,
+    tolerance: float = 1e-3,
+    max_sweeps: int = 2000,
+) -> FloatArray:
+    """Solve ``min sum_i c_i T_i  s.t.  A_i/T_i + A_j/T_j <= r_ij`` for every listed pair.
+
+    ``variance`` is A (per-trial variance of each model's score estimate, (L,)), ``pairs`` a
+    (P, 2) array of model indices, ``radius`` r = gap^2 / (2 log(1/(2.4 delta))) per pair.
+    Models in no pair get 0. Returns T (float, (L,)).
+
+    Convex in ``x = 1/T``. Solved through its dual: with multipliers ``lambda_p >= 0`` and
+    ``Lambda_i = sum_{p ni i} lambda_p``, the primal optimum is ``T_i = sqrt(A_i Lambda_i /
+    c_i)`` and the dual ``g(lambda) = sum_i 2 sqrt(c_i A_i Lambda_i) - sum_p lambda_p r_p`` is
+    concave; block coordinate ascent over pairs that share no model (each block solved by a
+    monotone Newton iteration) from the single-pair solutions, then the primal is scaled to be
+    exactly feasible. Stops when the duality gap is below ``tolerance`` (relative). Each call
+    starts from the same closed-form point, so the result is a function of the inputs alone
+    (a resumed campaign plans the same rounds).
+
+    Single pair, unit costs: ``T_a = sqrt(A_a)(sqrt(A_a) + sqrt(A_b)) / r`` (Neyman split).
+
+    >>> t = allocation_program(np.array([1.0, 4.0]), np.array([[0, 1]]), np.array([0.5]))
+    >>> [round(float(v), 3) for v in t]
+    [6.0, 12.0]
+    """
+    a = np.maximum(np.asarray(variance, dtype=np.float64), 1e-300)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    r = np.asarray(radius, dtype=np.float64)
+    c = np.ones_like(a) if cost is None else np.maximum(np.asarray(cost, dtype=np.float64), 1e-12)
+    out = np.zeros_like(a)
+    if len(pairs) == 0:
+        return out
+    k = c * a
+    i, j = pairs[:, 0], pairs[:, 1]
+    lam = (np.sqrt(k[i]) + np.sqrt(k[j])) ** 2 / r**2 / 2
+    blocks = _blocks(pairs)
+    used = np.unique(pairs)
+    best = np.inf
+    primal = np.zeros_like(a)
+    for _ in range(max_sweeps):
+        for block in blocks:
+            total = np.bincount(pairs.ravel(), np.repeat(lam, 2), minlength=len(a))
+            bi, bj = i[block], j[block]
+            li = total[bi] - lam[block]
+            lj = total[bj] - lam[block]
+            lam[block] = _solve_pair_multiplier(k[bi], k[bj], li, lj, r[block])
+        total = np.bincount(pairs.ravel(), np.repeat(lam, 2), minlength=len(a))
+        t = np.zeros_like(a)
+        t[used] = np.sqrt(a[used] * np.maximum(total[used], 1e-300) / c[used])
+        load = (a[i] / t[i] + a[j] / t[j]) / r
+        t *= max(1.0, float(load.max()))
+        value = float((c * t).sum())
+        if value < best:
+            best, primal = value, t
+        dual = float((2 * np.sqrt(k[used] * total[used])).sum() - (lam * r).sum())
+        if best - dual <= tolerance * best:
+            break
+    out[used] = primal[used]
+    return out
+
+
+def _blocks(pairs: NDArray[np.int64]) -> list[NDArray[np.int64]]:
+    """Greedy colouring of the pairs so that no two pairs of one block share a model."""
+    blocks: list[list[int]] = []
+    members: list[set[int]] = []
+    for p, (i, j) in enumerate(pairs.tolist()):
+        for block, seen in zip(blocks, members, strict=True):
+            if i not in seen and j not in seen:
+                block.append(p)
+                seen.update((i, j))
+                break
+        else:
+            blocks.append([p])
+            members.append({i, j})
+    return [np.asarray(b, dtype=np.int64) for b in blocks]
+
+
+def _solve_pair_multiplier(
+    ki: FloatArray, kj: FloatArray, li: FloatArray, lj: FloatArray, r: FloatArray
+) -> FloatArray:
+    """The ``lambda >= 0`` maximising the dual in one pair's coordinate (vectorised).
+
+    The root of ``h(l) = sqrt(ki/(li+l)) + sqrt(kj/(lj+l)) - r`` (decreasing, convex), or 0
+    when ``h(0) <= 0``. Newton from a point left of the root increases monotonically to it.
+    """
+    li = np.maximum(li, 0.0)
+    lj = np.maximum(lj, 0.0)
+    lam = np.maximum(0.0, np.maximum(ki / r**2 - li, kj / r**2 - lj))
+    for _ in range(60):
+        si = np.sqrt(ki / np.maximum(li + lam, 1e-300))
+        sj = np.sqrt(kj / np.maximum(lj + lam, 1e-300))
+        h = si + sj - r
+        slope = -(si / (2 * np.maximum(li + lam, 1e-300)) + sj / (2 * np.maximum(lj + lam, 1e-300)))
+        step = np.where(h > 0, -h / slope, 0.0)
+        lam = lam + step
+        if (step <= 1e-12 * np.maximum(lam, 1e-300)).all():
+            break
+    return np.asarray(lam, dtype=np.float64)
+
+
+def lower_bound_trials(
+    scores: FloatArray,
+    variance: FloatArray,
+    delta: float,
+    epsilon: float | None,
+    adjacent_only: bool = True,
+) -> FloatArray:
+    """The delta-correct lower bound on trials per model for ranking ``scores``.
+
+    Gaussian form of Kaufmann, Cappe & Garivier (2016): every adjacent pair (in the true order)
+    must reach ``A_i/T_i + A_j/T_j <= gap_ij^2 / (2 log(1/(2.4 delta)))`` with ``gap =
+    max(|D|, eps - |D|)``. ``variance`` is A_i, the per-trial variance of model i's score
+    estimate (``((1/M) sum_q sd_q)^2`` under Neyman allocation across questions).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-s, kind="stable")
+    pairs = np.stack([order[:-1], order[1:]], axis=1)
+    gap = pair_gap(s[pairs[:, 0]] - s[pairs[:, 1]], epsilon)
+    if (gap <= 0).any():
+        return np.full(len(s), np.inf)
+    radius = gap**2 / (2 * kl_log_term(delta))
+    return allocation_program(np.asarray(variance, dtype=np.float64), pairs, radius)
+
+
+def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (scipy's ``binomtest``)."""
+    from scipy.stats import binomtest
+
+    if total == 0:
+        return 0.0, 1.0
+    ci = binomtest(successes, total).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
