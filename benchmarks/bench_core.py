@@ -12,6 +12,7 @@ Each prints the median of several repetitions (and min/max) so that a noisy mach
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -64,7 +65,14 @@ def bench_decide(repeats: int = 200) -> None:
     from adaptive_eval.logs import SilentLog
     from adaptive_eval.runner import _NoDispatch
 
-    for num_models, num_questions in ((20, 30), (50, 500)):
+    designs = (
+        ("group_sequential", "track_and_stop"),
+        ("anytime", "track_and_stop"),
+        ("group_sequential", "pairwise"),
+    )
+    for (num_models, num_questions), (rule, allocation) in itertools.product(
+        ((20, 30), (50, 500)), designs
+    ):
         with tempfile.TemporaryDirectory() as tmp:
             rng = np.random.default_rng(1)
             probs = rng.dirichlet(np.ones(8), size=(num_models, num_questions))
@@ -74,6 +82,7 @@ def bench_decide(repeats: int = 200) -> None:
                     "name": "bench",
                     "models": [{"backend": "simulated", "path": "s.npz"}],
                     "rubric": {"weights": list(np.linspace(0, 1, 8))},
+                    "policy": {"pair_rules": [rule], "allocation": allocation},
                 },
                 source=f"{tmp}/c.yaml",
             )
@@ -95,8 +104,8 @@ def bench_decide(repeats: int = 200) -> None:
                 times.append((time.perf_counter() - started) * 1e3)
             store.close()
         summary(
-            f"decision step L={num_models} M={num_questions} C=7 (posterior, "
-            f"{num_models - 1} pair decisions, stop rules, allocation)",
+            f"decision step L={num_models} M={num_questions} C=7 {rule}+{allocation} "
+            f"(posterior, {num_models - 1} pair decisions, stop rules, allocation)",
             times,
             "ms",
         )

@@ -5,6 +5,7 @@ the rules over seeded campaigns with known truth (a true tie, a gap exactly at e
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -325,3 +326,32 @@ def test_track_and_stop_serves_the_hard_pair_and_neyman_skips_saturated_question
     assert plan[0].sum() < plan[1].sum() and plan[0].sum() < plan[2].sum()
     assert plan[1, :10].mean() < plan[1, 10:].mean()  # saturated questions get less
     assert (plan >= 0).all()
+
+
+# -- determinism with the stateful rules and the program-driven allocator ---------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "allocation"),
+    [("group_sequential", "track_and_stop"), ("anytime", "track_and_stop")],
+)
+def test_resume_after_crash_is_exact_with_sequential_rules(
+    tmp_path: Path, rule: str, allocation: str
+) -> None:
+    from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
+
+    from adaptive_eval.config import load_config
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.45, 0.5, 0.52, 0.8], questions=12))
+    data = base_config("s.npz", pair_rules=[rule], allocation=allocation)
+    data["policy"]["max_trials_per_question"] = 60
+    config = load_config(write_config(tmp_path / "c.yaml", data))
+    reference = run_inline(config, tmp_path / "ref", shuffle_seed=0)
+    assert any(d.settled for d in reference.decisions)
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        run_inline(config, crashed, shuffle_seed=1, crash_after=9, batches_per_poll=1)
+    resumed = run_inline(config, crashed, shuffle_seed=2)
+    assert resumed.decisions == reference.decisions
+    assert resumed.state.counts.tolist() == reference.state.counts.tolist()
+    assert resumed.stop == reference.stop
