@@ -83,7 +83,11 @@ class PriorConfig(_Strict):
 
 class PolicyConfig(_Strict):
     confidence: float = Field(
-        0.95, gt=0.5, lt=1, description="One-sided ranking confidence for a resolved pair."
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="Probability that the decisions are right (per pair or for the whole "
+        "ranking, see error_control), however many rounds are looked at.",
     )
     rope: float | None = Field(
         0.02,
@@ -99,7 +103,11 @@ class PolicyConfig(_Strict):
     )
     min_trials_per_question: int = Field(2, ge=1)
     max_trials_per_question: int = Field(400, ge=1)
-    allocation: PluginRef = Field("pairwise", description="Allocation policy name or spec.")
+    allocation: PluginRef = Field(
+        "track_and_stop",
+        description="Allocation policy name or spec: track_and_stop (default; lower-bound "
+        "proportions across models, Neyman across questions), pairwise, uniform.",
+    )
     pair_rules: list[PluginRef] | None = Field(
         None,
         description="Pair rules tried in order; default: group_sequential (alpha spending, "

@@ -112,13 +112,13 @@ class Design:
 
 DESIGNS = [
     Design("naive_z", "pairwise"),
-    Design("anytime", "pairwise"),
     Design("group_sequential", "pairwise"),
-    Design("anytime", "track_and_stop"),
     Design("group_sequential", "track_and_stop"),
+    Design("anytime", "track_and_stop"),
     Design("group_sequential", "track_and_stop", (("spending", "obf"),)),
     Design("group_sequential", "track_and_stop", error_control="pair"),
 ]
+SMALL_SUITE = ("tie", "gap", "checkpoint")
 
 
 def policy_for(design: Design, cap: int, round_trials: int) -> SimPolicy:
@@ -207,7 +207,9 @@ def evaluate(
     name: str, truth: Truth, designs: list[Design], reps: int, cap: int, jobs: int
 ) -> list[dict[str, object]]:
     num_models, num_questions, _ = truth.shape
-    round_trials = max(64, num_models * num_questions)
+    # Rounds of one trial per cell (two for larger campaigns, as a real campaign's
+    # round_trials would give); decisions are made after every round.
+    round_trials = num_models * num_questions * (1 if num_models < 5 else 2)
     rows = []
     for design in designs:
         started = time.perf_counter()
@@ -278,6 +280,29 @@ def _line(row: dict[str, object]) -> str:
     )
 
 
+def markdown(rows: list[dict[str, object]]) -> str:
+    """The table the README quotes."""
+
+    def fmt(value: object, digits: int = 2) -> str:
+        return "-" if value is None else f"{float(value):.{digits}f}"  # type: ignore[arg-type]
+
+    lines = [
+        "| campaign | design | runs with a wrong call [95% CI] | worst pair | all settled "
+        "| trials | x LB | x fixed N |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        ci = row["run_wrong_ci"]
+        assert isinstance(ci, list)
+        lines.append(
+            f"| {row['campaign']} | {row['design']} | {fmt(row['run_wrong'], 3)} "
+            f"[{ci[0]:.3f}, {ci[1]:.3f}] | {fmt(row['pair_wrong_max'], 3)} | "
+            f"{fmt(row['decided'])} | {float(row['trials']):,.0f} | {fmt(row['x_lb'])} | "  # type: ignore[arg-type]
+            f"{fmt(row['x_fixed'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def replay_truth(path: Path, key: str) -> tuple[Truth, np.ndarray]:
     with np.load(path) as data:
         outcomes = np.asarray(data[key], dtype=np.int64)
@@ -293,10 +318,18 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--replicates", type=int, default=300)
+    parser.add_argument(
+        "--big-replicates",
+        type=int,
+        default=None,
+        help="replicates for campaigns of 10+ models (default: --replicates)",
+    )
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--cap", type=int, default=400, help="max trials per question")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", default=None, help="run campaigns whose name contains this")
+    parser.add_argument(
+        "--only", default=None, help="run campaigns whose name contains one of these (a,b)"
+    )
     parser.add_argument("--designs", default=None, help="comma-separated design labels")
     parser.add_argument("--replay", type=Path, default=None)
     parser.add_argument("--key", default="outcomes")
@@ -313,13 +346,18 @@ def main() -> None:
     else:
         campaigns = suite(args.questions)
     if args.only:
-        campaigns = {k: v for k, v in campaigns.items() if args.only in k}
+        wanted = args.only.split(",")
+        campaigns = {k: v for k, v in campaigns.items() if any(w in k for w in wanted)}
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, object]] = []
     for name, truth in campaigns.items():
         print(f"# {name}: true scores {np.round(truth.scores, 4).tolist()}", flush=True)
-        rows += evaluate(name, truth, designs, args.replicates, args.cap, args.jobs)
+        reps = args.replicates
+        if truth.shape[0] >= 10 and args.big_replicates is not None:
+            reps = args.big_replicates
+        rows += evaluate(name, truth, designs, reps, args.cap, args.jobs)
         (args.out / "sequential.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (args.out / "sequential.md").write_text(markdown(rows))
     totals: dict[str, dict[str, float]] = {}
     for row in rows:
         entry = totals.setdefault(str(row["design"]), {"trials": 0.0, "lb": 0.0})

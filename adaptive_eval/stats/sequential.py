@@ -337,7 +337,7 @@ def allocation_program(
             bi, bj = i[block], j[block]
             li = total[bi] - lam[block]
             lj = total[bj] - lam[block]
-            lam[block] = _solve_pair_multiplier(k[bi], k[bj], li, lj, r[block])
+            lam[block] = _solve_pair_multiplier(k[bi], k[bj], li, lj, r[block], lam[block])
         total = np.bincount(pairs.ravel(), np.repeat(lam, 2), minlength=len(a))
         t = np.zeros_like(a)
         t[used] = np.sqrt(a[used] * np.maximum(total[used], 1e-300) / c[used])
@@ -370,24 +370,38 @@ def _blocks(pairs: NDArray[np.int64]) -> list[NDArray[np.int64]]:
 
 
 def _solve_pair_multiplier(
-    ki: FloatArray, kj: FloatArray, li: FloatArray, lj: FloatArray, r: FloatArray
+    ki: FloatArray,
+    kj: FloatArray,
+    li: FloatArray,
+    lj: FloatArray,
+    r: FloatArray,
+    previous: FloatArray | None = None,
 ) -> FloatArray:
     """The ``lambda >= 0`` maximising the dual in one pair's coordinate (vectorised).
 
     The root of ``h(l) = sqrt(ki/(li+l)) + sqrt(kj/(lj+l)) - r`` (decreasing, convex), or 0
-    when ``h(0) <= 0``. Newton from a point left of the root increases monotonically to it.
+    when ``h(0) <= 0``. Newton from a point left of the root increases monotonically to it;
+    the previous sweep's value is used as that point where it is left of the root.
     """
     li = np.maximum(li, 0.0)
     lj = np.maximum(lj, 0.0)
+
+    def h(lam: FloatArray) -> tuple[FloatArray, FloatArray]:
+        di = np.maximum(li + lam, 1e-300)
+        dj = np.maximum(lj + lam, 1e-300)
+        si = np.sqrt(ki / di)
+        sj = np.sqrt(kj / dj)
+        return si + sj - r, -(si / (2 * di) + sj / (2 * dj))
+
     lam = np.maximum(0.0, np.maximum(ki / r**2 - li, kj / r**2 - lj))
+    if previous is not None:
+        value, _ = h(previous)
+        lam = np.where((value > 0) & (previous > lam), previous, lam)
     for _ in range(60):
-        si = np.sqrt(ki / np.maximum(li + lam, 1e-300))
-        sj = np.sqrt(kj / np.maximum(lj + lam, 1e-300))
-        h = si + sj - r
-        slope = -(si / (2 * np.maximum(li + lam, 1e-300)) + sj / (2 * np.maximum(lj + lam, 1e-300)))
-        step = np.where(h > 0, -h / slope, 0.0)
+        value, slope = h(lam)
+        step = np.where(value > 0, -value / slope, 0.0)
         lam = lam + step
-        if (step <= 1e-12 * np.maximum(lam, 1e-300)).all():
+        if (step <= 1e-9 * np.maximum(lam, 1e-300)).all():
             break
     return np.asarray(lam, dtype=np.float64)
 
