@@ -355,3 +355,37 @@ def test_resume_after_crash_is_exact_with_sequential_rules(
     assert resumed.decisions == reference.decisions
     assert resumed.state.counts.tolist() == reference.state.counts.tolist()
     assert resumed.stop == reference.stop
+
+
+# -- what the report says ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", ["group_sequential", "naive_z"])
+def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, rule: str) -> None:
+    from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
+
+    from adaptive_eval.config import load_config
+    from adaptive_eval.report import render_markdown
+    from adaptive_eval.runner import report_run
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.8], questions=10))
+    data = base_config("s.npz", pair_rules=[rule])
+    config = load_config(write_config(tmp_path / "c.yaml", data))
+    run_inline(config, tmp_path / "run")
+    summary = report_run(config, tmp_path / "run")
+    rules = summary["decision_rules"]
+    assert rules["error_control"] == "ranking" and rules["pair_alpha"] == pytest.approx(0.025)
+    settled = [p for p in summary["pairs"] if p["decision"] != "undecided"]
+    assert settled and all(p["rule"] == rule and p["boundary"] > 0 for p in settled)
+    markdown = render_markdown(summary)
+    if rule == "naive_z":
+        assert not rules["error_controlled"] and "NOT controlled" in rules["warning"]
+        assert "Warning" in markdown
+    else:
+        assert rules["error_controlled"] and rules["warning"] is None
+        assert all(0 < p["alpha_spent"] <= 0.025 for p in settled)
+        assert "Warning" not in markdown
+    # The unbiased estimate and its frequentist interval sit beside Bayes@N.
+    for model in summary["models"]:
+        assert model["estimate_ci_low"] <= model["estimate"] <= model["estimate_ci_high"]
+        assert 0.0 <= model["ci_low"] <= model["mu"] <= model["ci_high"] <= 1.0
