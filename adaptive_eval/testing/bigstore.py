@@ -59,7 +59,7 @@ def write_big_run(
         for round_index in range(rounds):
             store.add_round(round_index, plan)
             first = round_index * per_cell_per_round
-            categories = (rng.random((models, questions, per_cell_per_round)) < success[..., None])
+            categories = rng.random((models, questions, per_cell_per_round)) < success[..., None]
             rows = [
                 (
                     m,
