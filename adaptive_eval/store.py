@@ -161,7 +161,8 @@ class TrialStore:
         """Check the file before trusting it: SQLite's own check, then the schema version."""
         problems = [row[0] for row in self.conn.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
-            raise self.damaged("fails SQLite's integrity check: " + "; ".join(problems))
+            found = "; ".join(" ".join(str(p).split()) for p in problems)
+            raise self.damaged(f"fails SQLite's integrity check ({found})")
         version = int(self.conn.execute("PRAGMA user_version").fetchone()[0])
         tables = {
             row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
