@@ -51,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
+    from adaptive_eval.runner import check_engines
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
@@ -81,6 +82,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials",
     ]
+    try:
+        check_engines(campaign)
+    except InputError as error:  # valid config; `run` refuses it on this machine
+        lines.append(f"  warning: {error}")
     print("\n".join(lines))
     return 0
 

@@ -300,3 +300,24 @@ def test_make_bench_has_its_entry_point() -> None:
     )
     assert done.returncode == 0 and "memory" in done.stdout
     assert "benchmarks/run_all.py" in (REPO / "Makefile").read_text()
+
+
+def test_validate_warns_about_a_missing_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {
+        "name": "oa",
+        "models": [{"backend": "openai", "name": "srv", "options": {"base_url": "http://x/v1"}}],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": 3},
+    }
+    path = write_config(tmp_path / "c.yaml", data)
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(
+        runner.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "httpx" else real(name, *a),
+    )
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "is valid" in out and "warning:" in out and "adaptive-eval[openai]" in out
