@@ -179,7 +179,6 @@ def init_ray(
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if quiet:
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         logging.getLogger("ray").setLevel(logging.ERROR)
     options: dict[str, Any] = {"log_to_driver": not quiet}
     if address:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,7 +18,7 @@ import yaml
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
-from adaptive_eval.errors import InputError
+from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.report import render_console, summarize, write_outputs
 from adaptive_eval.store import RunLock, StoreError, TrialStore
@@ -143,6 +146,13 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
     return store, str(store.get_meta("campaign_id")), True
 
 
+def _terminal_width(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
 class _Progress:
     """The one live status line: a tqdm bar over the trials planned so far.
 
@@ -162,8 +172,14 @@ class _Progress:
         if self.bar is None:
             from tqdm import tqdm
 
+            stream = self.console.stream
             self.bar = tqdm(
-                total=0, unit="trial", desc="sampling", dynamic_ncols=True, file=self.console.stream
+                total=0,
+                unit="trial",
+                desc="sampling",
+                # A terminal that reports no width (a bare pty) would get an empty bar.
+                dynamic_ncols=_terminal_width(stream) > 0,
+                file=stream,
             )
             self.console.bar_active = True
         saved = controller.store.count_trials()
@@ -242,6 +258,45 @@ def run_campaign(
         lock.release()
 
 
+#: Where Ray's own output goes during a run: its C++ driver messages (core_worker lines), its
+#: Python warnings and the workers' forwarded output (stdout and stderr). The console keeps the
+#: status line.
+RAY_LOG = "ray.log"
+
+
+@contextmanager
+def _ray_output_to(path: Path, console: IO[str]) -> Iterator[IO[str]]:
+    """Point file descriptors 1 and 2 at ``path`` while Ray runs; yield the console to use.
+
+    Ray's C++ core worker writes to descriptor 2 directly and the workers' forwarded output goes
+    to the driver's stdout and stderr, so only redirecting the descriptors keeps them off the
+    terminal. A console that is descriptor 2 itself is replaced by a copy of the original
+    descriptor, so the status line and warnings still reach the terminal.
+    """
+    try:
+        console_fd: int | None = console.fileno()
+    except (AttributeError, OSError, ValueError):
+        console_fd = None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in saved:
+        os.dup2(target, fd)
+    os.close(target)
+    stream = os.fdopen(os.dup(saved[2]), "w", buffering=1) if console_fd == 2 else console
+    try:
+        yield stream
+    finally:
+        if stream is not console:
+            stream.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 def _run_locked(
     campaign: Campaign,
     run_dir: Path,
@@ -250,9 +305,37 @@ def _run_locked(
     init_ray: Any,
     dispatcher_class: Any,
 ) -> dict[str, Any]:
-    config = campaign.config
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
-    lines = ConsoleLines(console or sys.stderr)
+    try:
+        with _ray_output_to(run_dir / RAY_LOG, console or sys.stderr) as terminal:
+            return _run_opened(
+                campaign,
+                run_dir,
+                store,
+                campaign_id,
+                resumed,
+                terminal,
+                quiet,
+                init_ray,
+                dispatcher_class,
+            )
+    finally:
+        store.close()
+
+
+def _run_opened(
+    campaign: Campaign,
+    run_dir: Path,
+    store: TrialStore,
+    campaign_id: str,
+    resumed: bool,
+    terminal: IO[str],
+    quiet: bool,
+    init_ray: Any,
+    dispatcher_class: Any,
+) -> dict[str, Any]:
+    config = campaign.config
+    lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
     log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
     progress = _Progress(lines, config.output.progress and not quiet)
@@ -270,9 +353,12 @@ def _run_locked(
             categories=campaign.num_categories,
             fixed_n=campaign.fixed_n,
             prior=campaign.prior_note,
-            log_file=str(run_dir / "events.jsonl"),
+            ray_log=str(run_dir / RAY_LOG),
         )
-        init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
+        try:
+            init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
+        except ClusterError as error:
+            raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
         dispatcher = dispatcher_class(
             campaign.plans,
             campaign.offsets,
@@ -304,7 +390,6 @@ def _run_locked(
         )
         return summary
     finally:
-        store.close()
         handle.close()
 
 

@@ -321,3 +321,28 @@ def test_validate_warns_about_a_missing_engine(
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "is valid" in out and "warning:" in out and "adaptive-eval[openai]" in out
+
+
+def test_ray_output_goes_to_the_run_log_and_the_console_keeps_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """Ray's C++ driver lines (written to descriptor 2) and forwarded worker output (1 and 2)
+    land in RUN/ray.log; the status line still reaches the real stderr."""
+    script = f"""
+import os, sys
+from pathlib import Path
+from adaptive_eval.runner import _ray_output_to
+with _ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
+    os.write(2, b"[E core_worker.cc] noise\\n")
+    os.write(1, b"(WorkerActor pid=1) noise\\n")
+    print("token auth warning", file=sys.stderr)
+    console.write("status line\\n")
+print("final table")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "status line\n" and done.stdout == "final table\n"
+    log = (tmp_path / "ray.log").read_text()
+    assert "core_worker" in log and "WorkerActor" in log and "token auth" in log
