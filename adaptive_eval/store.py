@@ -195,7 +195,12 @@ class TrialStore:
 
         An out-of-range category would otherwise be counted on another question's cell.
         """
-        num_rounds = int(self.conn.execute("SELECT COUNT(*) FROM rounds").fetchone()[0])
+        num_rounds, last = self.conn.execute("SELECT COUNT(*), MAX(round) FROM rounds").fetchone()
+        if num_rounds and (last != num_rounds - 1 or self._first_round() != 0):
+            have = {r for (r,) in self.conn.execute("SELECT round FROM rounds")}
+            gaps = sorted(set(range(max(int(last), 0) + 1)) - have)
+            what = f"round {gaps[0]}" if gaps else f"rounds {sorted(have)[:3]}..."
+            raise self.damaged(f"lacks the plan of {what}" if gaps else f"holds plans of {what}")
         checks = [
             ("model", num_models - 1),
             ("question", num_questions - 1),
@@ -218,6 +223,9 @@ class TrialStore:
             bad.append(f"trial indices start at {row[-3]}")
         if bad:
             raise self.damaged("holds out-of-range trial rows: " + "; ".join(bad))
+
+    def _first_round(self) -> int:
+        return int(self.conn.execute("SELECT MIN(round) FROM rounds").fetchone()[0])
 
     def close(self) -> None:
         self.conn.close()

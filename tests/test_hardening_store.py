@@ -164,7 +164,26 @@ def test_a_missing_plan_row_is_refused(
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
         conn.execute("DELETE FROM rounds WHERE round = 1")
     err = _report_error(run_dir, capsys)
-    assert "round" in err and "trials.sqlite" in err
+    assert "lacks the plan of round 1" in err and "trials.sqlite" in err
+
+
+def test_a_damaged_store_is_refused_before_ray_starts(
+    finished_run: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adaptive_eval import dispatch
+
+    def no_ray_please(*args: object, **kw: object) -> None:
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(dispatch, "init_ray", no_ray_please)
+    config_path, run_dir = finished_run
+    with sqlite3.connect(run_dir / "trials.sqlite") as conn:
+        conn.execute("DELETE FROM rounds WHERE round = 0")
+    capsys.readouterr()
+    assert main(["run", str(config_path), "--out", str(run_dir)]) == 2
+    assert "lacks the plan of round 0" in capsys.readouterr().err
 
 
 def test_schema_version_is_recorded_and_a_newer_one_refused(
