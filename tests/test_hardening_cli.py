@@ -346,3 +346,23 @@ print("final table")
     assert done.stderr == "status line\n" and done.stdout == "final table\n"
     log = (tmp_path / "ray.log").read_text()
     assert "core_worker" in log and "WorkerActor" in log and "token auth" in log
+
+
+def test_log_lines_do_not_run_into_the_progress_bar() -> None:
+    from tqdm import tqdm
+
+    from adaptive_eval.logs import ConsoleLines
+
+    terminal = _Terminal()
+    lines = ConsoleLines(terminal)
+    bar = tqdm(total=10, desc="sampling", file=terminal, ncols=60)
+    bar.update(3)
+    lines.bar_active = True
+    lines.write("warning: slow_policy")
+    lines.write(" phase=decide\n")
+    bar.update(1)
+    bar.close()
+    text = terminal.getvalue()
+    # The line is whole, on a line of its own, and the bar is drawn again after it.
+    assert "\nwarning: slow_policy phase=decide\n" in text.replace("\r", "\n")
+    assert text.rindex("sampling") > text.index("warning: slow_policy")
