@@ -29,6 +29,8 @@ RESTART_PROBE_INTERVAL_S = 0.5
 #: waits a fixed 30 s for its raylet; on a loaded machine a second try usually succeeds.
 RAY_START_ATTEMPTS = 3
 RAY_START_BACKOFF_S = (2.0, 10.0)
+#: Ray settings of a local cluster (see :func:`init_ray`).
+LOCAL_RAY_SYSTEM_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 #: Longest error text written to an event (a worker's traceback can be long).
 EVENT_ERROR_CHARS = 2000
 
@@ -185,7 +187,12 @@ def init_ray(
         options["address"] = address
     else:
         options.update(
-            num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, configure_logging=False
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            configure_logging=False,
+            # Workers are long-lived actors, each started on demand; idle task workers that
+            # Ray would prestart (one per CPU) only add load while the node starts.
+            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
     for attempt in range(1, attempts + 1):
         try:

@@ -125,6 +125,7 @@ def test_ray_start_is_retried_then_reported_in_one_line(monkeypatch: pytest.Monk
     dispatch.init_ray(None, 2, on_event=lambda *e: events.append(e))
     assert len(attempts) == 2
     assert attempts[0]["include_dashboard"] is False and attempts[0]["num_cpus"] == 2
+    assert attempts[0]["_system_config"]["enable_worker_prestart"] is False
     assert events[0][1] == "ray_start_retry" and "timed out" in events[0][2]["error"]
     with pytest.raises(ClusterError, match=r"in 3 attempts.*still overloaded.*num_cpus"):
         dispatch.init_ray(None, 2)
