@@ -1,13 +1,20 @@
 """``adaptive-eval run | validate | report | score | completions``.
 
-Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure.
+Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure, 130 interrupted.
+No traceback reaches the console: an unexpected error prints one line and the path of a log
+file that holds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,11 @@ import numpy as np
 from adaptive_eval.errors import AdaptiveEvalError, InputError
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+#: Options whose value may start with "-" (a list of numbers such as ``-0.5,0,1``).
+_NUMBER_LIST_OPTIONS = ("--weights", "--k")
+_NUMBER_LIST = re.compile(r"^-[0-9.]")
 
 
 def _parse_floats(text: str, what: str) -> list[float]:
@@ -39,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
+    from adaptive_eval.runner import check_engines
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
@@ -52,7 +65,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     lines += [
         f"  models ({campaign.num_models}): {', '.join(campaign.names)}",
         f"  questions: {campaign.num_questions}; categories C+1 = {campaign.num_categories}, "
-        f"weights {list(campaign.weights)}",
+        f"weights {[float(w) for w in campaign.weights]}",
         f"  prior: {campaign.prior_note}",
         f"  trials per question: min {policy.min_trials_per_question}, max "
         f"{int(campaign.capacity.max())}"
@@ -69,6 +82,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials",
     ]
+    try:
+        check_engines(campaign)
+    except InputError as error:  # valid config; `run` refuses it on this machine
+        lines.append(f"  warning: {error}")
     print("\n".join(lines))
     return 0
 
@@ -134,6 +151,14 @@ def cmd_completions(args: argparse.Namespace) -> int:
             shown += 1
             if args.limit and shown >= args.limit:
                 break
+        if args.question is not None and args.question not in questions:
+            raise InputError(
+                f"--question {args.question!r} is not in this run ({len(questions)} questions, "
+                f"e.g. {', '.join(questions[:3])})",
+                source=str(run_dir),
+            )
+        if shown == 0 and args.trial is not None:
+            raise InputError(f"no recorded trial {args.trial} matches", source=str(run_dir))
     finally:
         store.close()
     return 0
@@ -189,6 +214,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     names = file.names("models", num_models, "model-")
     weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else [0.0, 1.0])
     check_categories(outcomes, len(weights), file=file, name=args.key)
+    if args.weights and outcomes.size and int(outcomes.max()) < len(weights) - 1:
+        raise InputError(
+            f"--weights gives {len(weights)} categories (0..{len(weights) - 1}) but "
+            f"{args.key} only uses 0..{int(outcomes.max())}; give one weight per category "
+            "of the data"
+        )
     prior = None
     if args.prior:
         prior_file = NpzFile(args.prior)
@@ -225,6 +256,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run or resume a campaign")
@@ -274,8 +306,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptive-eval")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _join_number_lists(argv: Sequence[str]) -> list[str]:
+    """``--weights -0.5,0,1`` -> ``--weights=-0.5,0,1``: argparse reads "-0.5,..." as an option."""
+    out: list[str] = []
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in _NUMBER_LIST_OPTIONS and index + 1 < len(args):
+            value = args[index + 1]
+            if _NUMBER_LIST.match(value):
+                out.append(f"{arg}={value}")
+                index += 2
+                continue
+        out.append(arg)
+        index += 1
+    return out
+
+
+def _error_log(args: argparse.Namespace) -> Path:
+    """Where an unexpected error's traceback goes: the run directory if there is one."""
+    run_dir = getattr(args, "out", None) or getattr(args, "run_dir", None)
+    if run_dir and Path(run_dir).is_dir():
+        return Path(run_dir) / "error.log"
+    folder = Path(tempfile.gettempdir()) / "adaptive-eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"error-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+
+
+def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
+    summary = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    try:
+        path = _error_log(args)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval ")
+            handle.write(" ".join(sys.argv[1:]) + "\n")
+            handle.write("".join(traceback.format_exception(error)))
+        where = f"; the traceback is in {path}"
+    except OSError as log_error:
+        where = f" (and the traceback could not be saved: {log_error.strerror})"
+    print(f"adaptive-eval: unexpected error: {summary}{where}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_join_number_lists(sys.argv[1:] if argv is None else argv))
     try:
         code: int = args.func(args)
         return code
@@ -284,7 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except AdaptiveEvalError as error:
         print(f"adaptive-eval: failed: {error}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("adaptive-eval: interrupted; run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # the last line of defence: one line, traceback to a file
+        _report_unexpected(args, error)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -57,6 +59,9 @@ class RubricConfig(_Strict):
     def _at_least_two(cls, weights: list[float]) -> list[float]:
         if len(weights) < 2:
             raise ValueError(f"needs at least 2 categories, got {weights}")
+        bad = [i for i, w in enumerate(weights) if not math.isfinite(w)]
+        if bad:
+            raise ValueError(f"weight {bad[0]} is {weights[bad[0]]}; weights must be finite")
         return weights
 
 
@@ -310,17 +315,56 @@ def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:
         raise  # unreachable; keeps type checkers content
 
 
+_OVERRIDE_KEY = re.compile(r"([^.\[\]]+)((?:\[\d+\])*)")
+
+
+def _override_path(dotted: str) -> list[str | int]:
+    """``models[1].options.port`` -> ``["models", 1, "options", "port"]`` (``models.1`` too)."""
+    path: list[str | int] = []
+    for part in dotted.split("."):
+        match = _OVERRIDE_KEY.fullmatch(part)
+        if match is None:
+            raise ValueError(part)
+        name = match.group(1)
+        path.append(int(name) if name.isdigit() and path else name)
+        path += [int(i) for i in re.findall(r"\[(\d+)\]", match.group(2))]
+    return path
+
+
 def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
+    """Set one ``KEY.PATH=VALUE`` (YAML value); list items by index: ``models[0].workers=2``."""
     if "=" not in override:
         raise InputError(f"override {override!r} is not KEY=VALUE", source=source)
     dotted, raw = override.split("=", 1)
+    try:
+        path = _override_path(dotted)
+    except ValueError as error:
+        raise InputError(f"override {override!r}: bad key part {error}", source=source) from None
     node: Any = data
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise InputError(f"override {override!r}: {key} is not a mapping", source=source)
-    node[keys[-1]] = yaml.safe_load(raw)
+    for depth, key in enumerate(path[:-1]):
+        where = _location(tuple(path[: depth + 1]))
+        if isinstance(key, int):
+            if not isinstance(node, list) or not -len(node) <= key < len(node):
+                size = len(node) if isinstance(node, list) else "no"
+                raise InputError(
+                    f"override {override!r}: {where} is not an item of a list ({size} items)",
+                    source=source,
+                )
+            node = node[key]
+        else:
+            if not isinstance(node, dict):
+                raise InputError(f"override {override!r}: {where} is not a mapping", source=source)
+            node = node.setdefault(key, {})
+    last = path[-1]
+    if isinstance(last, int):
+        if not isinstance(node, list) or not -len(node) <= last < len(node):
+            raise InputError(f"override {override!r}: no list item {last}", source=source)
+    elif not isinstance(node, dict):
+        raise InputError(
+            f"override {override!r}: {_location(tuple(path[:-1]))} is not a mapping",
+            source=source,
+        )
+    node[last] = yaml.safe_load(raw)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CampaignConfig:

@@ -20,7 +20,7 @@ from adaptive_eval.campaign import Campaign
 from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
 from adaptive_eval.state import RunState
-from adaptive_eval.store import TrialStore
+from adaptive_eval.store import RoundCounts, TrialStore
 from adaptive_eval.types import (
     Batch,
     BatchResult,
@@ -46,7 +46,8 @@ class DispatchPort(Protocol):
 @dataclass
 class _Round:
     missing: int  # planned trials not yet recorded
-    trials: list[tuple[int, int, int, int, float]]  # model, question, category, tokens, gpu_s
+    # model, question, category, tokens, gpu_s; None: recorded whole, read from the store
+    trials: list[tuple[int, int, int, int, float]] | None
 
 
 class Controller:
@@ -122,6 +123,8 @@ class Controller:
                 )
             entry = self.rounds[result.round]
             entry.missing -= added
+            if entry.trials is None:  # recorded whole before a resume: nothing here is new
+                continue
             if added == len(result.trials):
                 fresh: Sequence[Trial] = result.trials
             else:
@@ -170,7 +173,10 @@ class Controller:
         return entry is not None and entry.missing <= 0
 
     def apply_round(self) -> None:
-        entry = self.rounds.pop(self.state.applied_rounds)
+        round_index = self.state.applied_rounds
+        entry = self.rounds.pop(round_index)
+        if entry.trials is None:  # a resumed round recorded whole: its counts, from the store
+            entry.trials = _expand(self.store.round_counts(round_index))
         # Sorting makes the applied order independent of arrival order.
         table = np.asarray(sorted(entry.trials), dtype=np.float64).reshape(-1, 5)
         ints = table[:, :4].astype(np.int64)
@@ -350,38 +356,29 @@ class Controller:
 
     # -- resume ---------------------------------------------------------------------------------
     def resume(self) -> None:
-        """Rebuild the state from the store, re-dispatch what was in flight, then plan ahead."""
+        """Rebuild the state from the store, re-dispatch what was in flight, then plan ahead.
+
+        Complete rounds keep no trials in memory: :meth:`apply_round` reads each one's counts
+        from the store, aggregated in SQL, when its turn comes, so memory does not grow with
+        the number of recorded trials. Only rounds still missing trials load their keys.
+        """
         plans = self.store.rounds()
-        recorded = self.store.trial_arrays()
-        have = set(
-            zip(
-                recorded.model.tolist(),
-                recorded.question.tolist(),
-                recorded.trial.tolist(),
-                strict=True,
-            )
-        )
+        recorded = self.store.trials_per_round()
         for round_index, plan in enumerate(plans):
             starts = self.state.add_plan(plan)
-            in_round = recorded.round == round_index
-            trials = list(
-                zip(
-                    recorded.model[in_round].tolist(),
-                    recorded.question[in_round].tolist(),
-                    recorded.category[in_round].tolist(),
-                    recorded.tokens[in_round].tolist(),
-                    recorded.gpu_s[in_round].tolist(),
-                    strict=True,
-                )
-            )
-            self.rounds[round_index] = _Round(int(plan.sum()) - len(trials), trials)
-            if self.rounds[round_index].missing:
-                self.submit(self.batches(round_index, _missing(plan, starts, have)))
+            missing = int(plan.sum()) - recorded.get(round_index, 0)
+            if not missing:
+                self.rounds[round_index] = _Round(0, None)
+                continue
+            counts = self.store.round_counts(round_index)
+            self.rounds[round_index] = _Round(missing, _expand(counts))
+            have = self.store.round_trial_keys(round_index)
+            self.submit(self.batches(round_index, _missing(plan, starts, have)))
         if plans:
             self.log.info(
                 "resume",
                 rounds=len(plans),
-                trials=len(recorded.model),
+                trials=sum(recorded.values()),
                 in_flight=sum(r.missing for r in self.rounds.values()),
             )
         self.decide()
@@ -389,6 +386,32 @@ class Controller:
         self.flush_events()
         while self.next_round_complete():
             self.advance()
+
+
+def _expand(
+    counts: RoundCounts,
+) -> list[tuple[int, int, int, int, float]]:
+    """Per-trial rows (model, question, category, tokens, gpu_s) with the counts' sums.
+
+    The first trial of a cell's category carries the token and GPU sums, the next known ones
+    0 tokens, the rest -1 (unknown): :meth:`RunState.apply` then adds exactly the stored
+    counts and sums.
+    """
+    rows: list[tuple[int, int, int, int, float]] = []
+    for m, q, c, n, tokens, known, gpu in zip(
+        counts.model.tolist(),
+        counts.question.tolist(),
+        counts.category.tolist(),
+        counts.count.tolist(),
+        counts.tokens_sum.tolist(),
+        counts.tokens_known.tolist(),
+        counts.gpu_s.tolist(),
+        strict=True,
+    ):
+        rows.append((m, q, c, tokens if known else -1, gpu))
+        rows += [(m, q, c, 0, 0.0)] * max(known - 1, 0)
+        rows += [(m, q, c, -1, 0.0)] * (n - max(known, 1))
+    return rows
 
 
 def _missing(

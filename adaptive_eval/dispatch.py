@@ -11,6 +11,7 @@ batch, so re-dispatching cannot double-count.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import time
 import traceback
@@ -20,10 +21,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adaptive_eval.backends.base import BackendPlan, Worker
-from adaptive_eval.errors import BackendError
+from adaptive_eval.errors import BackendError, ClusterError
 from adaptive_eval.types import Batch, BatchResult
 
 RESTART_PROBE_INTERVAL_S = 0.5
+#: Attempts at starting a local Ray cluster, and the pause before each retry (seconds). Ray
+#: waits a fixed 30 s for its raylet; on a loaded machine a second try usually succeeds.
+RAY_START_ATTEMPTS = 3
+RAY_START_BACKOFF_S = (2.0, 10.0)
+#: Ray settings of a local cluster (see :func:`init_ray`).
+LOCAL_RAY_SYSTEM_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+#: Longest error text written to an event (a worker's traceback can be long).
+EVENT_ERROR_CHARS = 2000
+
+#: ``on_event(level, kind, payload)``: diagnostics as they happen (batch failures and retries,
+#: worker deaths and restarts), for the run's events.jsonl.
+EventSink = Callable[[str, str, dict[str, Any]], None]
+
+
+def _no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
+    pass
 
 
 class WorkerActor:
@@ -122,6 +139,7 @@ class _Slot:
     probe: Any = None  # the ready() call in flight while recovering
     probe_at: float = 0.0  # when to send the next ready() while recovering
     dead: bool = False  # Ray gave up restarting it
+    died_at: float = 0.0  # when its last death was seen
 
 
 @dataclass
@@ -143,21 +161,60 @@ class DispatchStats:
         return sum(self.busy_s.values()) / (wall * len(self.busy_s)) if wall > 0 else 0.0
 
 
-def init_ray(address: str | None, num_cpus: int | None) -> None:
+def init_ray(
+    address: str | None,
+    num_cpus: int | None,
+    *,
+    quiet: bool = False,
+    attempts: int = RAY_START_ATTEMPTS,
+    on_event: EventSink = _no_events,
+) -> None:
+    """Connect to ``address`` or start a small local cluster, retrying a slow start.
+
+    A local cluster gets no dashboard and ``num_cpus`` (default: this machine's CPUs) worker
+    slots. ``quiet`` keeps Ray's own warnings and the workers' output off the console.
+    """
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if quiet:
+        logging.getLogger("ray").setLevel(logging.ERROR)
+    options: dict[str, Any] = {"log_to_driver": not quiet}
     if address:
-        ray.init(address=address, log_to_driver=True)
+        options["address"] = address
     else:
-        ray.init(
+        options.update(
             num_cpus=num_cpus or os.cpu_count(),
             include_dashboard=False,
-            log_to_driver=True,
             configure_logging=False,
+            # Workers are long-lived actors, each started on demand; idle task workers that
+            # Ray would prestart (one per CPU) only add load while the node starts.
+            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(**options)
+            return
+        except Exception as error:  # Ray raises bare Exception, TimeoutError, ConnectionError
+            ray.shutdown()
+            text = f"{type(error).__name__}: {error}"
+            if attempt == attempts:
+                where = f"connect to Ray at {address}" if address else "start a local Ray cluster"
+                raise ClusterError(
+                    f"could not {where} in {attempts} attempts (last: {text}). On a loaded "
+                    "machine, retry later or lower execution.num_cpus; or start a cluster "
+                    "with `ray start --head` and set execution.ray_address"
+                ) from error
+            pause = RAY_START_BACKOFF_S[min(attempt - 1, len(RAY_START_BACKOFF_S) - 1)]
+            on_event(
+                "warning",
+                "ray_start_retry",
+                {"attempt": attempt, "of": attempts, "pause_s": pause, "error": text},
+            )
+            time.sleep(pause)
 
 
 class Dispatcher:
@@ -172,10 +229,12 @@ class Dispatcher:
         max_batch_retries: int,
         actor_restarts: int = 3,
         shared_slots: int | None = None,
+        on_event: EventSink = _no_events,
     ) -> None:
         import ray
 
         self._ray = ray
+        self._event = on_event
         self.in_flight_per_worker = in_flight_per_worker
         self.max_batch_retries = max_batch_retries
         self.stats = DispatchStats()
@@ -262,7 +321,7 @@ class Dispatcher:
             try:
                 result: BatchResult = self._ray.get(ref)
             except self._ray.exceptions.RayActorError as error:
-                if self._worker_died(slot):
+                if self._worker_died(slot, error):
                     self._retry(
                         batch, BatchResult.failed(batch, slot.worker_id, f"worker died: {error}")
                     )
@@ -290,11 +349,17 @@ class Dispatcher:
         self._fill()
         return results
 
-    def _worker_died(self, slot: _Slot) -> bool:
+    def _worker_died(self, slot: _Slot, error: Exception) -> bool:
         """Start watching a restart; True for the first failure seen of this death."""
         if slot.recovering or slot.dead:
             return False
         self.stats.restarts += 1
+        slot.died_at = time.perf_counter()
+        self._event(
+            "warning",
+            "worker_died",
+            {"worker": slot.worker_id, "error": str(error)[:EVENT_ERROR_CHARS]},
+        )
         slot.target = None  # a restarted shared slot holds no model
         slot.recovering, slot.probe_at = True, 0.0
         return True
@@ -322,6 +387,11 @@ class Dispatcher:
             return
         except self._ray.exceptions.RayActorError as error:
             slot.dead, slot.recovering = True, False
+            self._event(
+                "error",
+                "worker_dead",
+                {"worker": slot.worker_id, "error": str(error)[:EVENT_ERROR_CHARS]},
+            )
             alive = [s for s in self._slots if not s.dead and s.plan_index == slot.plan_index]
             if not alive:
                 raise BackendError(
@@ -330,12 +400,31 @@ class Dispatcher:
                 ) from None
             return
         slot.recovering = False
+        self._event(
+            "info",
+            "worker_restarted",
+            {"worker": slot.worker_id, "down_s": round(time.perf_counter() - slot.died_at, 3)},
+        )
 
     def _retry(self, batch: Batch, result: BatchResult) -> None:
         self.stats.failures += 1
         attempts = self._attempts.get(batch.batch_id, 0) + 1
         self._attempts[batch.batch_id] = attempts
-        if attempts > self.max_batch_retries:
+        retry = attempts <= self.max_batch_retries
+        self._event(
+            "info" if retry else "error",
+            "batch_failed",
+            {
+                "batch": batch.batch_id,
+                "round": batch.round,
+                "model": batch.model,
+                "worker": result.worker,
+                "attempt": attempts,
+                "retry": retry,
+                "error": (result.error or "")[:EVENT_ERROR_CHARS],
+            },
+        )
+        if not retry:
             raise BackendError(
                 f"batch {batch.batch_id} (model {batch.model}, round "
                 f"{batch.round}) failed {attempts} times; last error on "

@@ -27,3 +27,7 @@ class BackendError(AdaptiveEvalError):
 
 class ExhaustedError(BackendError):
     """A replayed cell was asked for more trials than were recorded."""
+
+
+class ClusterError(AdaptiveEvalError):
+    """The Ray cluster could not be started or reached."""

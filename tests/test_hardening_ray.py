@@ -1,0 +1,71 @@
+"""Issue 8, item 7 on a real Ray cluster: batch failures (with their error text), worker deaths
+and restarts reach events.jsonl as they happen, and ``report`` keeps the run's dispatch figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptive_eval.cli import main
+from adaptive_eval.config import parse_config
+from adaptive_eval.datasets import ARITH20, load_dataset
+from adaptive_eval.runner import run_campaign
+from adaptive_eval.testing.flaky_server import FlakyServer
+
+ANSWERS = {q.problem: q.answer for q in load_dataset(ARITH20).questions}
+
+
+@pytest.mark.slow
+def test_failures_deaths_and_restarts_are_logged_as_they_happen(
+    tmp_path: Path, ray_local: None
+) -> None:
+    data = {
+        "name": "diag",
+        "seed": 3,
+        "models": [
+            {
+                "backend": "openai",
+                "name": "srv",
+                "workers": 1,
+                "options": {
+                    "base_url": "",
+                    "max_retries": 0,
+                    "backoff": 0.001,
+                    "timeout_s": 5,
+                    "test_crash_once": str(tmp_path / "crash.marker"),
+                },
+            }
+        ],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": 3},
+        "sampling": {"max_tokens": 32},
+        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
+        "execution": {"workers": 1, "batch_size": 8, "max_batch_retries": 3},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+    run_dir = tmp_path / "run"
+    # The first request after the crash fails with HTTP 500 and no request-level retry.
+    with FlakyServer(script=[500], answers=ANSWERS) as server:
+        data["models"][0]["options"]["base_url"] = server.url
+        summary = run_campaign(parse_config(data), run_dir, quiet=True)
+    assert summary["trials_used"] == 6
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    by_kind: dict[str, list[dict]] = {}
+    for event in events:
+        by_kind.setdefault(event["event"], []).append(event)
+    assert [e["worker"] for e in by_kind["worker_died"]] == ["openai-0-0"]
+    assert by_kind["worker_restarted"][0]["worker"] == "openai-0-0"
+    failed = by_kind["batch_failed"]
+    assert len(failed) == summary["dispatch"]["failed_batches"] == 2
+    assert all(e["retry"] for e in failed)
+    assert any("worker died" in e["error"] for e in failed)
+    assert any("500" in e["error"] for e in failed)
+    # Each diagnostic precedes the end of the run: it was written when it happened.
+    done = next(i for i, e in enumerate(events) if e["event"] == "campaign_done")
+    assert all(events.index(e) < done for e in failed)
+    # report rebuilds summary.json without losing what only the run knew.
+    assert main(["report", str(run_dir), "--json"]) == 0
+    rebuilt = json.loads((run_dir / "summary.json").read_text())
+    assert rebuilt["dispatch"] == summary["dispatch"] and rebuilt["resumed"] is False
