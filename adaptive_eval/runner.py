@@ -53,15 +53,18 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             campaign_id=campaign_id,
             models=list(campaign.names),
             questions=list(campaign.question_ids),
+            limits=config.limits(),
         )
         (run_dir / "config.yaml").write_text(
             yaml.safe_dump(config.portable_dump(), sort_keys=False)
         )
         return store, campaign_id, False
-    if stored != campaign.fingerprint:
-        changes = _differences(store.get_meta("identity"), identity) or [
-            "an input file's contents or the prior changed"
-        ]
+    changes = _differences(store.get_meta("identity"), identity)
+    # Runs recorded before the limits left the identity still hold them there: not a change.
+    changes = [c for c in changes if not c.startswith(_LIMIT_PATHS)]
+    if stored != campaign.fingerprint and not changes:
+        store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
+    elif stored != campaign.fingerprint:
         store.close()
         raise InputError(
             "holds a different campaign; refusing to resume it with this config. Changed: "
@@ -70,7 +73,25 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             "(execution and output settings may change freely)",
             source=str(run_dir),
         )
+    _record_limits(store, config, run_dir)
     return store, str(store.get_meta("campaign_id")), True
+
+
+_LIMIT_PATHS = ("config.budget", "config.policy.max_trials_per_question")
+
+
+def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> None:
+    """A resume with other limits extends (or tightens) the campaign: keep a record of it and
+    the run folder's config.yaml in step, so ``adaptive-eval report DIR`` reads the new limits."""
+    limits = config.limits()
+    before = store.get_meta("limits")
+    if before == limits:
+        return
+    history = list(store.get_meta("extensions") or [])
+    if before is not None:
+        history.append({"from": before, "to": limits, "trials": store.count_trials()})
+    store.set_meta(limits=limits, extensions=history)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
 class _Progress:
