@@ -18,12 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from adaptive_eval.errors import InputError
 
-
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
 #: trials a cell may get) without changing any recorded trial. Rounds are planned from the
 #: recorded posterior, so a run resumed with larger limits continues exactly where it stopped.
-EXTENSIBLE_LIMITS = ("budget.trials", "budget.tokens", "budget.wall_clock_s",
-                     "policy.max_trials_per_question")
+EXTENSIBLE_LIMITS = (
+    "budget.trials",
+    "budget.tokens",
+    "budget.wall_clock_s",
+    "policy.max_trials_per_question",
+)
 
 
 class _Strict(BaseModel):
