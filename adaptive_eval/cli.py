@@ -82,6 +82,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not config_path.exists():
         raise InputError("no config.yaml: not a run directory", source=str(run_dir))
     summary = report_run(load_config(config_path), run_dir)
+    if args.html:
+        from adaptive_eval.report_html import FILENAME
+
+        print(run_dir / FILENAME)
+        return 0
     print(json.dumps(summary, indent=2) if args.json else render_console(summary))
     return 0
 
@@ -246,10 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     validate.set_defaults(func=cmd_validate)
 
-    report = sub.add_parser("report", help="rebuild summary.json/report.md from a run's store")
+    report = sub.add_parser(
+        "report", help="rebuild summary.json, report.md and report.html from a run's store"
+    )
     report.add_argument("run_dir")
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
     report.add_argument("--json", action="store_true")
+    report.add_argument(
+        "--html",
+        action="store_true",
+        help="print the path of the rewritten report.html (plots) instead of the summary",
+    )
     report.set_defaults(func=cmd_report)
 
     completions = sub.add_parser("completions", help="print stored completions of a run")
