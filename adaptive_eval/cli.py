@@ -228,6 +228,22 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from adaptive_eval.imports import import_files, parse_map
+
+    mapping = parse_map(args.map) if args.map else None
+    result = import_files(args.format, [Path(f) for f in args.files], mapping, args.metric)
+    result.save(Path(args.out))
+    low, high = result.trials_per_cell
+    print(
+        f"wrote {args.out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
+        f"trials), models {', '.join(result.models)}; trials per cell {low}..{high}"
+    )
+    for note in result.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -283,6 +299,23 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--k", help="comma-separated k for Pass@k (default 1)")
     score.add_argument("--json", action="store_true")
     score.set_defaults(func=cmd_score)
+    imp = sub.add_parser(
+        "import", help="read lm-eval-harness or inspect_ai logs into an (L, M, N) outcome npz"
+    )
+    imp.add_argument("--format", required=True, choices=["lm-eval", "inspect"])
+    imp.add_argument("files", nargs="+", help="samples_*.jsonl files or .eval/.json logs")
+    imp.add_argument("--out", required=True, help="npz to write (replay / prior / score input)")
+    imp.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="VALUE=CATEGORY",
+        help="score value -> category (default: 1/C -> 1, 0/I -> 0), e.g. --map P=1",
+    )
+    imp.add_argument(
+        "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
+    )
+    imp.set_defaults(func=cmd_import)
     return parser
 
 
