@@ -244,6 +244,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from adaptive_eval.export import export_run, save
+
+    exported = export_run(Path(args.run_dir))
+    save(exported, Path(args.out))
+    low, high = int(exported.trials.min()), int(exported.trials.max())
+    print(
+        f"wrote {args.out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
+        f"{exported.outcomes.shape[2]} trials of every cell; cells hold {low}..{high}); "
+        f"{exported.dropped} later trial(s) kept only in 'recorded' (-1 = not sampled)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -316,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
     )
     imp.set_defaults(func=cmd_import)
+
+    export = sub.add_parser(
+        "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
+    )
+    export.add_argument("run_dir")
+    export.add_argument("--out", required=True, help="npz to write")
+    export.set_defaults(func=cmd_export)
     return parser
 
 
