@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def export_run(run_dir: Path) -> Exported:
 
 def save(exported: Exported, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, np.ndarray] = {
+    arrays: dict[str, Any] = {
         "outcomes": exported.outcomes,
         "recorded": exported.recorded,
         "trials": exported.trials,
