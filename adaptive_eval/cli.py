@@ -258,6 +258,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from adaptive_eval.compare import render, run_compare
+    from adaptive_eval.config import load_config
+
+    config = load_config(args.config, args.set)
+    summary = run_compare(config, args.candidate, Path(args.out), quiet=args.quiet)
+    result = summary["comparison"]
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    code: int = result["exit_code"]
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -330,6 +342,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
     )
     imp.set_defaults(func=cmd_import)
+
+    compare = sub.add_parser(
+        "compare",
+        help="place a candidate among the incumbents (exit 0 not worse, 3 worse, 4 undecided)",
+    )
+    compare.add_argument("config")
+    compare.add_argument("--candidate", required=True, help="the model to place")
+    compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument("--quiet", action="store_true", help="only warnings on the console")
+    compare.set_defaults(func=cmd_compare)
 
     export = sub.add_parser(
         "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
