@@ -222,6 +222,9 @@ def run_compare(
             )
         else:
             port = dispatcher(campaign)
+        from adaptive_eval.library import attach
+
+        port = attach(campaign, store, port, campaign_id)  # the trial library, if any
         controller = Controller(campaign, store, port, log)
         try:
             controller.run()

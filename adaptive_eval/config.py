@@ -216,6 +216,11 @@ class CampaignConfig(_Strict):
     grader: PluginRef | None = Field(
         None, description="Grader for generating backends (default math)."
     )
+    library: str | None = Field(
+        None,
+        description="Trial library (SQLite file or folder) shared across runs: cells it holds "
+        "are reused before sampling, new trials are added. Default off.",
+    )
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
@@ -237,7 +242,9 @@ class CampaignConfig(_Strict):
         :data:`EXTENSIBLE_LIMITS`): they decide only when the campaign stops, never which trial
         is drawn or how it is judged, so raising them on resume extends the same campaign.
         """
-        data = self.model_dump(mode="json", exclude={"execution", "output", "source", "budget"})
+        data = self.model_dump(
+            mode="json", exclude={"execution", "output", "source", "budget", "library"}
+        )
         data["policy"].pop("max_trials_per_question", None)
         # The pipelining lag decides which posterior each round is planned from.
         data["rounds_in_flight"] = self.execution.rounds_in_flight
@@ -273,6 +280,8 @@ class CampaignConfig(_Strict):
             data["policy"]["prior"]["path"] = str(
                 self.resolve_path(data["policy"]["prior"]["path"])
             )
+        if data.get("library"):
+            data["library"] = str(self.resolve_path(data["library"]))
         return data
 
 

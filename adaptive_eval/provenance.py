@@ -51,12 +51,15 @@ def collect(run_dir: Path) -> dict[str, Any]:
         config = loaded if isinstance(loaded, dict) else {}
     files: list[dict[str, str]] = []
     extensions: list[Any] = []
+    reused = recorded = 0
     if (run_dir / TrialStore.FILENAME).exists():
         store = TrialStore(run_dir, readonly=True)
         try:
             identity = store.get_meta("identity") or {}
             files = list(identity.get("files") or [])
             extensions = list(store.get_meta("extensions") or [])
+            reused = int(store.get_meta("library_reused") or 0)
+            recorded = store.count_trials()
         finally:
             store.close()
     models = []
@@ -89,6 +92,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "grader": (config.get("grader") or "math") if generating else None,
         "rubric": (config.get("rubric") or {}).get("weights"),
         "extensions": extensions,
+        "library": None
+        if not config.get("library")
+        else {"path": config["library"], "reused": reused, "sampled": recorded - reused},
         "packages": package_versions(),
     }
 
@@ -117,6 +123,12 @@ def markdown(provenance: dict[str, Any]) -> list[str]:
     if provenance["grader"] is not None:
         lines.append(f"- Grader: {provenance['grader']}.")
     lines.append(f"- Rubric weights: {provenance['rubric']}.")
+    library = provenance.get("library")
+    if library is not None:
+        lines.append(
+            f"- Trial library `{library['path']}`: {library['reused']} trial(s) reused from it, "
+            f"{library['sampled']} sampled by this run."
+        )
     for ext in provenance["extensions"]:
         lines.append(
             f"- Extended after {ext['trials']} trials: limits {ext['from']} -> {ext['to']}."

@@ -179,11 +179,14 @@ def run_campaign(
             max_batch_retries=execution.max_batch_retries,
             shared_slots=execution.gpu_slots,
         )
-        controller = Controller(campaign, store, dispatcher, log, on_progress=progress)
+        from adaptive_eval.library import attach
+
+        port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
+        controller = Controller(campaign, store, port, log, on_progress=progress)
         try:
             controller.run()
         finally:
-            dispatcher.shutdown()
+            port.shutdown()
             progress.close()
         stats = dispatcher.stats
         summary = build_summary(
