@@ -270,6 +270,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.nightly import run_nightly
+
+    config = load_config(args.config, args.set)
+    record = run_nightly(config, Path(args.history), night=args.night, keep=args.keep)
+    print(
+        f"night {record['night']}: sampled {record['sampled']} trials, reused "
+        f"{record['reused']}; {len(record['alerts'])} alert(s)"
+    )
+    for alert in record["alerts"]:
+        print(f"  ALERT {json.dumps(alert)}")
+    code: int = record["exit_code"]
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -354,6 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.add_argument("--quiet", action="store_true", help="only warnings on the console")
     compare.set_defaults(func=cmd_compare)
+
+    nightly = sub.add_parser(
+        "nightly", help="one night of a scheduled run: reuse, rank, alert (exit 3 on an alert)"
+    )
+    nightly.add_argument("config")
+    nightly.add_argument("--history", required=True, help="history folder (library, nights)")
+    nightly.add_argument("--night", help="YYYY-MM-DD (default: today, UTC)")
+    nightly.add_argument("--keep", type=int, default=30, help="run folders of the last N nights")
+    nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    nightly.set_defaults(func=cmd_nightly)
 
     export = sub.add_parser(
         "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
