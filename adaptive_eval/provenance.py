@@ -127,7 +127,13 @@ def markdown(provenance: dict[str, Any]) -> list[str]:
     if library is not None:
         lines.append(
             f"- Trial library `{library['path']}`: {library['reused']} trial(s) reused from it, "
-            f"{library['sampled']} sampled by this run."
+            f"{library['sampled']} sampled by this run"
+            + (
+                f" (counting only those, {100 * library['saved_fraction']:.1f}% of the fixed-N "
+                "run's trials saved)."
+                if library.get("saved_fraction") is not None
+                else "."
+            )
         )
     for ext in provenance["extensions"]:
         lines.append(

@@ -195,6 +195,10 @@ def write_outputs(run_dir: Path, summary: dict[str, Any]) -> None:
     from adaptive_eval.report_html import write_html
 
     summary["provenance"] = collect(run_dir)
+    library = summary["provenance"].get("library")
+    if library is not None and summary["baseline"]["trials"]:
+        # Compute saved counting only what this run sampled (reused trials cost nothing now).
+        library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
     write_html(run_dir, summary, summary["provenance"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,21 @@ def test_the_library_path_is_not_part_of_the_run_identity(
 ) -> None:
     campaign = build_campaign(load(config_path))
     assert campaign.fingerprint == build_campaign(load(config_path, ["library=null"])).fingerprint
+
+
+@pytest.mark.slow
+def test_run_command_uses_the_library(tmp_path: Path, config_path: Path) -> None:
+    from adaptive_eval.cli import main
+
+    assert main(["run", str(config_path), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["run", str(config_path), "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    first = json.loads((tmp_path / "a" / "summary.json").read_text())
+    second = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert first["provenance"]["library"]["reused"] == 0
+    assert second["provenance"]["library"] == {
+        "path": str(tmp_path / "lib"),
+        "reused": second["trials_used"],
+        "sampled": 0,
+        "saved_fraction": 1.0,
+    }
+    assert ledger(tmp_path / "a") == ledger(tmp_path / "b")
