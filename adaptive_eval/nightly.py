@@ -254,6 +254,9 @@ def run_nightly(
     records = [r for r in records if r["night"] != tonight] + [record]
     lines.write_text("".join(json.dumps(r) + "\n" for r in records))
     (history / "summary.md").write_text(_summary_markdown(records))
+    from adaptive_eval.report_html import write_html
+
+    write_html(run_dir, summary, summary.get("provenance"), history=records)
     for old in sorted(p for p in runs.glob("*") if p.is_dir())[:-keep]:
         shutil.rmtree(old)
     return record

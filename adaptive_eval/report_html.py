@@ -7,7 +7,8 @@ Figures, each a ``<figure id=...>`` so tests and people can find them:
 - ``heatmap``: trials per (model, question);
 - ``pairs``: z of every adjacent pair against the decision threshold, coloured by decision;
 - ``compute``: trials recorded after each round against the fixed-N baseline, with the
-  rounds on which a pair was decided marked.
+  rounds on which a pair was decided marked;
+- ``history`` (nightly runs): each model's score over the nights, nights with an alert shaded.
 
 Everything is read from ``summary`` and the run folder's store, so ``adaptive-eval report DIR``
 draws the same page for any run. Plots are matplotlib (Agg backend) written as SVG with text
@@ -177,6 +178,34 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
     return _svg(fig)
 
 
+def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
+    """Each model's score over the nights (``nights.jsonl`` records), with its interval."""
+    from scipy.stats import norm
+
+    half = float(norm.ppf((1 + confidence) / 2))
+    fig, ax = _figure(7, 3.6)
+    nights = [record["night"] for record in history]
+    names = sorted({m["name"] for record in history for m in record["ranking"]})
+    for name in names:
+        points = [
+            (i, m["mu"], m["sigma"])
+            for i, record in enumerate(history)
+            for m in record["ranking"]
+            if m["name"] == name
+        ]
+        x = [p[0] for p in points]
+        mu = np.array([p[1] for p in points])
+        sigma = np.array([p[2] for p in points])
+        ax.errorbar(x, mu, yerr=half * sigma, marker="o", capsize=2, label=name)
+    alerts = [i for i, record in enumerate(history) if record.get("alerts")]
+    for i in alerts:
+        ax.axvline(i, color="#c92a2a", alpha=0.3, linewidth=6)
+    ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("posterior mean score")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return _svg(fig)
+
+
 def _table(head: list[str], rows: list[list[str]]) -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join(
@@ -195,7 +224,12 @@ figure { margin: 1.5rem 0; } figure svg { max-width: 100%; height: auto; }
 """
 
 
-def render(summary: dict[str, Any], data: RunData, provenance: dict[str, Any] | None) -> str:
+def render(
+    summary: dict[str, Any],
+    data: RunData,
+    provenance: dict[str, Any] | None,
+    history: list[dict[str, Any]] | None = None,
+) -> str:
     saved = summary["compute_saved"]["trials_fraction"]
     saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
@@ -220,6 +254,14 @@ def render(summary: dict[str, Any], data: RunData, provenance: dict[str, Any] | 
         ("pairs", "Adjacent pairs", pairs_plot(summary)),
         ("compute", "Compute used over the run", compute_plot(summary, data)),
     ]
+    if history:
+        figures.append(
+            (
+                "history",
+                "Nightly history (nights with an alert shaded)",
+                history_plot(history, summary["confidence"]),
+            )
+        )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -261,9 +303,12 @@ def render(summary: dict[str, Any], data: RunData, provenance: dict[str, Any] | 
 
 
 def write_html(
-    run_dir: Path, summary: dict[str, Any], provenance: dict[str, Any] | None = None
+    run_dir: Path,
+    summary: dict[str, Any],
+    provenance: dict[str, Any] | None = None,
+    history: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``run_dir/report.html`` and return its path."""
+    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path."""
     path = run_dir / FILENAME
-    path.write_text(render(summary, RunData.load(run_dir), provenance))
+    path.write_text(render(summary, RunData.load(run_dir), provenance, history))
     return path

@@ -114,6 +114,8 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
     nights = [json.loads(x) for x in (history / "nights.jsonl").read_text().splitlines()]
     assert [n["night"] for n in nights] == ["2026-01-01", "2026-01-02", "2026-01-03"]
     assert "2026-01-03 - **" in (history / "summary.md").read_text()
+    page = (history / "runs" / "2026-01-03" / "report.html").read_text()
+    assert "<figure id='history'>" in page and page.count("<svg") == 6
 
 
 def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
