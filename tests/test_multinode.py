@@ -4,6 +4,7 @@ and records exactly the trials of an undisturbed run (decisions do not depend on
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval.runner import run_campaign
 from adaptive_eval.store import TrialStore
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -35,18 +35,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_nodes(address: str, count: int, timeout: float = 60.0) -> None:
-    import ray
-
-    ray.init(address=address, log_to_driver=False)
-    try:
-        deadline = time.monotonic() + timeout
-        while sum(n["Alive"] for n in ray.nodes()) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{count} Ray nodes did not come up")
-            time.sleep(0.5)
-    finally:
-        ray.shutdown()
+def _wait_for_nodes(address: str, count: int, timeout: float = 90.0) -> None:
+    """Poll the cluster from a separate process: this test never touches the pytest process's
+    own Ray state (other tests keep a local Ray session in it)."""
+    probe = (
+        "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+        "print(sum(n['Alive'] for n in ray.nodes()))"
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, address],
+            env={**os.environ, **RAY_ENV},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        alive = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+        if alive and int(alive[0]) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} Ray nodes did not come up: {done.stderr[-2000:]}")
+        time.sleep(1.0)
 
 
 def _start_node(*args: str) -> subprocess.Popen[bytes]:
@@ -67,14 +77,8 @@ def _kill(node: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture()
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def cluster() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A head node (1 CPU) and a second node (2 CPUs), each in its own process group."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    for key, value in RAY_ENV.items():
-        monkeypatch.setenv(key, value)
     port = _free_port()
     address = f"127.0.0.1:{port}"
     temp = tempfile.mkdtemp(prefix="ray-mn-")
@@ -93,8 +97,6 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, subprocess.P
         _wait_for_nodes(address, 2)
         yield address, node
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         if node is not None:
             _kill(node)
         _kill(head)
@@ -138,7 +140,18 @@ def test_campaign_survives_losing_a_node(
 
     watcher = threading.Thread(target=kill_when_started, daemon=True)
     watcher.start()
-    summary = run_campaign(load(path), tmp_path / "run", quiet=True)
+    # The campaign runs as a newcomer would run it: the CLI, in its own process (its own driver).
+    out = str(tmp_path / "run")
+    command = [sys.executable, "-m", "adaptive_eval.cli", "run", str(path), "--out", out]
+    done = subprocess.run(
+        [*command, "--quiet", "--json"],
+        env={**os.environ, **RAY_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     watcher.join(timeout=5)
     assert killed.is_set()
     assert 100 <= at_kill[0] < _count(tmp_path / "run"), "the node must die mid-run"
