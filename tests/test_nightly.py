@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.campaign import build_campaign
@@ -138,3 +139,16 @@ def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
         {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y"}
     ]
     assert ranking_flips(before, same) == []
+
+
+@pytest.mark.slow
+def test_nightly_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from adaptive_eval.cli import main
+
+    path = _setup(tmp_path)
+    history = str(tmp_path / "history")
+    assert main(["nightly", str(path), "--history", history, "--night", "2026-03-01"]) == 0
+    assert main(["nightly", str(path), "--history", history, "--night", "2026-03-02"]) == 0
+    assert "night 2026-03-02: sampled 0 trials" in capsys.readouterr().out
+    assert (tmp_path / "history" / "runs" / "2026-03-02" / "report.html").exists()
+    assert main(["nightly", str(path), "--history", history, "--night", "03/03/2026"]) == 2
