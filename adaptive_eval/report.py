@@ -187,13 +187,17 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "| | used | fixed-N baseline | saved |",
         "|---|---:|---:|---:|",
         f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}) | "
-        f"{_pct(saved['trials_fraction'])} |",
+        f"{_pct(saved['trials_fraction'])}{_undecided_note(summary)} |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base['tokens'], 0)} | "
         f"{_pct(saved['tokens_fraction'])} |",
         f"| GPU-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | {estimate_of(base['gpu_s'], 1)} | "
         f"{_pct(saved['gpu_fraction'])} |",
         "",
     ]
+    if summary.get("provenance"):
+        from adaptive_eval.provenance import markdown
+
+        lines += markdown(summary["provenance"])
     return "\n".join(lines)
 
 
@@ -213,6 +217,14 @@ def _decision_lines(rules: dict[str, Any]) -> list[str]:
     if rules.get("warning"):
         lines += [f"> **Warning:** {rules['warning']}", ""]
     return lines
+
+
+def _undecided_note(summary: dict[str, Any]) -> str:
+    """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking."""
+    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    if not undecided or summary["stop_reason"] is None:
+        return ""
+    return f" (stopped on {summary['stop_reason']} with {undecided} pair(s) undecided)"
 
 
 def render_console(summary: dict[str, Any]) -> str:
@@ -250,5 +262,15 @@ def render_console(summary: dict[str, Any]) -> str:
 
 
 def write_outputs(run_dir: Path, summary: dict[str, Any]) -> None:
+    """summary.json, report.md and report.html; adds the run's provenance to ``summary``."""
+    from adaptive_eval.provenance import collect
+    from adaptive_eval.report_html import write_html
+
+    summary["provenance"] = collect(run_dir)
+    library = summary["provenance"].get("library")
+    if library is not None and summary["baseline"]["trials"]:
+        # Compute saved counting only what this run sampled (reused trials cost nothing now).
+        library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
+    write_html(run_dir, summary, summary["provenance"])

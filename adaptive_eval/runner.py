@@ -118,15 +118,18 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             campaign_id=campaign_id,
             models=list(campaign.names),
             questions=list(campaign.question_ids),
+            limits=config.limits(),
         )
         (run_dir / "config.yaml").write_text(
             yaml.safe_dump(config.portable_dump(), sort_keys=False)
         )
         return store, campaign_id, False
-    if stored != campaign.fingerprint:
-        changes = _differences(store.get_meta("identity"), identity) or [
-            "an input file's contents or the prior changed"
-        ]
+    changes = _differences(store.get_meta("identity"), identity)
+    # Runs recorded before the limits left the identity still hold them there: not a change.
+    changes = [c for c in changes if not c.startswith(_LIMIT_PATHS)]
+    if stored != campaign.fingerprint and not changes:
+        store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
+    elif stored != campaign.fingerprint:
         store.close()
         shown = changes[:MAX_CHANGES_SHOWN]
         if len(changes) > len(shown):
@@ -143,6 +146,7 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
     except StoreError:
         store.close()
         raise
+    _record_limits(store, config, run_dir)
     return store, str(store.get_meta("campaign_id")), True
 
 
@@ -151,6 +155,23 @@ def _terminal_width(stream: IO[str]) -> int:
         return os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
         return 0
+
+
+_LIMIT_PATHS = ("config.budget", "config.policy.max_trials_per_question")
+
+
+def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> None:
+    """A resume with other limits extends (or tightens) the campaign: keep a record of it and
+    the run folder's config.yaml in step, so ``adaptive-eval report DIR`` reads the new limits."""
+    limits = config.limits()
+    before = store.get_meta("limits")
+    if before == limits:
+        return
+    history = list(store.get_meta("extensions") or [])
+    if before is not None:
+        history.append({"from": before, "to": limits, "trials": store.count_trials()})
+    store.set_meta(limits=limits, extensions=history)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
 class _Progress:
@@ -372,11 +393,14 @@ def _run_opened(
             shared_slots=execution.gpu_slots,
             on_event=on_event,
         )
-        controller = Controller(campaign, store, dispatcher, log, on_progress=progress)
+        from adaptive_eval.library import attach
+
+        port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
+        controller = Controller(campaign, store, port, log, on_progress=progress)
         try:
             controller.run()
         finally:
-            dispatcher.shutdown()
+            port.shutdown()
             progress.close(controller.finished())
         dispatch = _dispatch_summary(dispatcher)
         store.set_meta(dispatch=dispatch, resumed=resumed)

@@ -1,0 +1,232 @@
+"""A trial library shared across runs: recorded trials are reusable evidence.
+
+``library:`` in a config names an SQLite file (or a folder, which then holds ``library.sqlite``).
+A campaign takes what the library already holds for its cells before sampling anything, and adds
+what it samples. A trial is reused only where it is the very trial the campaign would draw; its
+key is
+
+- the cell: the model's identity (its config entry less execution settings and file locations,
+  the content hash of its files: scenario, replay, model folder manifest, chat template), the
+  model's name (trial seeds derive from it), the dataset's content hash and prompt settings
+  (template, instruction, limit), the sampling parameters, the grader, the number of rubric
+  categories, the campaign seed, and the question id;
+- the trial index, whose seed is stored and checked.
+
+Changing any of these (another checkpoint, temperature, grader, rubric schema, dataset) gives new
+cells: nothing stale is reused. Rubric *weights* are not part of the key (a category does not
+depend on them). Completion texts and signals stay in each run's store; the library keeps the
+graded outcome (category, tokens, answer, reason).
+
+:class:`LibraryDispatch` wraps a dispatcher: each batch is answered from the library where it
+can be, and only the missing trials go to the backend. Reused trials are recorded in the run like
+any other (worker ``library``) and counted in the run's ``library_reused`` meta value, so the report
+says how many trials were reused and what fraction of the fixed-N baseline was actually sampled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from adaptive_eval.campaign import Campaign
+from adaptive_eval.store import TrialStore
+from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem, trial_seed
+
+FILENAME = "library.sqlite"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS cells (cell TEXT PRIMARY KEY, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials (
+    cell TEXT NOT NULL, trial INTEGER NOT NULL, seed INTEGER NOT NULL, category INTEGER NOT NULL,
+    tokens INTEGER, prompt_tokens INTEGER, gpu_s REAL, answer TEXT, reason TEXT,
+    origin TEXT NOT NULL, added_at REAL NOT NULL,
+    PRIMARY KEY (cell, trial)) WITHOUT ROWID;
+"""
+
+
+def library_path(path: Path) -> Path:
+    return path / FILENAME if path.is_dir() or not path.suffix else path
+
+
+def cell_descriptions(campaign: Campaign) -> list[dict[str, Any]]:
+    """Per model: what decides its trials (the question id is added per cell)."""
+    config = campaign.identity["config"]
+    files = campaign.identity["files"]
+    shared = {
+        "seed": config["seed"],
+        "sampling": config.get("sampling"),
+        "grader": config.get("grader"),
+        "dataset": config.get("dataset"),
+        "categories": campaign.num_categories,
+    }
+    out = []
+    for model, name in enumerate(campaign.names):
+        plan, _ = campaign.plan_of(model)
+        entry = {k: v for k, v in config["models"][plan].items() if k not in ("name", "select")}
+        out.append({**shared, "model": name, "entry": entry, "files": files[plan]})
+    return out
+
+
+def _hash(description: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
+
+
+class TrialLibrary:
+    """The SQLite file of reusable trials for one campaign's cells."""
+
+    def __init__(self, path: Path, campaign: Campaign, origin: str) -> None:
+        self.path = library_path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.executescript(SCHEMA)
+        self.origin = origin
+        self.seed = campaign.config.seed
+        self.names = campaign.names
+        self.questions = campaign.question_ids
+        models = cell_descriptions(campaign)
+        self.cells = [
+            [_hash({**model, "question": q}) for q in campaign.question_ids] for model in models
+        ]
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO cells(cell, description) VALUES (?, ?)",
+                [
+                    (self.cells[m][q], json.dumps({**model, "question": qid}, sort_keys=True))
+                    for m, model in enumerate(models)
+                    for q, qid in enumerate(campaign.question_ids)
+                ],
+            )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def lookup(self, batch: Batch) -> tuple[tuple[Trial, ...], tuple[WorkItem, ...]]:
+        """(trials the library holds for the batch, work items still to sample)."""
+        found: list[Trial] = []
+        missing: list[WorkItem] = []
+        name = self.names[batch.model]
+        for item in batch.items:
+            rows = {
+                row[0]: row
+                for row in self.conn.execute(
+                    "SELECT trial, seed, category, tokens, prompt_tokens, gpu_s, answer, reason "
+                    "FROM trials WHERE cell = ? AND trial BETWEEN ? AND ?",
+                    (self.cells[batch.model][item.question], item.first_trial, item.trials[-1]),
+                )
+            }
+            qid = self.questions[item.question]
+            run_start = None
+            for trial in [*item.trials, None]:
+                row = rows.get(trial) if trial is not None else None
+                usable = row is not None and row[1] == trial_seed(self.seed, name, qid, trial)
+                if usable and row is not None and trial is not None:
+                    found.append(
+                        Trial(batch.model, item.question, trial, row[1], row[2], *row[3:8])
+                    )
+                if not usable and trial is not None and run_start is None:
+                    run_start = trial
+                elif (usable or trial is None) and run_start is not None:
+                    end = trial if trial is not None else item.trials[-1] + 1
+                    missing.append(WorkItem(batch.model, item.question, run_start, end - run_start))
+                    run_start = None
+        return tuple(found), tuple(missing)
+
+    def add(self, trials: Sequence[Trial]) -> None:
+        now = time.time()
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO trials(cell, trial, seed, category, tokens, prompt_tokens, "
+                "gpu_s, answer, reason, origin, added_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        self.cells[t.model][t.question],
+                        t.trial,
+                        t.seed,
+                        t.category,
+                        t.tokens,
+                        t.prompt_tokens,
+                        t.gpu_s,
+                        t.answer,
+                        t.reason,
+                        self.origin,
+                        now,
+                    )
+                    for t in trials
+                ],
+            )
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
+
+class LibraryDispatch:
+    """A dispatcher that answers from the library first and samples only what is missing."""
+
+    def __init__(self, inner: Any, library: TrialLibrary, store: TrialStore) -> None:
+        self.inner = inner
+        self.library = library
+        self.store = store
+        self.ready: list[BatchResult] = []
+        self.partial: dict[int, tuple[Trial, ...]] = {}
+        self.reused = int(store.get_meta("library_reused") or 0)
+        self.sampled_batches = 0
+
+    def submit(self, batches: list[Batch]) -> None:
+        forward = []
+        for batch in batches:
+            found, missing = self.library.lookup(batch)
+            if not missing:
+                self.ready.append(BatchResult(batch.batch_id, batch.round, "library", found, 0.0))
+                continue
+            if found:
+                self.partial[batch.batch_id] = found
+                batch = Batch(batch.batch_id, batch.round, batch.model, missing)
+            forward.append(batch)
+        if forward:
+            self.sampled_batches += len(forward)
+            self.inner.submit(forward)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        out, self.ready = self.ready, []
+        served = sum(len(r.trials) for r in out)
+        for result in self.inner.poll(0.0 if out else timeout):
+            if result.error is None:
+                self.library.add(result.trials)
+                extra = self.partial.pop(result.batch_id, ())
+                if extra:
+                    served += len(extra)
+                    result = dataclasses.replace(
+                        result, trials=result.trials + extra, worker=f"{result.worker}+library"
+                    )
+            out.append(result)
+        if served:
+            self.reused += served
+            self.store.set_meta(library_reused=self.reused)
+        return out
+
+    def pending(self) -> int:
+        return int(self.inner.pending()) + len(self.ready)
+
+    def shutdown(self) -> None:
+        self.library.close()
+        if hasattr(self.inner, "shutdown"):
+            self.inner.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def attach(campaign: Campaign, store: TrialStore, inner: Any, origin: str) -> Any:
+    """Wrap ``inner`` with the config's library; ``inner`` itself when there is none."""
+    if campaign.config.library is None:
+        return inner
+    path = campaign.config.resolve_path(campaign.config.library)
+    return LibraryDispatch(inner, TrialLibrary(path, campaign, origin), store)

@@ -1,0 +1,265 @@
+"""``adaptive-eval nightly CONFIG --history DIR``: one night of a scheduled evaluation.
+
+Layout of the history folder::
+
+    DIR/library.sqlite         the trial library (unless the config names its own ``library:``)
+    DIR/nights.jsonl           one line per night: its ranking, trials sampled and reused, alerts
+    DIR/runs/<night>/          that night's run folder (report.html, summary.json, ...)
+    DIR/runs/<night>/posterior.npz   per-model posterior counts, for the next night's checks
+    DIR/runs/<night>/alert.json, alert.md   written when the night raised an alert
+    DIR/summary.md             the recent nights' rankings, newest first
+
+Each night re-uses the library, so only what is new is sampled: new checkpoints (a model whose
+files changed has new library cells), new questions (a changed dataset), cells below what the
+campaign's rules want. A night then checks itself against the previous night:
+
+- ``score_drop``: a model (by name) whose score went down, decided by the campaign's own pair
+  rules (``campaign.pair_rules`` via :func:`~adaptive_eval.policy.decide_pairs`) on a two-model
+  view: last night's posterior of the model against tonight's;
+- ``ranking_flip``: a pair settled one way last night and the other way tonight.
+
+Any alert makes the exit code 3 and writes ``alert.json`` and ``alert.md`` in the night's folder.
+``--keep N`` keeps the run folders of the last N nights (history lines and the library stay).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval import stats
+from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.errors import InputError
+from adaptive_eval.policy import CampaignView, decide_pairs
+from adaptive_eval.store import TrialStore
+from adaptive_eval.types import Verdict
+
+EXIT_ALERT = 3
+Runner = Callable[[CampaignConfig, Path], dict[str, Any]]
+
+
+def _night(value: str | None) -> str:
+    if value is None:
+        return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d")
+    if not all(part.isdigit() for part in value.split("-")) or len(value) != 10:
+        raise InputError(f"--night must be YYYY-MM-DD, got {value!r}")
+    return value
+
+
+def save_posterior(campaign: Campaign, run_dir: Path) -> None:
+    """Prior + recorded counts per (model, question, category), and trials per cell."""
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        arrays = store.trial_arrays()
+    finally:
+        store.close()
+    counts = np.zeros(campaign.prior.shape, dtype=np.int64)
+    np.add.at(counts, (arrays.model, arrays.question, arrays.category), 1)
+    np.savez_compressed(
+        run_dir / "posterior.npz",
+        names=np.array(campaign.names),
+        questions=np.array(campaign.question_ids),
+        prior=campaign.prior,
+        counts=counts,
+        weights=campaign.weights,
+    )
+
+
+def _load_posterior(run_dir: Path) -> dict[str, np.ndarray] | None:
+    path = run_dir / "posterior.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _two_model_view(
+    campaign: Campaign, before: dict[str, np.ndarray], i: int, now: dict[str, np.ndarray], j: int
+) -> CampaignView:
+    prior = np.stack([before["prior"][i], now["prior"][j]])
+    counts = np.stack([before["counts"][i], now["counts"][j]])
+    mu, sigma = stats.posterior_moments(prior + counts, campaign.weights)
+    trials = counts.sum(axis=2)
+    name = str(now["names"][j])
+    return CampaignView(
+        names=(f"{name} (last night)", f"{name} (tonight)"),
+        counts=counts,
+        mu=np.asarray(mu),
+        sigma=np.asarray(sigma),
+        trials=trials,
+        planned=trials,
+        capacity=np.full(2, int(trials.max())),
+        confidence=campaign.config.policy.confidence,
+        min_trials=campaign.config.policy.min_trials_per_question,
+        round=0,
+        trials_used=int(trials.sum()),
+        tokens_used=None,
+        elapsed_s=0.0,
+    )
+
+
+def score_drops(
+    campaign: Campaign, before: dict[str, np.ndarray], now: dict[str, np.ndarray]
+) -> list[dict[str, Any]]:
+    """Models whose score tonight is settled below last night's, by the campaign's pair rules."""
+    alerts: list[dict[str, Any]] = []
+    if list(before["questions"]) != list(now["questions"]):
+        return alerts  # another question set: scores are not comparable model by model
+    earlier = {str(n): i for i, n in enumerate(before["names"])}
+    for j, raw in enumerate(now["names"]):
+        name = str(raw)
+        if name not in earlier:
+            continue
+        view = _two_model_view(campaign, before, earlier[name], now, j)
+        (decision,) = decide_pairs(view, campaign.pair_rules)
+        if decision.verdict in (Verdict.A_GT_B, Verdict.B_GT_A):
+            winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
+            if winner == 0:
+                alerts.append(
+                    {
+                        "kind": "score_drop",
+                        "model": name,
+                        "before": float(view.mu[0]),
+                        "now": float(view.mu[1]),
+                        "z": float(decision.z),
+                        "rule": decision.rule,
+                    }
+                )
+    return alerts
+
+
+def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pairs settled one way last night and the other way tonight (from summary.json pairs)."""
+
+    def winners(summary: dict[str, Any]) -> dict[frozenset[str], str]:
+        out = {}
+        for pair in summary["pairs"]:
+            if pair["decision"] in ("a>b", "b>a"):
+                out[frozenset((pair["a"], pair["b"]))] = (
+                    pair["a"] if pair["decision"] == "a>b" else pair["b"]
+                )
+        return out
+
+    old, new = winners(before), winners(now)
+    return [
+        {"kind": "ranking_flip", "pair": sorted(key), "before": old[key], "now": new[key]}
+        for key in sorted(old.keys() & new.keys(), key=sorted)
+        if old[key] != new[key]
+    ]
+
+
+def _night_record(
+    night: str, summary: dict[str, Any], alerts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    library = (summary.get("provenance") or {}).get("library") or {}
+    return {
+        "night": night,
+        "campaign_id": summary["campaign_id"],
+        "stop_reason": summary["stop_reason"],
+        "trials_used": summary["trials_used"],
+        "sampled": library.get("sampled", summary["trials_used"]),
+        "reused": library.get("reused", 0),
+        "ranking": [
+            {k: m[k] for k in ("name", "rank", "mu", "sigma", "trials")} for m in summary["models"]
+        ],
+        "alerts": alerts,
+    }
+
+
+def _alert_markdown(record: dict[str, Any]) -> str:
+    lines = [f"# Nightly alert {record['night']}", ""]
+    for alert in record["alerts"]:
+        if alert["kind"] == "score_drop":
+            lines.append(
+                f"- **{alert['model']}** score dropped: {alert['before']:.4f} -> "
+                f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
+            )
+        else:
+            lines.append(
+                f"- ranking flip {' vs '.join(alert['pair'])}: {alert['before']} was ahead, "
+                f"now {alert['now']}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _summary_markdown(records: list[dict[str, Any]]) -> str:
+    lines = ["# Nightly history", ""]
+    for record in reversed(records[-14:]):
+        flag = f" - **{len(record['alerts'])} alert(s)**" if record["alerts"] else ""
+        lines += [
+            f"## {record['night']}{flag}",
+            "",
+            f"Sampled {record['sampled']} trials, reused {record['reused']}; stopped on "
+            f"{record['stop_reason']}.",
+            "",
+            "| rank | model | mu | sigma | trials |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {m['rank']} | {m['name']} | {m['mu']:.4f} | {m['sigma']:.4f} | {m['trials']} |"
+            for m in record["ranking"]
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run_nightly(
+    config: CampaignConfig,
+    history: Path,
+    *,
+    night: str | None = None,
+    keep: int = 30,
+    runner: Runner | None = None,
+) -> dict[str, Any]:
+    """Run one night; returns its history record (``alerts`` empty when all is well)."""
+    if keep < 1:
+        raise InputError(f"--keep must be >= 1, got {keep}")
+    tonight = _night(night)
+    history.mkdir(parents=True, exist_ok=True)
+    if config.library is None:
+        config = config.model_copy(update={"library": str((history / "library.sqlite").resolve())})
+    campaign = build_campaign(config)
+    runs = history / "runs"
+    previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
+    if runner is None:
+        from adaptive_eval.runner import run_campaign
+
+        def runner(c: CampaignConfig, d: Path) -> dict[str, Any]:
+            return run_campaign(c, d, quiet=True)
+
+    run_dir = runs / tonight
+    summary = runner(config, run_dir)
+    save_posterior(campaign, run_dir)
+    alerts: list[dict[str, Any]] = []
+    if previous and (previous[-1] / "summary.json").exists():
+        before = _load_posterior(previous[-1])
+        now = _load_posterior(run_dir)
+        if before is not None and now is not None:
+            alerts += score_drops(campaign, before, now)
+        alerts += ranking_flips(json.loads((previous[-1] / "summary.json").read_text()), summary)
+    record = _night_record(tonight, summary, alerts)
+    record["exit_code"] = EXIT_ALERT if alerts else 0
+    if alerts:
+        (run_dir / "alert.json").write_text(json.dumps(record, indent=2) + "\n")
+        (run_dir / "alert.md").write_text(_alert_markdown(record))
+    lines = history / "nights.jsonl"
+    records = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
+    records = [r for r in records if r["night"] != tonight] + [record]
+    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (history / "summary.md").write_text(_summary_markdown(records))
+    from adaptive_eval.report_html import write_html
+
+    write_html(run_dir, summary, summary.get("provenance"), history=records)
+    for old in sorted(p for p in runs.glob("*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old)
+    return record
+
+
+__all__ = ["EXIT_ALERT", "ranking_flips", "run_nightly", "score_drops"]

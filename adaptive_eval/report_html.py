@@ -1,0 +1,314 @@
+"""``report.html``: one self-contained page with the run's plots (inline SVG, no scripts).
+
+Figures, each a ``<figure id=...>`` so tests and people can find them:
+
+- ``forest``: the ranking, posterior mean with its credible interval per model;
+- ``trials``: trials per model, beside the fixed-N baseline's per-model count;
+- ``heatmap``: trials per (model, question);
+- ``pairs``: z of every adjacent pair against the decision threshold, coloured by decision;
+- ``compute``: trials recorded after each round against the fixed-N baseline, with the
+  rounds on which a pair was decided marked;
+- ``history`` (nightly runs): each model's score over the nights, nights with an alert shaded.
+
+Everything is read from ``summary`` and the run folder's store, so ``adaptive-eval report DIR``
+draws the same page for any run. Plots are matplotlib (Agg backend) written as SVG with text
+kept as text.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from adaptive_eval.stats import z_threshold
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FILENAME = "report.html"
+DECISION_COLOURS = {
+    "a>b": "#2b8a3e",
+    "b>a": "#2b8a3e",
+    "equivalent": "#1971c2",
+    "undecided": "#e8590c",
+}
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the plots need from the store: per-cell trial counts and the run's rounds."""
+
+    models: list[str]
+    questions: list[str]
+    trials: np.ndarray  # (L, M) trials recorded per cell
+    per_round: np.ndarray  # (R,) trials recorded in each round
+    decided_rounds: list[int]  # rounds on which some pair's decision changed
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunData:
+        from adaptive_eval.store import TrialStore
+
+        store = TrialStore(run_dir, readonly=True)
+        try:
+            models = [str(m) for m in store.get_meta("models") or []]
+            questions = [str(q) for q in store.get_meta("questions") or []]
+            trials = np.zeros((len(models), len(questions)), dtype=np.int64)
+            for model, question, count in store.conn.execute(
+                "SELECT model, question, COUNT(*) FROM trials GROUP BY model, question"
+            ):
+                trials[model, question] = count
+            rows = store.conn.execute(
+                "SELECT round, COUNT(*) FROM trials GROUP BY round ORDER BY round"
+            ).fetchall()
+            per_round = np.zeros(max((r for r, _ in rows), default=-1) + 1, dtype=np.int64)
+            for round_index, count in rows:
+                per_round[round_index] = count
+            decided = sorted({r for r, _, _ in store.events("pair_decision")})
+        finally:
+            store.close()
+        return cls(models, questions, trials, per_round, decided)
+
+
+def _svg(fig: Figure) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _figure(width: float, height: float) -> tuple[Figure, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"
+    fig, ax = plt.subplots(figsize=(width, height))
+    return fig, ax
+
+
+def forest_plot(summary: dict[str, Any]) -> str:
+    models = summary["models"]  # best first
+    fig, ax = _figure(7, 0.35 * len(models) + 1.2)
+    y = np.arange(len(models))[::-1]
+    mu = np.array([m["mu"] for m in models])
+    low = np.array([m["ci_low"] for m in models])
+    high = np.array([m["ci_high"] for m in models])
+    ax.errorbar(mu, y, xerr=[mu - low, high - mu], fmt="o", color="#1c7ed6", capsize=3)
+    ax.set_yticks(y, [f"{m['rank']}. {m['name']}" for m in models])
+    ax.set_xlabel(f"posterior mean score, {round(100 * summary['confidence'])}% credible interval")
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def trials_plot(summary: dict[str, Any], data: RunData) -> str:
+    fig, ax = _figure(7, 0.35 * len(data.models) + 1.2)
+    totals = data.trials.sum(axis=1)
+    y = np.arange(len(data.models))[::-1]
+    ax.barh(y, totals, color="#74c0fc")
+    baseline = summary["baseline"]["fixed_n"] * len(data.questions)
+    ax.axvline(
+        baseline,
+        color="#495057",
+        linestyle="--",
+        label=f"fixed N = {baseline // max(1, len(data.questions))}",
+    )
+    ax.set_yticks(y, data.models)
+    ax.set_xlabel("trials per model")
+    ax.legend(loc="lower right")
+    return _svg(fig)
+
+
+def heatmap_plot(data: RunData) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = _figure(min(14, 2 + 0.12 * len(data.questions)), 0.3 * len(data.models) + 1.5)
+    image = ax.imshow(data.trials, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(np.arange(len(data.models)), data.models)
+    if len(data.questions) <= 40:
+        ax.set_xticks(np.arange(len(data.questions)), data.questions, rotation=90, fontsize=7)
+    ax.set_xlabel(f"question ({len(data.questions)})")
+    plt.colorbar(image, ax=ax, label="trials")
+    return _svg(fig)
+
+
+def pairs_plot(summary: dict[str, Any]) -> str:
+    pairs = summary["pairs"]
+    fig, ax = _figure(7, 0.35 * max(1, len(pairs)) + 1.2)
+    y = np.arange(len(pairs))[::-1]
+    ax.barh(
+        y,
+        [p["z"] for p in pairs],
+        color=[DECISION_COLOURS.get(p["decision"], "#868e96") for p in pairs],
+    )
+    threshold = z_threshold(summary["confidence"])
+    ax.axvline(threshold, color="#495057", linestyle="--", label=f"z = {threshold:.3f}")
+    ax.set_yticks(y, [f"{p['a']} vs {p['b']} ({p['decision']})" for p in pairs])
+    ax.set_xlabel("z of the adjacent pair")
+    ax.legend(loc="lower right")
+    return _svg(fig)
+
+
+def compute_plot(summary: dict[str, Any], data: RunData) -> str:
+    fig, ax = _figure(7, 3.2)
+    cumulative = np.cumsum(data.per_round)
+    rounds = np.arange(1, len(cumulative) + 1)
+    ax.step(rounds, cumulative, where="post", color="#1c7ed6", label="trials recorded")
+    ax.axhline(summary["baseline"]["trials"], color="#495057", linestyle="--", label="fixed-N run")
+    decided = [r for r in data.decided_rounds if r < len(cumulative)]
+    if decided:
+        ax.plot(
+            [r + 1 for r in decided],
+            cumulative[decided],
+            "o",
+            color="#2b8a3e",
+            label="a pair decided",
+        )
+    ax.set_xlabel("round")
+    ax.set_ylabel("trials")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _svg(fig)
+
+
+def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
+    """Each model's score over the nights (``nights.jsonl`` records), with its interval."""
+    from scipy.stats import norm
+
+    half = float(norm.ppf((1 + confidence) / 2))
+    fig, ax = _figure(7, 3.6)
+    nights = [record["night"] for record in history]
+    names = sorted({m["name"] for record in history for m in record["ranking"]})
+    for name in names:
+        points = [
+            (i, m["mu"], m["sigma"])
+            for i, record in enumerate(history)
+            for m in record["ranking"]
+            if m["name"] == name
+        ]
+        x = [p[0] for p in points]
+        mu = np.array([p[1] for p in points])
+        sigma = np.array([p[2] for p in points])
+        ax.errorbar(x, mu, yerr=half * sigma, marker="o", capsize=2, label=name)
+    alerts = [i for i, record in enumerate(history) if record.get("alerts")]
+    for i in alerts:
+        ax.axvline(i, color="#c92a2a", alpha=0.3, linewidth=6)
+    ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("posterior mean score")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return _svg(fig)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #212529; }
+table { border-collapse: collapse; margin: 1rem 0; }
+td, th { border: 1px solid #dee2e6; padding: 0.25rem 0.6rem; text-align: right; }
+td:nth-child(3), th:nth-child(3) { text-align: left; }
+figure { margin: 1.5rem 0; } figure svg { max-width: 100%; height: auto; }
+.note { color: #c92a2a; font-weight: 600; }
+"""
+
+
+def render(
+    summary: dict[str, Any],
+    data: RunData,
+    provenance: dict[str, Any] | None,
+    history: list[dict[str, Any]] | None = None,
+) -> str:
+    saved = summary["compute_saved"]["trials_fraction"]
+    saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
+    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    ranking = _table(
+        ["rank", "rank (no CI)", "model", "mu", "CI", "trials"],
+        [
+            [
+                str(m["rank"]),
+                str(m["rank_no_ties"]),
+                m["name"],
+                f"{m['mu']:.4f}",
+                f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
+                str(m["trials"]),
+            ]
+            for m in summary["models"]
+        ],
+    )
+    figures = [
+        ("forest", "Ranking with credible intervals", forest_plot(summary)),
+        ("trials", "Trials per model", trials_plot(summary, data)),
+        ("heatmap", "Trials per model and question", heatmap_plot(data)),
+        ("pairs", "Adjacent pairs", pairs_plot(summary)),
+        ("compute", "Compute used over the run", compute_plot(summary, data)),
+    ]
+    if history:
+        figures.append(
+            (
+                "history",
+                "Nightly history (nights with an alert shaded)",
+                history_plot(history, summary["confidence"]),
+            )
+        )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>Campaign {html.escape(summary['name'])}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>Campaign <code>{html.escape(summary['name'])}</code></h1>",
+        f"<p id='stop'>Stopped: <b>{html.escape(str(summary['stop_reason']))}</b> "
+        f"({html.escape(str(summary['stop_detail']))}). Prior: "
+        f"{html.escape(summary['prior'])}.</p>",
+        f"<p id='saved'>Trials used {summary['trials_used']} of the fixed-N run's "
+        f"{summary['baseline']['trials']} (N = {summary['baseline']['fixed_n']}): saved "
+        f"{saved_text}."
+        + (
+            f" <span class='note'>{undecided} pair(s) still undecided at the stop: the saving "
+            "is not a settled ranking's.</span>"
+            if undecided
+            else ""
+        )
+        + "</p>",
+        "<h2>Ranking</h2>",
+        ranking,
+    ]
+    for ident, title, svg in figures:
+        parts.append(
+            f"<figure id='{ident}'><figcaption><h2>{html.escape(title)}</h2></figcaption>"
+            f"{svg}</figure>"
+        )
+    if provenance is not None:
+        from adaptive_eval.provenance import markdown
+
+        items = "".join(
+            f"<li>{html.escape(line[2:])}</li>"
+            for line in markdown(provenance)
+            if line.startswith("- ")
+        )
+        parts.append(f"<h2>Provenance</h2><ul id='provenance'>{items}</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_html(
+    run_dir: Path,
+    summary: dict[str, Any],
+    provenance: dict[str, Any] | None = None,
+    history: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path."""
+    path = run_dir / FILENAME
+    path.write_text(render(summary, RunData.load(run_dir), provenance, history))
+    return path

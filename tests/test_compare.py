@@ -1,0 +1,134 @@
+"""adaptive-eval compare: a candidate against incumbents, with CI-gate exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import load, mimic_success, write_config, write_scenario
+
+from adaptive_eval.cli import main
+from adaptive_eval.compare import run_compare
+from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.store import TrialStore
+
+INCUMBENTS = [0.3, 0.5, 0.7]
+QUESTIONS = 20
+
+
+def _inline(campaign: Any) -> InlineDispatcher:
+    return InlineDispatcher(campaign.plans, campaign.offsets)
+
+
+@pytest.fixture()
+def incumbents(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """Recorded trials of three incumbents (a replay file: they are not sampled again)."""
+    success = mimic_success(INCUMBENTS, questions=QUESTIONS, seed=3)
+    rng = np.random.default_rng(11)
+    outcomes = (rng.random((3, QUESTIONS, 120)) < success[:, :, None]).astype(np.int64)
+    path = tmp_path / "incumbents.npz"
+    np.savez(path, outcomes=outcomes, models=np.array(["inc-30", "inc-50", "inc-70"]))
+    return path, success
+
+
+def _config(tmp_path: Path, candidate: np.ndarray, **policy: Any) -> Path:
+    write_scenario(tmp_path / "cand.npz", candidate[None, :], names=["cand"])
+    data = {
+        "name": "cmp",
+        "seed": 5,
+        "models": [
+            {"backend": "simulated", "path": "cand.npz"},
+            {"backend": "replay", "path": "incumbents.npz"},
+        ],
+        "rubric": {"weights": [0, 1]},
+        "policy": {
+            "rope": 0.06,
+            "min_trials_per_question": 2,
+            "max_trials_per_question": 120,
+            "round_trials": 80,
+            **policy,
+        },
+        "baseline": {"fixed_n": 40},
+        "execution": {"workers": 1, "batch_size": 64},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+    return write_config(tmp_path / "c.yaml", data)
+
+
+def _compare(path: Path, run_dir: Path) -> dict[str, Any]:
+    summary = run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk["comparison"] == summary["comparison"]
+    return dict(summary["comparison"])
+
+
+def _decisions(result: dict[str, Any]) -> dict[str, str]:
+    return {v["incumbent"]: v["decision"] for v in result["verdicts"]}
+
+
+def test_a_better_candidate_passes(tmp_path: Path, incumbents: tuple[Path, np.ndarray]) -> None:
+    _, success = incumbents
+    result = _compare(_config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99)), tmp_path / "run")
+    assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "better")
+    assert result["exit_code"] == 0
+    assert all(v["trials"] > 0 for v in result["verdicts"])
+
+
+def test_a_worse_candidate_is_a_regression(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    result = _compare(_config(tmp_path, np.clip(success[0] - 0.2, 0.01, 1)), tmp_path / "run")
+    assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
+    assert result["exit_code"] == 3
+
+
+def test_a_tied_candidate_is_equivalent_and_passes(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    result = _compare(_config(tmp_path, success[2]), tmp_path / "run")  # the best, exactly
+    assert _decisions(result) == {"inc-30": "better", "inc-50": "better", "inc-70": "equivalent"}
+    assert result["exit_code"] == 0
+
+
+def test_undecided_at_the_cap_and_only_candidate_pairs_are_sampled(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, np.clip(success[2] + 0.02, 0, 1), max_trials_per_question=6)
+    result = _compare(path, tmp_path / "run")
+    assert _decisions(result) == {"inc-30": "better", "inc-50": "better", "inc-70": "undecided"}
+    assert result["exit_code"] == 4
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "max_trials"
+    # Incumbents settled against the candidate stop getting trials: the one left open has more.
+    store = TrialStore(tmp_path / "run", readonly=True)
+    try:
+        per_model = dict(store.conn.execute("SELECT model, COUNT(*) FROM trials GROUP BY model"))
+    finally:
+        store.close()
+    assert per_model[0] == per_model[3] == 6 * QUESTIONS  # candidate and inc-70, to the cap
+    assert per_model[1] < per_model[3] and per_model[2] < per_model[3]
+
+
+def test_cli_exit_codes(tmp_path: Path, incumbents: tuple[Path, np.ndarray]) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, success[2])
+    assert main(["compare", str(path), "--candidate", "nobody", "--out", str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.slow
+def test_cli_runs_a_regression_to_exit_3(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, np.clip(success[0] - 0.2, 0.01, 1))
+    code = main(
+        ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "r"), "--json"]
+    )
+    assert code == 3
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 3

@@ -1,0 +1,105 @@
+"""adaptive-eval import: lm-eval-harness and inspect_ai logs -> an (L, M, N) outcome npz."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import load, run_inline, write_config
+
+from adaptive_eval.cli import main
+from adaptive_eval.errors import InputError
+from adaptive_eval.imports import import_files, parse_map
+from adaptive_eval.store import TrialStore
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LM_EVAL = sorted((FIXTURES / "lm_eval").glob("*/samples_*.jsonl"))
+INSPECT = [FIXTURES / "inspect" / "model-a.json", FIXTURES / "inspect" / "model-b.eval"]
+FULL_MAP = ["C=1", "I=0", "P=1", "N=0"]
+
+
+def test_lm_eval_samples_become_runs_as_trials() -> None:
+    result = import_files("lm-eval", LM_EVAL, None, None)
+    assert result.models == ["org__model-a", "org__model-b"]
+    assert result.questions == ["gsm8k/0", "gsm8k/1", "gsm8k/2"]
+    # Trial t of a document is the t-th run by date (fixtures: the scores written per run).
+    expected = np.array([[[1, 1], [1, 0], [0, 0]], [[0, 0], [1, 0], [0, 1]]])
+    assert result.outcomes.tolist() == expected.tolist()
+    assert result.dropped_trials == 0
+
+
+def test_inspect_logs_json_and_eval_zip_epochs_as_trials() -> None:
+    result = import_files("inspect", INSPECT, parse_map(FULL_MAP), None)
+    assert result.models == ["openai/model-a", "openai/model-b"]
+    assert result.questions == ["arc_easy/1", "arc_easy/2", "arc_easy/q3"]
+    # model-b has two epochs of q3, so every cell keeps its first two epochs.
+    assert result.outcomes.tolist() == [
+        [[1, 1], [0, 1], [1, 0]],
+        [[0, 0], [1, 0], [0, 0]],
+    ]
+    assert result.dropped_trials == 5 and result.trials_per_cell == (2, 3)
+
+
+def test_unmapped_score_is_an_error_naming_it() -> None:
+    with pytest.raises(InputError, match=r"score 'P' .* --map P=CATEGORY"):
+        import_files("inspect", INSPECT, None, None)
+
+
+def test_map_can_grade_partial_as_its_own_category() -> None:
+    result = import_files("inspect", INSPECT, parse_map(["C=2", "P=1", "I=0", "N=0"]), None)
+    assert result.outcomes[0, 2, 0] == 1 and result.outcomes[0, 0, 0] == 2
+
+
+def test_missing_cell_and_foreign_file_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"cell\(s\) have no trial"):
+        import_files("lm-eval", [*LM_EVAL[:2], _drop_line(LM_EVAL[2], tmp_path)], None, None)
+    stray = tmp_path / "results.jsonl"
+    stray.write_text("{}\n")
+    with pytest.raises(InputError, match=r"samples_<task>_<date>\.jsonl"):
+        import_files("lm-eval", [stray], None, None)
+
+
+def _drop_line(path: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "org__model-b"
+    folder.mkdir()
+    target = folder / path.name
+    target.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
+    return target
+
+
+def test_import_cli_writes_an_npz_that_replay_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "imported.npz"
+    args = ["import", "--format", "inspect", *map(str, INSPECT), "--out", str(out)]
+    assert main(args) == 2  # P and N need a mapping
+    assert "--map P=CATEGORY" in capsys.readouterr().err
+    assert main([*args, *[f"--map={m}" for m in FULL_MAP]]) == 0
+    assert "5 trial(s) dropped" in capsys.readouterr().out
+    assert main(["score", str(out), "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in scored["models"]] == ["openai/model-a", "openai/model-b"]
+
+    config = {
+        "name": "imported",
+        "models": [{"backend": "replay", "path": str(out)}],
+        "rubric": {"weights": [0, 1]},
+        "policy": {"min_trials_per_question": 1, "max_trials_per_question": 2, "round_trials": 4},
+        "execution": {"workers": 1, "batch_size": 8},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+    run_inline(load(write_config(tmp_path / "c.yaml", config)), tmp_path / "run")
+    store = TrialStore(tmp_path / "run", readonly=True)
+    try:
+        replayed = store.trial_arrays()
+    finally:
+        store.close()
+    with np.load(out) as data:
+        outcomes = data["outcomes"]
+    assert len(replayed.model) > 0
+    assert replayed.category.tolist() == [
+        int(outcomes[m, q, t])
+        for m, q, t in zip(replayed.model, replayed.question, replayed.trial, strict=True)
+    ]

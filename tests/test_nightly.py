@@ -1,0 +1,154 @@
+"""adaptive-eval nightly: reuse the library, sample only what is new, alert on regressions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import NullLog, load, mimic_success, write_config, write_scenario
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.controller import Controller
+from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.library import attach
+from adaptive_eval.nightly import run_nightly
+from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.store import TrialStore
+
+QUESTIONS = 12
+
+
+def inline(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
+    campaign = build_campaign(config)
+    store, campaign_id, _ = open_run_dir(campaign, run_dir)
+    port = attach(campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), campaign_id)
+    try:
+        Controller(campaign, store, port, NullLog()).run()
+    finally:
+        port.shutdown()
+        store.close()
+    return report_run(config, run_dir)
+
+
+def _setup(tmp_path: Path) -> Path:
+    write_scenario(
+        tmp_path / "incumbents.npz",
+        mimic_success([0.3, 0.5, 0.85], questions=QUESTIONS, seed=1),
+        names=["small", "medium", "large"],
+    )
+    _checkpoint(tmp_path, 0.7)
+    data = {
+        "name": "nightly",
+        "seed": 3,
+        "models": [
+            {"backend": "simulated", "path": "incumbents.npz"},
+            {"backend": "simulated", "path": "ckpt.npz"},
+        ],
+        "rubric": {"weights": [0, 1]},
+        "policy": {"rope": 0.03, "max_trials_per_question": 60, "round_trials": 96},
+        "baseline": {"fixed_n": 20},
+        "execution": {"workers": 1, "batch_size": 32},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+    return write_config(tmp_path / "c.yaml", data)
+
+
+def _checkpoint(tmp_path: Path, score: float) -> None:
+    success = mimic_success([score], questions=QUESTIONS, seed=2)
+    write_scenario(tmp_path / "ckpt.npz", success, names=["ckpt"])
+
+
+def _sampled_by_model(run_dir: Path) -> dict[int, int]:
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        return dict(
+            store.conn.execute(
+                "SELECT model, COUNT(*) FROM trials WHERE worker NOT LIKE '%library%' "
+                "GROUP BY model"
+            )
+        )
+    finally:
+        store.close()
+
+
+def _per_model(run_dir: Path) -> dict[int, int]:
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        return dict(store.conn.execute("SELECT model, COUNT(*) FROM trials GROUP BY model"))
+    finally:
+        store.close()
+
+
+def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
+    tmp_path: Path,
+) -> None:
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    first = run_nightly(load(path), history, night="2026-01-01", runner=inline)
+    assert first["sampled"] == first["trials_used"] > 0 and first["exit_code"] == 0
+
+    second = run_nightly(load(path), history, night="2026-01-02", runner=inline)
+    assert second["sampled"] == 0 and second["reused"] == first["trials_used"]
+    assert second["alerts"] == [] and second["exit_code"] == 0
+    assert second["ranking"] == first["ranking"]
+
+    _checkpoint(tmp_path, 0.3)  # the checkpoint regressed: new files, new library cells
+    third = run_nightly(load(path), history, night="2026-01-03", runner=inline)
+    assert third["exit_code"] == 3
+    drops = [a for a in third["alerts"] if a["kind"] == "score_drop"]
+    assert [a["model"] for a in drops] == ["ckpt"]
+    assert drops[0]["now"] < drops[0]["before"] - 0.2
+    # The changed model was sampled from scratch; the others reused every trial held and were
+    # sampled only beyond it (their pairs with the new checkpoint needed more).
+    sampled = _sampled_by_model(history / "runs" / "2026-01-03")
+    held = _per_model(history / "runs" / "2026-01-01")
+    tonight = _per_model(history / "runs" / "2026-01-03")
+    assert sampled[3] == tonight[3]
+    for model in (0, 1, 2):
+        assert sampled.get(model, 0) == tonight[model] - min(held[model], tonight[model])
+    alert = json.loads((history / "runs" / "2026-01-03" / "alert.json").read_text())
+    assert alert["alerts"] == third["alerts"]
+    assert "ckpt** score dropped" in (history / "runs" / "2026-01-03" / "alert.md").read_text()
+    nights = [json.loads(x) for x in (history / "nights.jsonl").read_text().splitlines()]
+    assert [n["night"] for n in nights] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    assert "2026-01-03 - **" in (history / "summary.md").read_text()
+    page = (history / "runs" / "2026-01-03" / "report.html").read_text()
+    assert "<figure id='history'>" in page and page.count("<svg") == 6
+
+
+def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    for day in (1, 2, 3):
+        run_nightly(load(path), history, night=f"2026-02-0{day}", keep=2, runner=inline)
+    assert sorted(p.name for p in (history / "runs").iterdir()) == ["2026-02-02", "2026-02-03"]
+    assert len((history / "nights.jsonl").read_text().splitlines()) == 3
+    assert (history / "library.sqlite").exists()
+
+
+def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
+    from adaptive_eval.nightly import ranking_flips
+
+    before = {"pairs": [{"a": "x", "b": "y", "decision": "a>b"}]}
+    after = {"pairs": [{"a": "y", "b": "x", "decision": "a>b"}]}
+    same = {"pairs": [{"a": "x", "b": "y", "decision": "a>b"}]}
+    assert ranking_flips(before, after) == [
+        {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y"}
+    ]
+    assert ranking_flips(before, same) == []
+
+
+@pytest.mark.slow
+def test_nightly_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from adaptive_eval.cli import main
+
+    path = _setup(tmp_path)
+    history = str(tmp_path / "history")
+    assert main(["nightly", str(path), "--history", history, "--night", "2026-03-01"]) == 0
+    assert main(["nightly", str(path), "--history", history, "--night", "2026-03-02"]) == 0
+    assert "night 2026-03-02: sampled 0 trials" in capsys.readouterr().out
+    assert (tmp_path / "history" / "runs" / "2026-03-02" / "report.html").exists()
+    assert main(["nightly", str(path), "--history", history, "--night", "03/03/2026"]) == 2

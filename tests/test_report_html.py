@@ -1,0 +1,141 @@
+"""report.html: written with the run, self-contained, and rendered by a real headless browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+from adaptive_eval.cli import main
+from adaptive_eval.runner import report_run
+
+SCORES = [0.25, 0.45, 0.47, 0.7]
+FIGURES = ("forest", "trials", "heatmap", "pairs", "compute")
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    browser = _browser()
+    if browser is None:
+        print("SKIP REASON: no chromium on PATH (scripts/install-chromium.sh installs it)")
+        pytest.skip("no chromium on PATH; scripts/install-chromium.sh installs it")
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("html")
+    write_scenario(root / "s.npz", mimic_success(SCORES, questions=12))
+    path = write_config(root / "c.yaml", base_config("s.npz"))
+    config = load(path, ["budget.trials=300"])
+    run_inline(config, root / "run")
+    report_run(config, root / "run")  # writes summary.json, report.md, report.html
+    return root / "run"
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.figures: dict[str, int] = {}  # figure id -> svg elements inside
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "figure":
+            self.stack.append(values.get("id") or "")
+            self.figures[self.stack[-1]] = 0
+        if tag == "svg" and self.stack:
+            self.figures[self.stack[-1]] += 1
+        if tag in ("script", "link", "img", "iframe") or (
+            tag != "svg" and any(k in ("src", "href") for k in values)
+        ):
+            self.external.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "figure" and self.stack:
+            self.stack.pop()
+
+
+def test_report_html_is_self_contained_with_every_figure(run_dir: Path) -> None:
+    text = (run_dir / "report.html").read_text()
+    parser = _Elements()
+    parser.feed(text)
+    assert {name: parser.figures.get(name) for name in FIGURES} == dict.fromkeys(FIGURES, 1)
+    assert parser.external == []  # nothing fetched from elsewhere
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for model in summary["models"]:
+        assert model["name"] in text
+    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    assert summary["stop_reason"] == "trial_budget" and undecided > 0
+    assert f"{undecided} pair(s) still undecided at the stop" in text
+
+
+def test_report_md_has_provenance_and_the_undecided_note(run_dir: Path) -> None:
+    text = (run_dir / "report.md").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    assert f"(stopped on trial_budget with {undecided} pair(s) undecided)" in text
+    assert "## Provenance" in text
+    digest = summary["provenance"]["models"][0]["sha256"]["scenario"]
+    assert len(digest) == 64 and digest[:16] in text
+    assert "numpy " + np.__version__ in text
+    assert str(run_dir.parent / "s.npz") in text
+
+
+def test_report_html_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
+    url = (run_dir / "report.html").resolve().as_uri()
+    dom = _chromium("--dump-dom", url).stdout
+    parser = _Elements()
+    parser.feed(dom)
+    assert all(parser.figures.get(name) == 1 for name in FIGURES), parser.figures
+    shot = tmp_path / "report.png"
+    _chromium("--window-size=1200,2600", f"--screenshot={shot}", url)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))[:, :, :3]
+    assert pixels.shape[:2] == (2600, 1200)
+    # The plots drew: a good share of the page is ink, and it has colour (bars, markers).
+    ink = (pixels < 0.9).any(axis=2)
+    assert ink.mean() > 0.05
+    colour = pixels.max(axis=2) - pixels.min(axis=2) > 0.3
+    assert colour.sum() > 5000
+
+
+def test_report_cli_html_prints_the_page(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run_dir / "report.html").unlink()
+    assert main(["report", str(run_dir), "--html"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert Path(printed) == run_dir / "report.html" and Path(printed).stat().st_size > 10_000
