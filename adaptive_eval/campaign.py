@@ -66,8 +66,9 @@ def _spec(ref: str | PluginSpec) -> tuple[str, dict[str, Any]]:
     return (ref, {}) if isinstance(ref, str) else (ref.name, ref.params())
 
 
-def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], StoppingRule]:
-    source = config.source
+def build_pair_rules(config: CampaignConfig) -> tuple[PairRule, ...]:
+    """Fresh pair rules of the config. Sequential rules keep per-pair state, so every
+    independent sequence of looks (a campaign, one nightly comparison) needs its own."""
     policy = config.policy
     if policy.pair_rules is None:
         # One error-controlled boundary both resolves pairs and declares equivalence within
@@ -75,10 +76,16 @@ def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], Stopping
         refs: list[str | PluginSpec] = [DEFAULT_PAIR_RULE]
     else:
         refs = list(policy.pair_rules)
-    rules = tuple(
-        pair_rules.build(*_spec(ref), source=source, field=f"policy.pair_rules[{i}]")
+    return tuple(
+        pair_rules.build(*_spec(ref), source=config.source, field=f"policy.pair_rules[{i}]")
         for i, ref in enumerate(refs)
     )
+
+
+def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], StoppingRule]:
+    source = config.source
+    policy = config.policy
+    rules = build_pair_rules(config)
     stop_refs = policy.stopping if policy.stopping is not None else ["pairs_settled"]
     stopping = [
         stopping_rules.build(*_spec(ref), source=source, field=f"policy.stopping[{i}]")

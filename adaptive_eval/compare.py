@@ -6,8 +6,8 @@ pairs (candidate, incumbent) are settled, never incumbent against incumbent, and
 stops as soon as every one of them is settled (or at the budget / cap).
 
 Each pair is settled by the campaign's own pair rules (``campaign.pair_rules``, whatever the config
-chose, through :func:`adaptive_eval.policy.decide_pairs`) applied to a two-model view of the
-posterior: the candidate and that incumbent alone. Only models still in an undecided pair with
+chose: by default the error-controlled ``group_sequential``), asked about (candidate, incumbent)
+on the campaign's view. Only models still in an undecided pair with
 the candidate (and the candidate) get trials.
 
 Exit codes (:func:`exit_code`): 0 the candidate is not worse than any incumbent (better or
@@ -32,7 +32,7 @@ import numpy as np
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of, decide_pairs
+from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
@@ -41,41 +41,45 @@ EXIT_REGRESSION = 3
 EXIT_UNDECIDED = 4
 
 
-def _pair_view(view: CampaignView, candidate: int, incumbent: int) -> CampaignView:
-    pick = [candidate, incumbent]
-    return dataclasses.replace(
-        view,
-        names=(view.names[candidate], view.names[incumbent]),
-        counts=view.counts[pick],
-        mu=view.mu[pick],
-        sigma=view.sigma[pick],
-        trials=view.trials[pick],
-        planned=view.planned[pick],
-        capacity=view.capacity[pick],
-    )
-
-
 def verdicts(
     view: CampaignView, rules: tuple[PairRule, ...], candidate: int
 ) -> list[tuple[int, str, float]]:
-    """(incumbent, the candidate's verdict, z) for every incumbent, by the campaign's rules."""
+    """(incumbent, the candidate's verdict, z) for every incumbent, by the campaign's rules.
+
+    The rules see the whole campaign view with the real model indices, so a sequential rule
+    keeps one state per (candidate, incumbent) pair, shared with the controller's own calls in
+    the same round; under ``error_control: ranking`` each of the L - 1 comparisons gets
+    ``(1 - confidence) / (L - 1)``, so the CI gate's verdicts hold together.
+    """
+    for rule in rules:
+        rule.observe(view)
+    young = view.below_min()
     out = []
     for incumbent in range(view.num_models):
         if incumbent == candidate:
             continue
-        (decision,) = decide_pairs(_pair_view(view, candidate, incumbent), rules)
-        out.append((incumbent, _side(decision), decision.z))
+        decision = None
+        if not (young[candidate] or young[incumbent]):
+            z = view.pair_z(candidate, incumbent)
+            decision = next(
+                (d for d in (rule(view, candidate, incumbent, z) for rule in rules) if d), None
+            )
+        if decision is None:
+            gap, spread = view.pair_stat(candidate, incumbent)
+            z = abs(gap) / spread if spread > 0 else 0.0
+            decision = PairDecision.undecided(candidate, incumbent, z)
+        out.append((incumbent, _side(decision, candidate), decision.z))
     return out
 
 
-def _side(decision: PairDecision) -> str:
-    """The verdict seen from the candidate (index 0 of the two-model view)."""
+def _side(decision: PairDecision, candidate: int) -> str:
+    """The verdict seen from the candidate."""
     if decision.verdict is Verdict.UNDECIDED:
         return "undecided"
     if decision.verdict is Verdict.EQUIVALENT:
         return "equivalent"
     winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
-    return "better" if winner == 0 else "worse"
+    return "better" if winner == candidate else "worse"
 
 
 def exit_code(decisions: list[str]) -> int:

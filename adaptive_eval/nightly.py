@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval import stats
-from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.campaign import Campaign, build_campaign, build_pair_rules
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, decide_pairs
+from adaptive_eval.state import RunState
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Verdict
 
@@ -83,25 +83,24 @@ def _load_posterior(run_dir: Path) -> dict[str, np.ndarray] | None:
 def _two_model_view(
     campaign: Campaign, before: dict[str, np.ndarray], i: int, now: dict[str, np.ndarray], j: int
 ) -> CampaignView:
+    """Last night's and tonight's posterior of one model as a two-model campaign view (with
+    the unbiased decision statistic the pair rules use)."""
     prior = np.stack([before["prior"][i], now["prior"][j]])
-    counts = np.stack([before["counts"][i], now["counts"][j]])
-    mu, sigma = stats.posterior_moments(prior + counts, campaign.weights)
+    counts = np.stack([before["counts"][i], now["counts"][j]]).astype(np.int64)
     trials = counts.sum(axis=2)
+    state = RunState(prior, campaign.weights)
+    state.add_plan(trials)
+    state.apply_counts(counts)
     name = str(now["names"][j])
-    return CampaignView(
-        names=(f"{name} (last night)", f"{name} (tonight)"),
-        counts=counts,
-        mu=np.asarray(mu),
-        sigma=np.asarray(sigma),
-        trials=trials,
-        planned=trials,
-        capacity=np.full(2, int(trials.max())),
-        confidence=campaign.config.policy.confidence,
-        min_trials=campaign.config.policy.min_trials_per_question,
-        round=0,
-        trials_used=int(trials.sum()),
-        tokens_used=None,
-        elapsed_s=0.0,
+    policy = campaign.config.policy
+    return state.view(
+        (f"{name} (last night)", f"{name} (tonight)"),
+        np.full(2, int(trials.max())),
+        policy.confidence,
+        policy.min_trials_per_question,
+        0.0,
+        rope=policy.rope,
+        error_control=policy.error_control,
     )
 
 
@@ -118,7 +117,8 @@ def score_drops(
         if name not in earlier:
             continue
         view = _two_model_view(campaign, before, earlier[name], now, j)
-        (decision,) = decide_pairs(view, campaign.pair_rules)
+        # One look per comparison, with rules of its own (sequential rules keep state).
+        (decision,) = decide_pairs(view, build_pair_rules(campaign.config))
         if decision.verdict in (Verdict.A_GT_B, Verdict.B_GT_A):
             winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
             if winner == 0:

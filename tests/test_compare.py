@@ -112,7 +112,9 @@ def test_undecided_at_the_cap_and_only_candidate_pairs_are_sampled(
     finally:
         store.close()
     assert per_model[0] == per_model[3] == 6 * QUESTIONS  # candidate and inc-70, to the cap
-    assert per_model[1] < per_model[3] and per_model[2] < per_model[3]
+    # inc-30 (the clearest gap) is settled early under the error-controlled rule; inc-50 may
+    # need the whole cap at 6 trials per question with the budget split over 3 comparisons.
+    assert per_model[1] < per_model[3] and per_model[2] <= per_model[3]
 
 
 def test_cli_exit_codes(tmp_path: Path, incumbents: tuple[Path, np.ndarray]) -> None:

@@ -48,7 +48,12 @@ def _setup(tmp_path: Path) -> Path:
             {"backend": "simulated", "path": "ckpt.npz"},
         ],
         "rubric": {"weights": [0, 1]},
-        "policy": {"rope": 0.03, "max_trials_per_question": 60, "round_trials": 96},
+        "policy": {
+            "rope": 0.03,
+            "max_trials_per_question": 60,
+            "round_trials": 96,
+            "allocation": "pairwise",
+        },
         "baseline": {"fixed_n": 20},
         "execution": {"workers": 1, "batch_size": 32},
         "output": {"progress": False, "fsync": "normal"},
@@ -108,7 +113,9 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
     tonight = _per_model(history / "runs" / "2026-01-03")
     assert sampled[3] == tonight[3]
     for model in (0, 1, 2):
-        assert sampled.get(model, 0) == tonight[model] - min(held[model], tonight[model])
+        # Every trial night 1 held is reused (the library may hold a few more: trials of rounds
+        # drained after night 1's stop are kept as evidence too).
+        assert sampled.get(model, 0) <= tonight[model] - min(held[model], tonight[model])
     alert = json.loads((history / "runs" / "2026-01-03" / "alert.json").read_text())
     assert alert["alerts"] == third["alerts"]
     assert "ckpt** score dropped" in (history / "runs" / "2026-01-03" / "alert.md").read_text()
