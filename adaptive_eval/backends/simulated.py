@@ -46,20 +46,29 @@ OptionsT = TypeVar("OptionsT", bound=BaseModel)
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
-def lognormal_lengths(seeds: np.ndarray, latency: LatencyModel) -> np.ndarray | None:
-    """Each trial's completion length, drawn from its seed: lognormal with median
-    ``tokens_median`` and p99 ``tokens_p99_ratio`` times that, capped at ``max_tokens``."""
-    if latency.tokens_median is None:
-        return None
-    sigma = math.log(latency.tokens_p99_ratio) / Z99
+def heavy_tail_lengths(
+    seeds: np.ndarray, median: float, p99_ratio: float = 20.0, cap: int | None = None
+) -> np.ndarray:
+    """Completion lengths drawn from trial seeds: lognormal with this median and a p99 of
+    ``p99_ratio`` times it, capped at ``cap``, at least 1. A pure function of each seed."""
+    sigma = math.log(p99_ratio) / Z99
     normal = np.sqrt(-2 * np.log1p(-uniform_from_seeds(seeds, 3))) * np.cos(
         2 * np.pi * uniform_from_seeds(seeds, 4)
     )
-    lengths = latency.tokens_median * np.exp(sigma * normal)
-    if latency.max_tokens is not None:
-        lengths = np.minimum(lengths, latency.max_tokens)
+    lengths = median * np.exp(sigma * normal)
+    if cap is not None:
+        lengths = np.minimum(lengths, cap)
     out: np.ndarray = np.maximum(1, np.rint(lengths)).astype(np.int64)
     return out
+
+
+def lognormal_lengths(seeds: np.ndarray, latency: LatencyModel) -> np.ndarray | None:
+    """Each trial's emulated completion length (None without ``tokens_median``)."""
+    if latency.tokens_median is None:
+        return None
+    return heavy_tail_lengths(
+        seeds, latency.tokens_median, latency.tokens_p99_ratio, latency.max_tokens
+    )
 
 
 class EngineModel:

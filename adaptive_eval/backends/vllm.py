@@ -131,6 +131,9 @@ BACKEND_OPTIONS = {
     "stream_grading": "feed the engine from every batch queued at the worker and grade each "
     "request as it finishes (default true; false: one llm.generate call per batch, then "
     "grading)",
+    "bench_lengths": "benchmarks only: {median: N, p99_ratio: R}: each request's max_tokens is "
+    "drawn from a lognormal seeded by its trial (capped at sampling.max_tokens; with "
+    "sampling.ignore_eos, heavy-tailed completion lengths)",
     "test_kill_engine_mid_feed": "tests only: once requests of two or more batches are inside "
     "the engine, write their batch ids to this file and fail the engine",
     "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
@@ -173,6 +176,8 @@ class VllmSettings:
     sampling_extra: dict[str, Any] = field(default_factory=dict)
     stream_grading: bool = True
     kill_mid_feed: str | None = None  # tests only: marker file of test_kill_engine_mid_feed
+    # benchmarks only: (median, p99 ratio) of per-request max_tokens drawn from the trial seed
+    bench_lengths: tuple[float, float] | None = None
 
 
 def _import_vllm() -> Any:
@@ -363,6 +368,8 @@ class VllmWorker(GenerationWorker):
                     f"{self.max_model_len}; raise {self.settings.entry_field}.options.max_model_len"
                 )
             max_tokens = min(max_tokens, room)
+        if self.settings.bench_lengths is not None:
+            max_tokens = min(max_tokens, bench_max_tokens(request.seed, self.settings))
         return SamplingParams(
             n=1,
             seed=request.seed,
@@ -568,6 +575,17 @@ class _VllmFeedEngine:
         self.engine.abort_request(list(ids), internal=True)
 
 
+def bench_max_tokens(seed: int, settings: VllmSettings) -> int:
+    """``bench_lengths``: a request's max_tokens, heavy-tailed and drawn from its trial seed."""
+    import numpy as np
+
+    from adaptive_eval.backends.simulated import heavy_tail_lengths
+
+    assert settings.bench_lengths is not None
+    median, ratio = settings.bench_lengths
+    return int(heavy_tail_lengths(np.asarray([seed], dtype=np.int64), median, ratio)[0])
+
+
 def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callable[[], Worker]:
     return partial(VllmWorker, setup, settings, offset)
 
@@ -704,6 +722,21 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     sampling_extra = options.mapping("sampling_extra")
     stream_grading = bool(options.boolean("stream_grading", True))
     kill_mid_feed = options.string("test_kill_engine_mid_feed")
+    bench = options.mapping("bench_lengths")
+    bench_lengths = None
+    if bench:
+        median, ratio = bench.get("median"), bench.get("p99_ratio", 20)
+        if (
+            set(bench) - {"median", "p99_ratio"}
+            or not isinstance(median, int | float)
+            or not isinstance(ratio, int | float)
+            or median <= 0
+            or ratio <= 1
+        ):
+            raise options.error(
+                "bench_lengths", f"must be {{median: > 0, p99_ratio: > 1}}, got {bench!r}"
+            )
+        bench_lengths = (float(median), float(ratio))
     load_cost = options.number("load_cost_s", None, minimum=0)
     name = entry.name or path.name
     prepared = prepare_generation(entry, context, options, name)
@@ -728,6 +761,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         sampling_extra=sampling_extra,
         stream_grading=stream_grading,
         kill_mid_feed=None if kill_mid_feed is None else str(config.resolve_path(kill_mid_feed)),
+        bench_lengths=bench_lengths,
     )
     setup = prepared.setup
     files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}

@@ -1,0 +1,124 @@
+"""What a deeper pipeline costs in adaptivity and buys in engine occupancy, with heavy tails.
+
+    python benchmarks/pipeline_depth.py                 # ~3 min on 2 cores
+    python benchmarks/pipeline_depth.py --seeds 0 1 2 --depths 1 2 4 8
+
+The demo campaign (the paper's 11 LLM mimics, 30 questions, pairwise allocation, at most 80
+trials per question) runs on the ``simulated`` backend through Ray with an emulated engine per
+worker (``latency.engine_seqs`` decode slots) and heavy-tailed completion lengths: lognormal,
+median ``--median`` tokens, p99 20x the median, capped at 32,768, seeded by the trial, so the
+same trial takes the same time in every run. Each configuration reports
+
+* trials: the adaptive campaign's trials to its stop (the cost of planning rounds from an older
+  posterior: ``rounds_in_flight`` rounds are planned ahead of the posterior);
+* wall: seconds of the controller loop;
+* busy: the workers' engine occupancy over the dispatch span, sequence-seconds served /
+  (slots x workers x span) (a batch's busy time is its share of its worker's engine);
+* the same at the default depth without the feed (``feed: false``: a worker's engine takes one
+  batch at a time and drains at each batch boundary, as the vLLM worker did before).
+
+Prints a table and writes ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def config(args: argparse.Namespace, seed: int, depth: int, feed: bool) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    data["seed"] = seed
+    data["models"][0]["path"] = str(REPO / "configs" / "scenarios" / "llm_mimics.npz")
+    data["models"][0]["latency"] = {
+        "engine_seqs": args.engine_seqs,
+        "per_token_s": args.per_token_s,
+        "tokens_median": args.median,
+        "tokens_p99_ratio": 20,
+        "max_tokens": 32768,
+        "feed": feed,
+    }
+    data["execution"] = {
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "in_flight_per_worker": args.in_flight,
+        "rounds_in_flight": depth,
+    }
+    data["output"] = {"progress": False, "fsync": "normal"}
+    return data
+
+
+def run_one(args: argparse.Namespace, seed: int, depth: int, feed: bool) -> dict[str, Any]:
+    from bench_core import run_config
+
+    with tempfile.TemporaryDirectory() as name:
+        started = time.perf_counter()
+        result, seconds = run_config(config(args, seed, depth, feed), Path(name))
+        total = time.perf_counter() - started
+    return {
+        "seed": seed,
+        "rounds_in_flight": depth,
+        "feed": feed,
+        "trials": int(result["trials_used"]),
+        "stop_reason": result.get("stop_reason"),
+        "wall_s": seconds,
+        "total_s": total,
+        "busy": float(result["utilisation"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--engine-seqs", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--in-flight", type=int, default=2, help="in_flight_per_worker")
+    parser.add_argument("--median", type=float, default=400, help="median completion tokens")
+    parser.add_argument("--per-token-s", type=float, default=1e-4, help="seconds per token")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the feed: false runs")
+    parser.add_argument("--out", type=Path, default=Path("runs/pipeline_depth.json"))
+    args = parser.parse_args(argv)
+    rows = []
+    plans = [(seed, depth, True) for seed in args.seeds for depth in args.depths]
+    if not args.no_baseline:
+        plans += [(seed, 2, False) for seed in args.seeds]
+    for seed, depth, feed in plans:
+        row = run_one(args, seed, depth, feed)
+        rows.append(row)
+        print(
+            f"seed {seed} rounds_in_flight {depth} feed {feed!s:5}: "
+            f"{row['trials']:6d} trials, {row['wall_s']:6.1f} s, busy {100 * row['busy']:5.1f}% "
+            f"({row['stop_reason']})",
+            flush=True,
+        )
+    print("\nmean over seeds:")
+    print("rounds_in_flight | feed  | trials | wall s | busy %")
+    for depth, feed in dict.fromkeys((d, f) for _, d, f in plans):
+        group = [r for r in rows if r["rounds_in_flight"] == depth and r["feed"] == feed]
+        n = len(group)
+        print(
+            f"{depth:16d} | {feed!s:5} | {sum(r['trials'] for r in group) / n:6.0f} | "
+            f"{sum(r['wall_s'] for r in group) / n:6.1f} | "
+            f"{100 * sum(r['busy'] for r in group) / n:5.1f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    args.out.write_text(json.dumps({"settings": settings, "runs": rows}, indent=2, default=str))
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
