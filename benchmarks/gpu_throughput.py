@@ -74,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-num-seqs", type=int, help="engine max_num_seqs (default 256; tiny 32)"
     )
     parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=8,
+        help="in_flight_per_worker: batches queued at the worker, all feeding its engine",
+    )
+    parser.add_argument(
         "--modes",
         default="feed,per-batch",
         help="campaign runs, comma-separated: feed (continuous feed), per-batch (before it)",
@@ -158,7 +164,7 @@ def campaign_config(args: argparse.Namespace, model: Path, mode: str = "feed") -
         "execution": {
             "workers": 1,
             "batch_size": args.batch_size,
-            "in_flight_per_worker": 2,
+            "in_flight_per_worker": args.in_flight,
             **({"num_cpus": 2} if args.tiny else {}),
         },
         "output": {"progress": False, "fsync": "normal", "keep_completions": True},
@@ -390,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         "median": args.median,
         "p99_ratio": args.p99_ratio,
         "batch_size": args.batch_size,
+        "in_flight_per_worker": args.in_flight,
         "max_num_seqs": args.max_num_seqs,
         "grader": args.grader,
         "logprobs": not args.no_logprobs,

@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def config(args: argparse.Namespace, seed: int, depth: int, feed: bool) -> dict[str, Any]:
+def config(
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
+) -> dict[str, Any]:
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data["seed"] = seed
     data["models"][0]["path"] = str(REPO / "configs" / "scenarios" / "llm_mimics.npz")
@@ -52,24 +54,27 @@ def config(args: argparse.Namespace, seed: int, depth: int, feed: bool) -> dict[
     data["execution"] = {
         "workers": args.workers,
         "batch_size": args.batch_size,
-        "in_flight_per_worker": args.in_flight,
+        "in_flight_per_worker": in_flight,
         "rounds_in_flight": depth,
     }
     data["output"] = {"progress": False, "fsync": "normal"}
     return data
 
 
-def run_one(args: argparse.Namespace, seed: int, depth: int, feed: bool) -> dict[str, Any]:
+def run_one(
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
+) -> dict[str, Any]:
     from bench_core import run_config
 
     with tempfile.TemporaryDirectory() as name:
         started = time.perf_counter()
-        result, seconds = run_config(config(args, seed, depth, feed), Path(name))
+        result, seconds = run_config(config(args, seed, depth, feed, in_flight), Path(name))
         total = time.perf_counter() - started
     return {
         "seed": seed,
         "rounds_in_flight": depth,
         "feed": feed,
+        "in_flight_per_worker": in_flight,
         "trials": int(result["trials_used"]),
         "stop_reason": result.get("stop_reason"),
         "wall_s": seconds,
@@ -84,35 +89,49 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--engine-seqs", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--in-flight", type=int, default=2, help="in_flight_per_worker")
-    parser.add_argument("--median", type=float, default=400, help="median completion tokens")
-    parser.add_argument("--per-token-s", type=float, default=1e-4, help="seconds per token")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--in-flight", type=int, nargs="+", default=[8], help="in_flight_per_worker values"
+    )
+    parser.add_argument("--median", type=float, default=2000, help="median completion tokens")
+    parser.add_argument("--per-token-s", type=float, default=2e-5, help="seconds per token")
     parser.add_argument("--no-baseline", action="store_true", help="skip the feed: false runs")
     parser.add_argument("--out", type=Path, default=Path("runs/pipeline_depth.json"))
     args = parser.parse_args(argv)
     rows = []
-    plans = [(seed, depth, True) for seed in args.seeds for depth in args.depths]
-    if not args.no_baseline:
-        plans += [(seed, 2, False) for seed in args.seeds]
-    for seed, depth, feed in plans:
-        row = run_one(args, seed, depth, feed)
+    plans = [
+        (seed, depth, True, in_flight)
+        for seed in args.seeds
+        for in_flight in args.in_flight
+        for depth in args.depths
+    ]
+    if not args.no_baseline:  # the engine drains at every batch boundary (before the feed)
+        plans += [(seed, 2, False, 2) for seed in args.seeds]
+    for seed, depth, feed, in_flight in plans:
+        row = run_one(args, seed, depth, feed, in_flight)
         rows.append(row)
         print(
-            f"seed {seed} rounds_in_flight {depth} feed {feed!s:5}: "
+            f"seed {seed} rounds_in_flight {depth} in_flight_per_worker {in_flight} "
+            f"feed {feed!s:5}: "
             f"{row['trials']:6d} trials, {row['wall_s']:6.1f} s, busy {100 * row['busy']:5.1f}% "
             f"({row['stop_reason']})",
             flush=True,
         )
     print("\nmean over seeds:")
-    print("rounds_in_flight | feed  | trials | wall s | busy %")
-    for depth, feed in dict.fromkeys((d, f) for _, d, f in plans):
-        group = [r for r in rows if r["rounds_in_flight"] == depth and r["feed"] == feed]
+    print("| rounds_in_flight | in_flight_per_worker | feed | trials | wall s | busy % |")
+    print("|---|---|---|---|---|---|")
+    for depth, feed, in_flight in dict.fromkeys((d, f, i) for _, d, f, i in plans):
+        group = [
+            r
+            for r in rows
+            if (r["rounds_in_flight"], r["feed"], r["in_flight_per_worker"])
+            == (depth, feed, in_flight)
+        ]
         n = len(group)
         print(
-            f"{depth:16d} | {feed!s:5} | {sum(r['trials'] for r in group) / n:6.0f} | "
+            f"| {depth} | {in_flight} | {feed} | {sum(r['trials'] for r in group) / n:.0f} | "
             f"{sum(r['wall_s'] for r in group) / n:6.1f} | "
-            f"{100 * sum(r['busy'] for r in group) / n:5.1f}"
+            f"{100 * sum(r['busy'] for r in group) / n:5.1f} |"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "out"}
