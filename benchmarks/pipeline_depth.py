@@ -34,7 +34,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def config(
@@ -61,11 +60,41 @@ def config(
     return data
 
 
+def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
+    """Run a campaign in-process through Ray (failed batches re-run, as in a real run)."""
+    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.config import parse_config
+    from adaptive_eval.controller import Controller
+    from adaptive_eval.dispatch import Dispatcher, init_ray
+    from adaptive_eval.logs import SilentLog
+    from adaptive_eval.runner import build_summary, open_run_dir
+
+    config = parse_config(data, source=str(tmp / "c.yaml"))
+    campaign = build_campaign(config)
+    store, campaign_id, _ = open_run_dir(campaign, tmp / "run")
+    execution = config.execution
+    init_ray(None, None)
+    dispatcher = Dispatcher(
+        campaign.plans,
+        campaign.offsets,
+        in_flight_per_worker=execution.in_flight_per_worker,
+        max_batch_retries=execution.max_batch_retries,
+    )
+    controller = Controller(campaign, store, dispatcher, SilentLog())
+    started = time.perf_counter()
+    controller.run()
+    seconds = time.perf_counter() - started
+    result = build_summary(campaign, controller, campaign_id)
+    result["utilisation"] = dispatcher.stats.utilisation()
+    result["failed_batches"] = dispatcher.stats.failures
+    dispatcher.shutdown()
+    store.close()
+    return result, seconds
+
+
 def run_one(
     args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
 ) -> dict[str, Any]:
-    from bench_core import run_config
-
     with tempfile.TemporaryDirectory() as name:
         started = time.perf_counter()
         result, seconds = run_config(config(args, seed, depth, feed, in_flight), Path(name))
@@ -80,6 +109,7 @@ def run_one(
         "wall_s": seconds,
         "total_s": total,
         "busy": float(result["utilisation"]),
+        "failed_batches": int(result["failed_batches"]),
     }
 
 
