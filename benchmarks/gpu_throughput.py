@@ -362,7 +362,13 @@ def main(argv: list[str] | None = None) -> None:
     ]
     if args.tiny:
         command.append("--tiny")
-    subprocess.run(command, check=True, cwd=REPO)
+    env = dict(os.environ)
+    if args.tiny:
+        # The campaign's CPU engine runs in a Ray actor with num_cpus 1, where Ray sets
+        # OMP_NUM_THREADS=1; the plain engine gets the same, else the two compare thread
+        # counts (on a small shared machine, oversubscribed threads slow the plain run down).
+        env["OMP_NUM_THREADS"] = "1"
+    subprocess.run(command, check=True, cwd=REPO, env=env)
     plain = json.loads((args.out / "plain.json").read_text())
     print(
         f"plain vllm.LLM.generate: {plain['output_tokens']} tokens in "
