@@ -36,11 +36,39 @@ class _Strict(BaseModel):
 
 
 class LatencyModel(_Strict):
-    """Emulated generation time of a simulated worker (to emulate GPU time without a GPU)."""
+    """Emulated generation time of a simulated worker (to emulate GPU time without a GPU).
+
+    Without ``engine_seqs`` a batch takes ``per_batch_s + per_trial_s * trials + per_token_s *
+    tokens`` seconds, one batch at a time. With ``engine_seqs`` the worker emulates a
+    continuously batched engine: ``engine_seqs`` sequences decode at once and a trial holds one
+    of them for ``per_trial_s + per_token_s * length`` seconds, where ``length`` is its
+    completion length (heavy-tailed with ``tokens_median``); with ``feed`` every batch queued at
+    the worker shares the engine, first come first served. Only time is emulated: outcomes and
+    recorded token counts do not depend on these settings (so they stay out of the run
+    identity).
+    """
 
     per_batch_s: float = Field(0.0, ge=0, description="Fixed seconds per batch.")
     per_trial_s: float = Field(0.0, ge=0, description="Seconds per trial in the batch.")
     per_token_s: float = Field(0.0, ge=0, description="Seconds per completion token.")
+    tokens_median: float | None = Field(
+        None,
+        gt=0,
+        description="Heavy-tailed lengths: each trial's length (for its time only) is drawn "
+        "from a lognormal with this median, seeded by the trial.",
+    )
+    tokens_p99_ratio: float = Field(
+        20.0, gt=1, description="p99 / median of the lognormal lengths (20: reasoning models)."
+    )
+    max_tokens: int | None = Field(None, ge=1, description="Cap on the drawn lengths.")
+    engine_seqs: int | None = Field(
+        None, ge=1, description="Sequences the emulated engine decodes at once (max_num_seqs)."
+    )
+    feed: bool = Field(
+        True,
+        description="With engine_seqs: batches queued at a worker share its engine (continuous "
+        "feed); false: one batch at a time, the engine draining at every batch boundary.",
+    )
 
 
 class ModelEntry(_Strict):

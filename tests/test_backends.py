@@ -149,3 +149,72 @@ def test_duplicate_model_names_across_entries(tmp_path: Path) -> None:
     data["models"].append({"backend": "simulated", "path": "a.npz"})
     with pytest.raises(InputError, match="appears twice"):
         build_campaign(load_config(write_config(tmp_path / "c.yaml", data)))
+
+
+def test_heavy_tailed_lengths_are_seeded_lognormal() -> None:
+    from adaptive_eval.backends.simulated import lognormal_lengths
+    from adaptive_eval.config import LatencyModel
+
+    seeds = np.arange(200_000, dtype=np.int64) * 7919 + 13
+    latency = LatencyModel(tokens_median=500, tokens_p99_ratio=20)
+    lengths = lognormal_lengths(seeds, latency)
+    assert lengths is not None
+    median = float(np.median(lengths))
+    assert abs(median / 500 - 1) < 0.02
+    assert abs(float(np.quantile(lengths, 0.99)) / median / 20 - 1) < 0.05
+    again = lognormal_lengths(seeds[::-1].copy(), latency)
+    assert again is not None and np.array_equal(again[::-1], lengths)  # a pure function of seed
+    capped = lognormal_lengths(seeds, LatencyModel(tokens_median=500, max_tokens=4000))
+    assert capped is not None and capped.max() == 4000 and capped.min() >= 1
+    assert lognormal_lengths(seeds, LatencyModel()) is None
+
+
+def test_engine_model_feeds_queued_batches_into_free_slots() -> None:
+    """Batch A: three short trials and one long; batch B: four short trials, queued at the
+    same time on a 4-slot engine. With the feed B takes the slots A's short trials free and
+    ends long before A; without it B waits for A's long trial."""
+    from adaptive_eval.backends.simulated import EngineModel
+
+    a = np.array([1.0, 1.0, 1.0, 20.0])
+    b = np.array([2.0, 2.0, 2.0, 2.0])
+    fed = EngineModel(4, feed=True)
+    assert fed.schedule(a, 0.0) == 20.0
+    assert fed.schedule(b, 0.0) == 5.0  # 3 slots free at t=1: three end at 3, the last at 5
+    alone = EngineModel(4, feed=False)
+    assert alone.schedule(a, 0.0) == 20.0
+    assert alone.schedule(b, 0.0) == 22.0
+    assert fed.slot_s == alone.slot_s == 31.0
+    # Later arrivals start at their arrival time, not before.
+    assert fed.schedule(np.array([1.0]), 30.0) == 31.0
+
+
+def test_simulated_engine_runs_queued_batches_together(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]))
+    latency = {"engine_seqs": 4, "per_token_s": 0.001, "tokens_median": 100}
+    campaign = campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz", "latency": latency})
+    plan = campaign.plans[0]
+    assert plan.actor_concurrency == 3  # in_flight_per_worker (2) + 1: the batches share it
+    worker = make_worker(campaign)
+    batches = [Batch(i, 0, 0, (WorkItem(0, i, 0, 4),)) for i in range(2)]
+    results: dict[int, object] = {}
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=lambda b=b: results.__setitem__(b.batch_id, worker.run(b)))
+        for b in batches
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    wall = time.perf_counter() - started
+    assert sorted(results) == [0, 1]
+    busy = sum(r.busy_s for r in results.values())  # type: ignore[attr-defined]
+    assert 0 < busy <= wall + 0.01  # shares of one engine add up to at most its time
+    sequential = campaign_for(
+        tmp_path,
+        {"backend": "simulated", "path": "s.npz", "latency": {**latency, "feed": False}},
+    )
+    assert sequential.plans[0].actor_concurrency == 1

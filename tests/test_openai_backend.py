@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,3 +339,65 @@ def test_real_vllm_server(vllm_server: str, endpoint: str) -> None:
     assert again.trials[0].text == same.text
     texts = {t.text for t in result.trials}
     assert len(texts) > 1, json.dumps(sorted(texts))
+
+
+class SlowServer(FlakyServer):
+    """Answers question 0's requests after ``slow_s`` and the others after ``fast_s``, and
+    records how many requests it holds at once."""
+
+    def __init__(self, slow_s: float, fast_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.slow_s, self.fast_s = slow_s, fast_s
+        self.inside = 0
+        self.peak = 0
+        self.gate = threading.Lock()
+
+    def next_step(self, body: dict[str, Any], headers: Any) -> Any:
+        step = super().next_step(body, headers)
+        slow = QUESTIONS.questions[0].problem in json.dumps(body)
+        with self.gate:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+        time.sleep(self.slow_s if slow else self.fast_s)
+        with self.gate:
+            self.inside -= 1
+        return step
+
+
+def test_requests_stay_in_flight_across_batch_boundaries() -> None:
+    """Two batches queued at one worker share its request pool: while the first batch waits
+    on its one slow request, the second batch's requests take the free slots and the second
+    batch finishes first; never more than max_concurrency requests are in flight."""
+    import threading
+
+    with SlowServer(slow_s=1.5, fast_s=0.1, answers=ANSWERS) as server:
+        plan = build_campaign(config(server.url, max_concurrency=4)).plans[0]
+        assert plan.actor_concurrency == 3  # in_flight_per_worker (2) batches + control
+        worker = plan.make_worker(0)()
+        assert isinstance(worker, OpenAIWorker)
+        first = Batch(1, 0, 0, (WorkItem(0, 0, 0, 1), WorkItem(0, 1, 0, 3)))
+        second = Batch(2, 0, 0, (WorkItem(0, 2, 0, 4), WorkItem(0, 3, 0, 4)))
+        finished: dict[int, float] = {}
+        results: dict[int, Any] = {}
+
+        def run(batch: Batch) -> None:
+            results[batch.batch_id] = worker.run(batch)
+            finished[batch.batch_id] = time.perf_counter()
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=run, args=(b,)) for b in (first, second)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.05)  # the first batch's requests enter the pool first
+        for thread in threads:
+            thread.join(timeout=30)
+        worker.close()
+    assert set(results) == {1, 2} and all(r.error is None for r in results.values())
+    assert len(results[1].trials) == 4 and len(results[2].trials) == 8
+    # Second batch: 8 fast requests through the 3 slots the slow one leaves: ~0.3 s, done
+    # long before the slow request (1.5 s); one batch at a time would take 1.5 + 0.2 s.
+    assert finished[2] < finished[1]
+    assert finished[2] - started < 1.2, finished[2] - started
+    assert server.peak == 4
+    # Busy time is each batch's share of the pool, so the two add up to at most the wall time.
+    assert results[1].busy_s + results[2].busy_s <= finished[1] - started + 0.05

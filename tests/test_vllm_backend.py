@@ -157,7 +157,9 @@ def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
 
     plan = build_campaign(parse_config(campaign_data(models))).plans[0]
     setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
-    actor = ray.remote(num_cpus=1, max_restarts=0)(VllmWorker).remote(setup, settings, 0)
+    actor = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=4)(VllmWorker).remote(
+        setup, settings, 0
+    )
     yield actor
     ray.kill(actor)
 
@@ -237,3 +239,70 @@ def test_batch_of_a_crashed_engine_worker_is_rerun(
         (q, i) for q in range(QUESTIONS) for i in range(2)
     ]
     assert summary["dispatch"]["worker_restarts"] == 1
+
+
+def test_batches_queued_at_a_worker_share_the_engine(
+    campaign_run: tuple[Path, dict[str, Any]], engine_actor: Any
+) -> None:
+    """Three batches sent at once to one threaded worker: their requests enter the one engine
+    together (the feed), each batch comes back with its own trials, and every completion is
+    the one the campaign recorded for that trial (a trial is its seed, whatever it shared the
+    engine with)."""
+    import ray
+
+    run_dir, _ = campaign_run
+    recorded = {(t.question, t.trial): t for t in stored_trials(run_dir) if t.model == 0}
+    cells = sorted(recorded)
+    batches = [
+        Batch(910 + i, 0, 0, tuple(WorkItem(0, q, t, 1) for q, t in cells[i::3])) for i in range(3)
+    ]
+    results = ray.get([engine_actor.run.remote(b) for b in batches], timeout=300)
+    for batch, result in zip(batches, results, strict=True):
+        assert result.batch_id == batch.batch_id and batch.answered_by(result.trials)
+        for trial in result.trials:
+            target = recorded[(trial.question, trial.trial)]
+            assert (trial.seed, trial.text, trial.tokens) == (
+                target.seed,
+                target.text,
+                target.tokens,
+            )
+            assert trial.signals is not None and trial.signals["batch_id"] == batch.batch_id
+    stats = ray.get(
+        engine_actor.__ray_call__.remote(lambda w: w._feed_obj.stats.__dict__), timeout=60
+    )
+    assert stats["max_jobs_inside"] >= 2, stats  # requests of several batches at once
+    # Each batch's device seconds are its share of the engine: together, at most its time.
+    engine_s = sum(r.trials[0].signals["engine_s"] for r in results)
+    assert 0 < engine_s <= stats["step_s"] + 1e-6
+
+
+def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
+    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+) -> None:
+    """The engine fails while requests of several batches are inside it: exactly those
+    batches fail and are re-dispatched, the worker restarts with a new engine, and every trial
+    is recorded exactly once."""
+    from adaptive_eval.runner import run_campaign
+
+    marker = tmp_path / "killed.json"
+    data = campaign_data(models, test_kill_engine_mid_feed=str(marker))
+    data["models"] = data["models"][:1]
+    data["policy"] = {
+        "min_trials_per_question": 2,
+        "max_trials_per_question": 2,
+        "round_trials": 2 * QUESTIONS,
+    }
+    data["sampling"]["ignore_eos"] = True  # every request runs MAX_TOKENS steps
+    data["execution"].update(batch_size=2, in_flight_per_worker=3)
+    summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
+    inside = json.loads(marker.read_text())
+    assert len(inside) >= 2, inside
+    trials = stored_trials(tmp_path / "run")
+    assert sorted((t.question, t.trial) for t in trials) == [
+        (q, i) for q in range(QUESTIONS) for i in range(2)
+    ]
+    recorded_batches = {t.signals["batch_id"] for t in trials if t.signals}
+    assert set(inside) <= recorded_batches  # the failed batches were run again, once
+    assert summary["dispatch"]["worker_restarts"] == 1
+    assert summary["dispatch"]["failed_batches"] >= len(inside)
+    assert all(t.tokens == MAX_TOKENS for t in trials)

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from adaptive_eval.backends.base import BackendContext
 from adaptive_eval.config import CampaignConfig, ModelEntry, PluginSpec, SamplingConfig
@@ -65,8 +65,15 @@ EXECUTION_OPTIONS = frozenset(
         "api_key_env",
         "headers",
         "cpu_kvcache_gb",
+        "test_kill_engine_mid_feed",
     }
 )
+
+
+def feed_concurrency(config: CampaignConfig) -> int:
+    """Threads of a generating worker actor: one per batch the dispatcher queues at it (so that
+    all of them feed the engine, or the request pool, at once), plus one for control calls."""
+    return max(2, config.execution.in_flight_per_worker + 1)
 
 
 class Options:
@@ -318,6 +325,19 @@ def expand_batch(batch: Batch, setup: GenerationSetup) -> list[TrialRequest]:
     ]
 
 
+class Window(NamedTuple):
+    """When a batch generated: wall-clock start and end, its seconds from its requests' entry
+    to its last completion, and the engine seconds attributed to it (its share of the engine
+    while it shared it with other batches; all of ``generate_s`` when it ran alone, then
+    ``exclusive``)."""
+
+    wall_start: float
+    wall_end: float
+    generate_s: float
+    engine_s: float
+    exclusive: bool = False
+
+
 @dataclass(frozen=True)
 class Generated:
     """A sample plus what the backend knows beyond :class:`GeneratedSample` (JSON-able)."""
@@ -360,8 +380,10 @@ class GenerationWorker:
     :meth:`generate_and_grade` to hand each to :meth:`grade_async` at once, so grading overlaps
     the rest of the generation.
 
-    Generation holds a lock and grading does not: when the actor runs two batches at once (a
-    threaded actor), one batch is graded while the next one generates.
+    An actor runs several batches at once (a threaded actor). By default generation holds a
+    lock and grading does not, so one batch is graded while the next one generates; a
+    subclass that feeds one engine from every batch (:mod:`adaptive_eval.backends.feed`)
+    overrides :meth:`generate_and_grade` and keeps the engine's queue full across batches.
     """
 
     device_factor: float = 1.0
@@ -405,32 +427,36 @@ class GenerationWorker:
         started = time.perf_counter()
         maybe_crash(self.setup.crash_once)
         requests = expand_batch(batch, self.setup)
-        samples, pending, window = self.generate_and_grade(requests)
+        samples, pending, window = self.generate_and_grade(requests, batch.batch_id)
         if len(samples) != len(requests):
             raise BackendError(
                 f"{self.worker_id}: backend returned {len(samples)} samples for "
                 f"{len(requests)} requests"
             )
         graded = [future.result() for future in pending]
-        wall_start, wall_end, generate_s = window
-        gpu_s = generate_s * self.device_factor
+        gpu_s = window.engine_s * self.device_factor
         timing = {
             "batch_id": batch.batch_id,
-            "generate_start": wall_start,
-            "generate_end": wall_end,
-            "generate_s": generate_s,
+            "generate_start": window.wall_start,
+            "generate_end": window.wall_end,
+            "generate_s": window.generate_s,
+            "engine_s": window.engine_s,
         }
         trials = build_trials(
             batch, requests, samples, graded, gpu_s, self.setup.num_categories, timing
         )
-        busy = time.perf_counter() - started
+        # Batches that share the engine overlap in time: a batch's busy time is its share of
+        # the engine's time (its engine seconds), so that a worker's batches add up to its busy
+        # time; a batch that had the engine to itself is busy for its whole run.
+        wall = time.perf_counter() - started
+        busy = wall if window.exclusive else min(window.engine_s, wall)
         return BatchResult(batch.batch_id, batch.round, self.worker_id, trials, busy, gpu_s)
 
     def generate_and_grade(
-        self, requests: Sequence[TrialRequest]
-    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
+        self, requests: Sequence[TrialRequest], label: Any = None
+    ) -> tuple[list[Generated], list[Future[Graded]], Window]:
         """Generate (under the lock) and start grading; returns the samples, their grading
-        futures and the generation window (wall-clock start, end, seconds)."""
+        futures and the generation window."""
         with self._generate_lock:
             wall_start = time.time()
             generate_started = time.perf_counter()
@@ -438,7 +464,7 @@ class GenerationWorker:
             generate_s = time.perf_counter() - generate_started
             wall_end = time.time()
         pending = [self.grade_async(r, s) for r, s in zip(requests, samples, strict=False)]
-        return samples, pending, (wall_start, wall_end, generate_s)
+        return samples, pending, Window(wall_start, wall_end, generate_s, generate_s, True)
 
     def grade_async(self, request: TrialRequest, generated: Generated) -> Future[Graded]:
         """Grade one sample on the grading threads (inline with ``grade_threads: 1``)."""
@@ -557,8 +583,10 @@ __all__ = [
     "Options",
     "Prepared",
     "TrialRequest",
+    "Window",
     "build_trials",
     "expand_batch",
+    "feed_concurrency",
     "make_grader",
     "maybe_crash",
     "model_dir_manifest",

@@ -4,7 +4,8 @@ Each trial is one request with ``n=1`` and ``seed`` = its trial seed, sent to
 ``/v1/chat/completions`` with the rendered question as the user message (the server applies the
 model's chat template), or, with ``endpoint: completions``, to ``/v1/completions`` with the
 rendered question as a raw prompt (no template: use it for base models). A worker sends up to
-``max_concurrency`` requests at once from a thread pool sharing one ``httpx.Client``.
+``max_concurrency`` requests at once from a thread pool sharing one ``httpx.Client``; the pool
+is the worker's, shared by every batch queued at it, so it stays full across batch boundaries.
 
 Failures: 429, 5xx, 408, dropped connections and timeouts are retried with exponential backoff
 (``backoff * 2**attempt`` seconds, capped at ``backoff_max``, honouring ``Retry-After``), up to
@@ -41,7 +42,9 @@ from adaptive_eval.backends.generation import (
     GenerationWorker,
     Options,
     TrialRequest,
+    Window,
     campaign_config,
+    feed_concurrency,
     prepare_generation,
 )
 from adaptive_eval.config import ModelEntry
@@ -381,9 +384,15 @@ class OpenAIWorker(GenerationWorker):
         return self._gather(self.request, requests)
 
     def generate_and_grade(
-        self, requests: Sequence[TrialRequest]
-    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
-        """Each response is graded as soon as it arrives, while other requests are in flight."""
+        self, requests: Sequence[TrialRequest], label: Any = None
+    ) -> tuple[list[Generated], list[Future[Graded]], Window]:
+        """Each response is graded as soon as it arrives, while other requests are in flight.
+
+        The request pool (``max_concurrency`` threads) belongs to the worker, not the batch,
+        and the actor runs every batch queued at it at once: the next batches' requests wait in
+        the pool's queue and are sent the moment a slot frees, so ``max_concurrency`` requests
+        stay in flight across batch boundaries (the queue is first in, first out, so an
+        earlier batch's requests go first)."""
 
         def fetch(
             request: TrialRequest, abort: threading.Event
@@ -394,7 +403,10 @@ class OpenAIWorker(GenerationWorker):
         wall_start = time.time()
         started = time.perf_counter()
         done = self._gather(fetch, requests)
-        window = (wall_start, time.time(), time.perf_counter() - started)
+        generate_s = time.perf_counter() - started
+        # This batch's share of the pool: its requests' seconds over the pool's slots.
+        share = sum(g.sample.latency_s or 0.0 for g, _ in done) / self.settings.max_concurrency
+        window = Window(wall_start, time.time(), generate_s, min(share, generate_s))
         return [g for g, _ in done], [f for _, f in done], window
 
 
@@ -455,6 +467,7 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         capacity=None,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 0.25},
+        actor_concurrency=feed_concurrency(config),  # batches share the worker's request pool
         make_worker=partial(_make, setup, settings),
         files={"dataset": prepared.dataset.sha256},
         weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,

@@ -4,10 +4,21 @@ The scenario npz holds ``probs`` (L, M, C+1) with rows summing to 1, ``models`` 
 ``tokens_mean`` (L, M), ``questions`` (M,) and ``weights`` (C+1,). Every trial's category and token
 count are a pure function of its seed, so any worker, in any order, after any resume, draws the
 same outcome for the same trial.
+
+An entry's ``latency`` (:class:`~adaptive_eval.config.LatencyModel`) emulates generation time.
+With ``engine_seqs`` the worker emulates a continuously batched engine (:class:`EngineModel`):
+each trial holds one of ``engine_seqs`` decode slots for ``per_trial_s + per_token_s * length``
+seconds, lengths optionally heavy-tailed (lognormal, ``tokens_median``, ``tokens_p99_ratio``,
+seeded by the trial), and every batch queued at the worker shares the slots first come first
+served (``feed``), as the vLLM worker's continuous feed does; ``feed: false`` runs one batch at
+a time, the engine draining at every batch boundary (the vLLM worker before the feed).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -32,6 +43,70 @@ from adaptive_eval.types import Batch, BatchResult
 
 PROB_TOLERANCE = 1e-6
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
+Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+def heavy_tail_lengths(
+    seeds: np.ndarray, median: float, p99_ratio: float = 20.0, cap: int | None = None
+) -> np.ndarray:
+    """Completion lengths drawn from trial seeds: lognormal with this median and a p99 of
+    ``p99_ratio`` times it, capped at ``cap``, at least 1. A pure function of each seed."""
+    sigma = math.log(p99_ratio) / Z99
+    normal = np.sqrt(-2 * np.log1p(-uniform_from_seeds(seeds, 3))) * np.cos(
+        2 * np.pi * uniform_from_seeds(seeds, 4)
+    )
+    lengths = median * np.exp(sigma * normal)
+    if cap is not None:
+        lengths = np.minimum(lengths, cap)
+    out: np.ndarray = np.maximum(1, np.rint(lengths)).astype(np.int64)
+    return out
+
+
+def lognormal_lengths(seeds: np.ndarray, latency: LatencyModel) -> np.ndarray | None:
+    """Each trial's emulated completion length (None without ``tokens_median``)."""
+    if latency.tokens_median is None:
+        return None
+    return heavy_tail_lengths(
+        seeds, latency.tokens_median, latency.tokens_p99_ratio, latency.max_tokens
+    )
+
+
+class EngineModel:
+    """A continuously batched engine, emulated: ``slots`` sequences decode at once and a trial
+    holds one slot for its service time; trials enter first come first served as slots free
+    up. With ``feed`` every batch's trials join the one queue the moment the batch arrives;
+    without it a batch's trials enter only once the previous batch has left the engine.
+
+    ``schedule`` is exact for this model (a FIFO queue with ``slots`` servers and known service
+    times), so a batch thread only sleeps until its computed end: no stepping loop.
+    """
+
+    def __init__(self, slots: int, feed: bool) -> None:
+        self.slots = slots
+        self.feed = feed
+        self._free = [0.0] * slots  # when each slot frees up (a heap), perf_counter time
+        self._lock = threading.Lock()
+        self.slot_s = 0.0  # sequence-seconds served
+        self.first_start: float | None = None
+        self.last_end = 0.0
+
+    def schedule(self, services: np.ndarray, now: float) -> float:
+        """Queue trials with these service times at ``now``; returns when the last ends."""
+        end = now
+        with self._lock:
+            if not self.feed:
+                drained = max(now, max(self._free))
+                self._free = [drained] * self.slots
+            for service in services.tolist():
+                start = max(now, heapq.heappop(self._free))
+                finish = start + service
+                heapq.heappush(self._free, finish)
+                end = max(end, finish)
+                if self.first_start is None:
+                    self.first_start = start
+            self.slot_s += float(services.sum())
+            self.last_end = max(self.last_end, end)
+        return end
 
 
 class SimulatedWorker:
@@ -55,6 +130,9 @@ class SimulatedWorker:
         self.seed = seed
         self.latency = latency
         self.worker_id = worker_id
+        self.engine: EngineModel | None = None
+        if latency is not None and latency.engine_seqs is not None:
+            self.engine = EngineModel(latency.engine_seqs, latency.feed)
         if load_s:
             time.sleep(load_s)  # emulates loading weights into a (time-shared) GPU slot
 
@@ -79,6 +157,10 @@ class SimulatedWorker:
                 np.int64
             )
         gpu_s = 0.0
+        if self.latency is not None and self.engine is not None:
+            return self._run_on_engine(
+                batch, started, questions, trials, seeds, categories, tokens, self.engine
+            )
         if self.latency is not None:
             gpu_s = (
                 self.latency.per_batch_s
@@ -90,6 +172,37 @@ class SimulatedWorker:
                 time.sleep(remaining)
         return result_from_arrays(
             batch, self.worker_id, started, questions, trials, seeds, categories, tokens, gpu_s
+        )
+
+    def _run_on_engine(
+        self,
+        batch: Batch,
+        started: float,
+        questions: np.ndarray,
+        trials: np.ndarray,
+        seeds: np.ndarray,
+        categories: np.ndarray,
+        tokens: np.ndarray | None,
+        engine: EngineModel,
+    ) -> BatchResult:
+        latency = self.latency
+        assert latency is not None
+        lengths = lognormal_lengths(seeds, latency)
+        if lengths is None:
+            lengths = tokens if tokens is not None else np.zeros(len(trials), dtype=np.int64)
+        services = latency.per_trial_s + latency.per_token_s * lengths.astype(np.float64)
+        end = engine.schedule(services, time.perf_counter()) + latency.per_batch_s
+        remaining = end - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        # This batch's share of the engine: its sequence-seconds over the engine's slots (the
+        # batches sharing the engine add up to its busy time).
+        share = float(services.sum()) / engine.slots
+        result = result_from_arrays(
+            batch, self.worker_id, started, questions, trials, seeds, categories, tokens, share
+        )
+        return BatchResult(
+            result.batch_id, result.round, result.worker, result.trials, share, share
         )
 
 
@@ -196,6 +309,13 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     cumulative = np.cumsum(probs[keep], axis=2)
     kept_names = tuple(names[i] for i in keep)
     kept_tokens = None if tokens_mean is None else tokens_mean[keep]
+    latency = entry.latency
+    concurrency = 1
+    if latency is not None and latency.engine_seqs is not None and latency.feed:
+        # Every batch queued at the worker shares its engine: one thread per batch.
+        config = context.extras.get("config")
+        queued = getattr(getattr(config, "execution", None), "in_flight_per_worker", 8)
+        concurrency = max(2, int(queued) + 1)
     return BackendPlan(
         backend="simulated",
         models=kept_names,
@@ -219,6 +339,7 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         swappable=options.swappable,
         execution_options=frozenset(SimulatedOptions.model_fields),
         devices_per_worker=options.devices,
+        actor_concurrency=concurrency,
         describe=f"simulated {path.name}: {len(kept_names)} models x {num_questions} questions,"
         f" {num_categories} categories",
     )

@@ -38,6 +38,7 @@ import glob
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
     EXECUTION_OPTIONS,
@@ -55,7 +57,9 @@ from adaptive_eval.backends.generation import (
     GenerationWorker,
     Options,
     TrialRequest,
+    Window,
     campaign_config,
+    feed_concurrency,
     model_dir_manifest,
     prepare_generation,
 )
@@ -124,8 +128,14 @@ BACKEND_OPTIONS = {
     "sampling_extra": "more SamplingParams fields (top_k, min_p, stop, ...), unchecked",
     "load_cost_s": "seconds to load this model into a worker slot (default: estimated from "
     "the weights' size); used to decide when time-sharing GPUs pays",
-    "stream_grading": "grade each request as it finishes, while the batch still generates "
-    "(default true; false: one llm.generate call, then grading)",
+    "stream_grading": "feed the engine from every batch queued at the worker and grade each "
+    "request as it finishes (default true; false: one llm.generate call per batch, then "
+    "grading)",
+    "bench_lengths": "benchmarks only: {median: N, p99_ratio: R}: each request's max_tokens is "
+    "drawn from a lognormal seeded by its trial (capped at sampling.max_tokens; with "
+    "sampling.ignore_eos, heavy-tailed completion lengths)",
+    "test_kill_engine_mid_feed": "tests only: once requests of two or more batches are inside "
+    "the engine, write their batch ids to this file and fail the engine",
     "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
 }
 
@@ -165,6 +175,9 @@ class VllmSettings:
     env: dict[str, str] = field(default_factory=dict)
     sampling_extra: dict[str, Any] = field(default_factory=dict)
     stream_grading: bool = True
+    kill_mid_feed: str | None = None  # tests only: marker file of test_kill_engine_mid_feed
+    # benchmarks only: (median, p99 ratio) of per-request max_tokens drawn from the trial seed
+    bench_lengths: tuple[float, float] | None = None
 
 
 def _import_vllm() -> Any:
@@ -254,6 +267,10 @@ class VllmWorker(GenerationWorker):
         self.broken: str | None = None
         self._prompt_ids: dict[int, list[int]] = {}
         self._stream = settings.stream_grading
+        self._prepare_lock = threading.Lock()
+        self._feed_obj: Feed | None = None
+        self._runs = 0  # batches inside run() now (threads of this actor)
+        self._runs_lock = threading.Lock()
         self.load()
 
     # -- engine lifetime ----------------------------------------------------------------------
@@ -297,8 +314,15 @@ class VllmWorker(GenerationWorker):
             )
 
     def close(self) -> None:
-        """Free the engine (GPU memory included); a later batch builds it again."""
+        """Free the engine (GPU memory included); a later batch builds it again. Batches still
+        inside the engine fail (and are re-dispatched)."""
         super().close()
+        self._close_engine()
+
+    def _close_engine(self) -> None:
+        feed, self._feed_obj = self._feed_obj, None
+        if feed is not None:
+            feed.close("the worker closed its engine")
         llm, self.llm, self.tokenizer = self.llm, None, None
         self._prompt_ids.clear()
         if llm is None:
@@ -344,6 +368,8 @@ class VllmWorker(GenerationWorker):
                     f"{self.max_model_len}; raise {self.settings.entry_field}.options.max_model_len"
                 )
             max_tokens = min(max_tokens, room)
+        if self.settings.bench_lengths is not None:
+            max_tokens = min(max_tokens, bench_max_tokens(request.seed, self.settings))
         return SamplingParams(
             n=1,
             seed=request.seed,
@@ -357,13 +383,33 @@ class VllmWorker(GenerationWorker):
         )
 
     def run(self, batch: Batch) -> BatchResult:
+        with self._runs_lock:
+            if self.broken is None:
+                self._runs += 1
         if self.broken is not None:
-            # The engine died in an earlier batch; its CUDA context cannot be trusted. Exit so
-            # that Ray restarts this actor with a fresh process (the batch is re-queued).
-            os._exit(3)
-        if self.llm is None:
-            self.load()
-        return super().run(batch)
+            self._exit_when_alone()
+        try:
+            with self._prepare_lock:
+                if self.llm is None:
+                    self.load()
+            return super().run(batch)
+        finally:
+            with self._runs_lock:
+                self._runs -= 1
+
+    def _exit_when_alone(self) -> None:
+        """The engine died in an earlier batch; its CUDA context cannot be trusted. Exit so
+        that Ray restarts this actor with a fresh process (this batch is re-queued), but only
+        once the other batches running here have returned their results (the failed ones
+        included), so that exactly the batches that were inside the engine are re-run."""
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            with self._runs_lock:
+                if self._runs == 0:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.5)  # let Ray send the last results back
+        os._exit(3)
 
     def _requests(self, requests: Sequence[TrialRequest]) -> tuple[list[Any], list[Any]]:
         prompts = []
@@ -375,8 +421,9 @@ class VllmWorker(GenerationWorker):
         return prompts, params
 
     def _engine_failed(self, error: Exception) -> BackendError:
-        self.broken = f"{type(error).__name__}: {error}"
-        self.close()
+        with self._prepare_lock:
+            self.broken = f"{type(error).__name__}: {error}"
+            self._close_engine()  # grading of batches that finished before goes on
         return BackendError(
             f"vLLM engine failed on {self.settings.path} (the worker restarts before its next "
             f"batch): {type(error).__name__}: {error}"
@@ -400,68 +447,66 @@ class VllmWorker(GenerationWorker):
         return [self._convert(output, params[i], latency) for i, output in enumerate(outputs)]
 
     def generate_and_grade(
-        self, requests: Sequence[TrialRequest]
-    ) -> tuple[list[Generated], list[Future[Graded]], tuple[float, float, float]]:
-        """Step the engine and grade each request the moment it finishes, so grading overlaps
-        the generation of the batch's longer completions."""
-        llm = self.llm
-        engine: Any = getattr(llm, "llm_engine", None)
-        if not self._stream or not hasattr(llm, "enqueue") or not hasattr(engine, "step"):
-            return super().generate_and_grade(requests)
-        prompts, params = self._requests(requests)
-        samples: list[Generated | None] = [None] * len(requests)
-        pending: list[Future[Graded] | None] = [None] * len(requests)
-        with self._generate_lock:
-            wall_start = time.time()
-            started = time.perf_counter()
-            try:
-                ids = llm.enqueue(prompts, params, use_tqdm=False)
-            except Exception as error:
-                self._drain(engine)
-                raise BackendError(
-                    f"vLLM refused a request: {type(error).__name__}: {error}"
-                ) from error
-            index: dict[str, int] = {}
-            for i, rid in enumerate(ids):
-                index[str(rid)] = i
-                index.setdefault(str(rid).rsplit("-", 1)[0], i)  # outputs carry the external id
-            try:
-                while engine.has_unfinished_requests():
-                    for output in engine.step():
-                        if not output.finished:
-                            continue
-                        k = index.get(str(output.request_id))
-                        if k is None or samples[k] is not None:
-                            raise BackendError(
-                                f"cannot match vLLM output {output.request_id!r} to a request; "
-                                "the worker stops streaming and runs the batch again whole"
-                            )
-                        generated = self._convert(output, params[k], time.perf_counter() - started)
-                        samples[k] = generated
-                        pending[k] = self.grade_async(requests[k], generated)
-            except BackendError:
-                self._stream = False  # from now on: one llm.generate call per batch
-                self._drain(engine)
-                raise
-            except Exception as error:
-                raise self._engine_failed(error) from error
-            generate_s = time.perf_counter() - started
-            wall_end = time.time()
-        missing = sum(sample is None for sample in samples)
-        if missing:
-            raise BackendError(f"vLLM finished without {missing} of {len(requests)} requests")
-        done = [sample for sample in samples if sample is not None]
-        futures = [future for future in pending if future is not None]
-        return done, futures, (wall_start, wall_end, generate_s)
+        self, requests: Sequence[TrialRequest], label: Any = None
+    ) -> tuple[list[Generated], list[Future[Graded]], Window]:
+        """Hand the batch's requests to the feed (one loop stepping the engine for every batch
+        queued at this actor) and grade each request the moment it finishes; returns when the
+        batch's own last request has finished."""
+        feed = self._feed()
+        if feed is None:
+            return super().generate_and_grade(requests, label)
+        with self._prepare_lock:  # the tokenizer is not safe to share between threads
+            prompts, params = self._requests(requests)
+        items = list(zip(prompts, params, strict=True))
 
-    @staticmethod
-    def _drain(engine: Any) -> None:
-        """Run whatever a failed enqueue left in the engine to completion, discarding it."""
+        def finished(index: int, output: Any, latency: float) -> tuple[Generated, Future[Graded]]:
+            generated = self._convert(output, params[index], latency)
+            return generated, self.grade_async(requests[index], generated)
+
+        job = feed.submit(items, finished, label)
         try:
-            while engine.has_unfinished_requests():
-                engine.step()
-        except Exception:
-            pass
+            done = job.wait()
+        except EngineDied as error:
+            self._engine_failed(error)
+            raise BackendError(
+                f"vLLM engine failed on {self.settings.path} (the worker restarts before its "
+                f"next batch): {error}"
+            ) from None
+        window = Window(job.wall_start, job.wall_end, job.generate_s, job.engine_s)
+        return [g for g, _ in done], [f for _, f in done], window
+
+    def _feed(self) -> Feed | None:
+        """The engine's feed (built with the engine); None when streaming is off."""
+        if not self._stream:
+            return None
+        with self._prepare_lock:
+            if self._feed_obj is None:
+                llm = self.llm
+                engine = getattr(llm, "llm_engine", None)
+                if not hasattr(llm, "enqueue") or not hasattr(engine, "step"):
+                    self._stream = False
+                    return None
+                self._feed_obj = Feed(
+                    _VllmFeedEngine(llm),
+                    self._generate_lock,
+                    fault=self._kill_mid_feed if self.settings.kill_mid_feed else None,
+                    name=f"feed-{self.worker_id}",
+                )
+            return self._feed_obj
+
+    def _kill_mid_feed(self, jobs: Sequence[FeedJob]) -> None:
+        """Tests only: once, with requests of two or more batches inside the engine, record
+        their batch ids in the marker file and fail the engine as a crashed engine would."""
+        marker = self.settings.kill_mid_feed
+        if marker is None or len(jobs) < 2:
+            return
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, json.dumps(sorted(job.label for job in jobs)).encode())
+        os.close(fd)
+        raise RuntimeError("test_kill_engine_mid_feed: the engine died mid-feed")
 
     def _convert(self, output: Any, params: Any, latency: float) -> Generated:
         completion = output.outputs[0]
@@ -491,6 +536,54 @@ class VllmWorker(GenerationWorker):
             else None,
         }
         return Generated(sample, extra)
+
+
+class _VllmFeedEngine:
+    """The feed's view of a ``vllm.LLM``: ``enqueue`` adds requests (the LLM renders and
+    validates them as ``generate`` would), ``llm_engine.step`` runs the engine."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.engine = llm.llm_engine
+        self._ids: dict[str, str] = {}  # the id outputs carry (external or internal) -> ours
+
+    def add(self, items: Sequence[tuple[Any, Any]]) -> list[str]:
+        prompts = [prompt for prompt, _ in items]
+        params = [param for _, param in items]
+        ids = [str(rid) for rid in self.llm.enqueue(prompts, params, use_tqdm=False)]
+        for rid in ids:
+            self._ids[rid] = rid
+            # Outputs carry the external id: vLLM appends "-<random>" to it internally.
+            self._ids.setdefault(rid.rsplit("-", 1)[0], rid)
+        return ids
+
+    def step(self) -> list[tuple[str, Any]]:
+        finished = []
+        for output in self.engine.step():
+            if not getattr(output, "finished", False):
+                continue
+            rid = self._ids.pop(str(output.request_id), str(output.request_id))
+            self._ids.pop(rid, None)
+            self._ids.pop(rid.rsplit("-", 1)[0], None)
+            finished.append((rid, output))
+        return finished
+
+    def abort(self, ids: Sequence[str]) -> None:
+        for rid in ids:
+            self._ids.pop(rid, None)
+            self._ids.pop(rid.rsplit("-", 1)[0], None)
+        self.engine.abort_request(list(ids), internal=True)
+
+
+def bench_max_tokens(seed: int, settings: VllmSettings) -> int:
+    """``bench_lengths``: a request's max_tokens, heavy-tailed and drawn from its trial seed."""
+    import numpy as np
+
+    from adaptive_eval.backends.simulated import heavy_tail_lengths
+
+    assert settings.bench_lengths is not None
+    median, ratio = settings.bench_lengths
+    return int(heavy_tail_lengths(np.asarray([seed], dtype=np.int64), median, ratio)[0])
 
 
 def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callable[[], Worker]:
@@ -628,6 +721,22 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_gb or 1))))
     sampling_extra = options.mapping("sampling_extra")
     stream_grading = bool(options.boolean("stream_grading", True))
+    kill_mid_feed = options.string("test_kill_engine_mid_feed")
+    bench = options.mapping("bench_lengths")
+    bench_lengths = None
+    if bench:
+        median, ratio = bench.get("median"), bench.get("p99_ratio", 20)
+        if (
+            set(bench) - {"median", "p99_ratio"}
+            or not isinstance(median, int | float)
+            or not isinstance(ratio, int | float)
+            or median <= 0
+            or ratio <= 1
+        ):
+            raise options.error(
+                "bench_lengths", f"must be {{median: > 0, p99_ratio: > 1}}, got {bench!r}"
+            )
+        bench_lengths = (float(median), float(ratio))
     load_cost = options.number("load_cost_s", None, minimum=0)
     name = entry.name or path.name
     prepared = prepare_generation(entry, context, options, name)
@@ -651,6 +760,8 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         env=env,
         sampling_extra=sampling_extra,
         stream_grading=stream_grading,
+        kill_mid_feed=None if kill_mid_feed is None else str(config.resolve_path(kill_mid_feed)),
+        bench_lengths=bench_lengths,
     )
     setup = prepared.setup
     files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}
@@ -674,7 +785,9 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         + f": {len(setup.questions)} questions, grader {setup.grader_name}",
         load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
         swappable=True,
-        actor_concurrency=2,  # generation holds a lock; grading of one batch overlaps the next
+        # Every batch queued at a worker runs at once, in its own thread: the feed puts all of
+        # their requests into the one engine (and grading overlaps generation).
+        actor_concurrency=feed_concurrency(config),
         execution_options=EXECUTION_OPTIONS,
         devices_per_worker=float(num_gpus),
     )
