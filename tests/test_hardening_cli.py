@@ -264,10 +264,11 @@ def test_a_refused_resume_says_how_many_changes_were_not_shown(
         "policy.confidence=0.9",
         "policy.rope=0.05",
         "policy.min_trials_per_question=3",
-        "policy.max_trials_per_question=30",
+        "policy.error_control=pair",
         "policy.round_trials=32",
         "baseline.fixed_n=10",
     ]
+    # (max_trials_per_question would not count: raising a cap extends the run.)
     with pytest.raises(InputError, match=r"and 2 more"):
         runner.open_run_dir(build_campaign(load(scenario_config, changes)), tmp_path / "run")
 
