@@ -77,9 +77,8 @@ def test_non_finite_weights_are_refused_before_anything_is_written(
 
 
 # -- 5: missing engines ----------------------------------------------------------------------------
-def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _openai_config_without_httpx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An openai-backend config, on a machine where httpx (the `openai` extra) looks absent."""
     data = {
         "name": "oa",
         "models": [{"backend": "openai", "name": "srv", "options": {"base_url": "http://x/v1"}}],
@@ -93,6 +92,13 @@ def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
         "find_spec",
         lambda name, *a: None if name == "httpx" else real(name, *a),
     )
+    return path
+
+
+def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _openai_config_without_httpx(tmp_path, monkeypatch)
 
     def no_ray_please(*args: Any, **kw: Any) -> None:
         raise AssertionError("Ray must not start")
@@ -307,19 +313,7 @@ def test_make_bench_has_its_entry_point() -> None:
 def test_validate_warns_about_a_missing_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = {
-        "name": "oa",
-        "models": [{"backend": "openai", "name": "srv", "options": {"base_url": "http://x/v1"}}],
-        "rubric": {"weights": [0, 1]},
-        "dataset": {"path": str(ARITH20), "limit": 3},
-    }
-    path = write_config(tmp_path / "c.yaml", data)
-    real = runner.importlib.util.find_spec
-    monkeypatch.setattr(
-        runner.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "httpx" else real(name, *a),
-    )
+    path = _openai_config_without_httpx(tmp_path, monkeypatch)
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "is valid" in out and "warning:" in out and "adaptive-eval[openai]" in out
