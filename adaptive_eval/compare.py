@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -32,7 +31,7 @@ import numpy as np
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of
+from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of, even_plan
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
@@ -127,13 +126,7 @@ class NeededOnly:
         round_trials: int,
     ) -> np.ndarray:
         chosen = needs & (view.planned.min(axis=1) < view.capacity)
-        plan = np.zeros_like(view.planned)
-        if not chosen.any():
-            return plan
-        per_question = max(1, math.ceil(round_trials / (int(chosen.sum()) * view.planned.shape[1])))
-        target = view.planned[chosen].max(axis=1, keepdims=True)
-        plan[chosen] = per_question + (target - view.planned[chosen])
-        return plan
+        return even_plan(view, chosen, round_trials, None)
 
 
 def compare_campaign(config: CampaignConfig, candidate: str) -> Campaign:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -236,6 +237,26 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
             decision = PairDecision.undecided(a, b, abs(gap) / spread if spread > 0 else 0.0)
         decisions.append(decision)
     return tuple(decisions)
+
+
+def even_plan(
+    view: CampaignView, chosen: np.ndarray, round_trials: int, trials_per_round: int | None
+) -> np.ndarray:
+    """Give each chosen model the same number of trials on every question.
+
+    Per question, ``k = trials_per_round`` or the smallest k that makes the round at least
+    ``round_trials`` trials, so a round late in a campaign (few models left) still fills the
+    workers. Questions behind the model's most-sampled question catch up first.
+    """
+    num_questions = view.planned.shape[1]
+    plan = np.zeros_like(view.planned)
+    count = int(chosen.sum())
+    if count == 0:
+        return plan
+    k = trials_per_round or max(1, math.ceil(round_trials / (count * num_questions)))
+    target = view.planned[chosen].max(axis=1, keepdims=True)
+    plan[chosen] = k + (target - view.planned[chosen])
+    return plan
 
 
 def cap_plan(plan: np.ndarray, view: CampaignView, trial_budget_left: int | None) -> np.ndarray:
