@@ -29,16 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from helpers import run_inline  # noqa: E402
 
 from adaptive_eval.config import parse_config  # noqa: E402
-
-
-def wilson(errors: int, total: int) -> tuple[float, float]:
-    if total == 0:
-        return 0.0, 1.0
-    z = 1.96
-    p = errors / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return centre - half, centre + half
+from adaptive_eval.stats.sequential import wilson_interval  # noqa: E402
 
 
 def scenario(path: Path, gap: float, questions: int, seed: int) -> None:
@@ -110,7 +101,7 @@ def main() -> None:
                     winner = done.campaign.names[decision.a]
                     errors += args.gap == 0 or winner != "better"
                 trials.append(done.state.trials_used)
-            low, high = wilson(errors, args.campaigns)
+            low, high = wilson_interval(errors, args.campaigns)
             print(
                 f"  {label:<24} error {errors / args.campaigns:.3f} "
                 f"[{low:.3f}, {high:.3f}]  resolved {resolved / args.campaigns:.2f}  "

@@ -149,10 +149,6 @@ def run_chunk(
     return out
 
 
-def wilson(k: int, n: int) -> tuple[float, float]:
-    return seq.wilson_interval(k, n)
-
-
 def true_variance(truth: Truth, scheme: str) -> np.ndarray:
     mean = truth.probs @ truth.weights
     var = np.maximum(truth.probs @ truth.weights**2 - mean**2, 1e-12)
@@ -238,8 +234,8 @@ def evaluate(
         lb = lower_bound(truth, pair_alpha)
         fixed_n = fixed_n_equal(truth, correct_all, pair_alpha, cap) if correct_all > 0 else None
         fixed_trials = None if fixed_n is None else fixed_n * num_models * num_questions
-        low, high = wilson(run_wrong, reps)
-        plow, phigh = wilson(worst, reps)
+        low, high = seq.wilson_interval(run_wrong, reps)
+        plow, phigh = seq.wilson_interval(worst, reps)
         rows.append(
             {
                 "campaign": name,
