@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob
+from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.errors import BackendError
 
 
@@ -214,3 +214,32 @@ def test_close_fails_unfinished_batches() -> None:
         job.wait()
     with pytest.raises(BackendError, match="closed"):
         feed.submit([1], echo)
+
+
+class RenamingEngine(StepEngine):
+    """Returns outputs under ids the feed never handed out (an unknown id scheme)."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=4)
+        self.drained = False
+
+    def step(self) -> list[tuple[str, Any]]:
+        return [("other-" + rid, out) for rid, out in super().step()]
+
+    def drain(self) -> None:
+        self.drained = True
+        self.running.clear()
+        self.waiting.clear()
+
+
+def test_an_output_with_an_unknown_id_fails_the_batches_inside_and_stops_the_feed() -> None:
+    engine = RenamingEngine()
+    feed = Feed(engine)
+    jobs = submit_all(feed, [[5, 5], [9]])
+    for job in jobs:
+        with pytest.raises(UnmatchedOutput, match="cannot match vLLM output 'other-r"):
+            job.wait()
+    assert sorted(engine.aborted) == ["r0", "r1", "r2"] and engine.drained
+    assert not isinstance(jobs[0].error, EngineDied)  # the engine is healthy: no restart
+    with pytest.raises(BackendError, match="closed"):
+        feed.submit([3], echo)

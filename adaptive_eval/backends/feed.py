@@ -57,6 +57,13 @@ class EngineDied(BackendError):
     """The engine raised while stepping: every batch inside it failed."""
 
 
+class UnmatchedOutput(BackendError):
+    """The engine returned an output whose id matches no request the feed added (an engine
+    whose request-id scheme the feed does not know). The engine itself is healthy: every batch
+    inside failed, their requests were aborted and drained, and the feed refuses later work so
+    that the worker can drive the engine another way."""
+
+
 @dataclass(eq=False)
 class FeedJob:
     """One batch's requests inside the feed."""
@@ -251,9 +258,7 @@ class Feed:
         for rid, output in finished:
             entry = self._by_id.pop(str(rid), None)
             if entry is None:
-                self._died(
-                    BackendError(f"cannot match engine output {rid!r} to a request of any batch")
-                )
+                self._unmatched(rid)
                 return False
             job, index = entry
             if job.done.is_set():
@@ -303,6 +308,26 @@ class Feed:
                 self.on_engine_death(error)
         self._fail(jobs, failure)
 
+    def _unmatched(self, rid: str) -> None:
+        with self._cond:
+            self._closed = True
+            jobs = self._incoming + self._active
+            ids = list(self._by_id)
+            self._incoming, self._active = [], []
+            self._by_id.clear()
+        self._abort(ids)
+        drain = getattr(self.engine, "drain", None)
+        if drain is not None:
+            with contextlib.suppress(Exception):
+                drain()
+        self._fail(
+            jobs,
+            UnmatchedOutput(
+                f"cannot match vLLM output {rid!r} to a request of any batch "
+                f"({len(jobs)} batch(es) inside failed and are re-queued)"
+            ),
+        )
+
     def _abort(self, ids: Sequence[str]) -> None:
         if not ids:
             return
@@ -321,4 +346,4 @@ class Feed:
             job.done.set()
 
 
-__all__ = ["EngineDied", "Feed", "FeedEngine", "FeedJob", "FeedStats"]
+__all__ = ["EngineDied", "Feed", "FeedEngine", "FeedJob", "FeedStats", "UnmatchedOutput"]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
-from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob
+from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
     EXECUTION_OPTIONS,
@@ -466,6 +466,13 @@ class VllmWorker(GenerationWorker):
         job = feed.submit(items, finished, label)
         try:
             done = job.wait()
+        except UnmatchedOutput as error:
+            # Retrying through the feed would fail the same way: this worker generates with one
+            # ``llm.generate`` call per batch from now on (the re-queued batch included).
+            with self._prepare_lock:
+                self._stream = False
+                self._feed_obj = None
+            raise BackendError(f"{error}; streaming is off on this worker from now on") from None
         except EngineDied as error:
             self._engine_failed(error)
             raise BackendError(
@@ -573,6 +580,12 @@ class _VllmFeedEngine:
             self._ids.pop(rid, None)
             self._ids.pop(rid.rsplit("-", 1)[0], None)
         self.engine.abort_request(list(ids), internal=True)
+
+    def drain(self) -> None:
+        """Step the engine until it holds nothing (after an abort it may not have honoured)."""
+        self._ids.clear()
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
 
 
 def bench_max_tokens(seed: int, settings: VllmSettings) -> int:
