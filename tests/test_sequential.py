@@ -96,6 +96,33 @@ def test_allocation_program_matches_brute_force(seed: int) -> None:
     assert t.sum() == pytest.approx(brute_force_chain3(a, r), rel=1e-4)
 
 
+@pytest.mark.parametrize("shape", ["path", "star", "shuffled path"])
+def test_allocation_program_newton_matches_slow_coordinate_ascent(shape: str) -> None:
+    """The projected-Newton dual solver lands on the optimum that block coordinate ascent
+    reaches when run to a 1e-9 gap, with costs and with pairs whose constraint is slack
+    (radius up to 1e6 times the others', multipliers 0 at the optimum)."""
+    for seed in range(25):
+        rng = np.random.default_rng(seed)
+        size = int(rng.integers(2, 30))
+        a = rng.uniform(0.001, 0.3, size)
+        c = rng.uniform(0.5, 5.0, size) if seed % 2 else np.ones(size)
+        order = rng.permutation(size) if shape == "shuffled path" else np.arange(size)
+        if shape == "star":
+            pairs = np.stack([np.zeros(size - 1, dtype=np.int64), np.arange(1, size)], 1)
+        else:
+            pairs = np.stack([order[:-1], order[1:]], 1)
+        r = rng.uniform(1e-4, 1e-3, len(pairs))
+        slack = rng.random(len(pairs)) < 0.3
+        r[slack] *= rng.uniform(10, 1e6, int(slack.sum()))
+        t = seq.allocation_program(a, pairs, r, c)
+        load = (a[pairs[:, 0]] / t[pairs[:, 0]] + a[pairs[:, 1]] / t[pairs[:, 1]]) / r
+        assert load.max() <= 1 + 1e-9
+        dual = seq._PairDual(a, c, pairs, r)
+        start = (np.sqrt(dual.k[dual.i]) + np.sqrt(dual.k[dual.j])) ** 2 / r**2 / 2
+        _, slow = dual.coordinate_ascent(start, np.zeros(size), 1e-9, 200_000)
+        assert c @ t == pytest.approx(c @ slow, rel=2e-6), seed
+
+
 def test_allocation_program_single_pair_closed_form_and_costs() -> None:
     a = np.array([0.09, 0.16])
     t = seq.allocation_program(a, np.array([[0, 1]]), np.array([1e-3]), tolerance=1e-10)
