@@ -5,6 +5,7 @@ the rules over seeded campaigns with known truth (a true tie, a gap exactly at e
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,21 @@ def test_allocation_program_newton_matches_slow_coordinate_ascent(shape: str) ->
         start = (np.sqrt(dual.k[dual.i]) + np.sqrt(dual.k[dual.j])) ** 2 / r**2 / 2
         _, slow = dual.coordinate_ascent(start, np.zeros(size), 1e-9, 200_000)
         assert c @ t == pytest.approx(c @ slow, rel=2e-6), seed
+
+
+def test_allocation_program_models_in_no_pair_get_zero_without_numeric_warnings() -> None:
+    """Settled pairs drop out of the program, leaving models in no pair (Lambda = 0)."""
+    a = np.array([0.1, 0.2, 0.15, 0.3, 0.05])
+    pairs = np.array([[0, 1], [3, 4]])
+    r = np.array([1e-3, 5e-4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = seq.allocation_program(a, pairs, r)
+    assert t[2] == 0.0
+    for (i, j), radius in zip(pairs, r, strict=True):  # each pair alone: its closed form
+        assert t[[i, j]] == pytest.approx(
+            np.sqrt(a[[i, j]]) * np.sqrt(a[[i, j]]).sum() / radius, rel=1e-5
+        )
 
 
 def test_allocation_program_single_pair_closed_form_and_costs() -> None:

@@ -385,10 +385,14 @@ class _PairDual:
         best, primal = np.inf, np.zeros_like(self.a)
         value = self.value(lam)
         for _ in range(iterations):
-            total = np.maximum(self.totals(lam), 1e-300)
-            root = np.sqrt(self.k / total)
+            # Models in no pair have Lambda = 0 and no term in the dual: they get no curvature.
+            total = self.totals(lam)
+            inside = total > 0
+            root = np.zeros_like(total)
+            root[inside] = np.sqrt(self.k[inside] / total[inside])
             grad = root[self.i] + root[self.j] - self.r
-            curve = root / (2 * total)  # -d2/dLambda2 of 2 sqrt(k Lambda)
+            curve = np.zeros_like(total)
+            curve[inside] = root[inside] / (2 * total[inside])  # -d2/dLambda2 of 2 sqrt(k Lambda)
             t, cost = self.primal(lam)
             if cost < best:
                 best, primal = cost, t
