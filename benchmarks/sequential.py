@@ -118,7 +118,7 @@ DESIGNS = [
     Design("group_sequential", "track_and_stop", (("spending", "obf"),)),
     # Flatter Hwang-Shih-DeCani spending than the default gamma = -4: lower early boundaries.
     Design("group_sequential", "track_and_stop", (("gamma", -2.0),)),
-    Design("group_sequential", "track_and_stop", (("gamma", 0.0),)),
+    Design("group_sequential", "track_and_stop", (("gamma", 1.0),)),
     Design("group_sequential", "track_and_stop", error_control="pair"),
 ]
 SMALL_SUITE = ("tie", "gap", "checkpoint")
