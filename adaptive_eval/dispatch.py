@@ -228,12 +228,13 @@ class SlotActor:
             result = worker.run(batch)
         except Exception as error:
             self._leave(batch, plan_index, failed=True)
-            return BatchResult.failed(
+            failed = BatchResult.failed(
                 batch,
                 self.worker_id,
                 f"{type(error).__name__}: {error}",
                 time.perf_counter() - started,
             )
+            return replace(failed, load_s=load_s)  # the load happened: the dispatcher counts it
         self._leave(batch, plan_index, failed=False)
         charge = load_s * max(self.devices[plan_index], 1.0)
         share = charge / max(len(result.trials), 1)
