@@ -13,9 +13,10 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +34,8 @@ RAY_START_BACKOFF_S = (2.0, 10.0)
 LOCAL_RAY_SYSTEM_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 #: Longest error text written to an event (a worker's traceback can be long).
 EVENT_ERROR_CHARS = 2000
+#: Events a shared slot keeps for diagnostics (:meth:`SlotActor.report`).
+SLOT_EVENTS = 4096
 
 #: ``on_event(level, kind, payload)``: diagnostics as they happen (batch failures and retries,
 #: worker deaths and restarts), for the run's events.jsonl.
@@ -68,52 +71,171 @@ class WorkerActor:
 class SlotActor:
     """Ray actor body for a shared slot: holds one model's worker at a time and swaps on demand.
 
+    The actor is threaded (``max_concurrency``) when a swappable backend's worker runs several
+    batches at once (``BackendPlan.actor_concurrency``, ``concurrency`` here): every batch of the
+    loaded model queued at the slot then runs at once, so a vLLM worker's feed keeps its engine
+    full across batch boundaries as a dedicated worker's does. A gate (one condition variable)
+    keeps the models apart: a batch for the loaded model enters while no batch of another model
+    is waiting; a batch for another model waits until every batch inside has left, and only then
+    is the old worker closed and the new one loaded (one thread swaps; no batch runs against a
+    worker being closed or loaded, and batches of two models never run in the slot together).
+    The dispatcher sends a slot only one model's batches at a time anyway
+    (:meth:`Dispatcher._next_batch`); the gate holds whatever order Ray runs the calls in.
+
+    A batch that fails unloads the worker (its engine may be dead), as before, but only once the
+    other batches inside it have returned: they finish (or fail) on their own, and exactly the
+    batches that failed are re-dispatched. A worker whose engine died (``broken``) takes no new
+    batch; the next batch loads a fresh one.
+
     Loading is charged to the batch that needed it: its ``busy_s`` and ``gpu_s`` include the load,
     and its trials share that cost, so the compute ledger shows what time-sharing costs.
     """
 
     def __init__(
-        self, factories: list[Callable[[], Worker]], devices: list[float], worker_id: str
+        self,
+        factories: list[Callable[[], Worker]],
+        devices: list[float],
+        worker_id: str,
+        concurrency: list[int] | None = None,
     ) -> None:
         self.factories = factories
         self.devices = devices
         self.worker_id = worker_id
+        self.concurrency = concurrency or [1] * len(factories)
         self.loaded: int | None = None
         self.worker: Worker | None = None
+        self._gate = threading.Condition()
+        self._inside = 0  # batches running on self.worker
+        self._swapping = False  # one thread is closing the worker or loading the next
+        self._retire = False  # a batch failed: unload the worker once the batches inside left
+        self._waiting: Counter[int] = Counter()  # batches waiting at the gate, by plan
+        self.loads = 0
+        self.max_inside = 0
+        #: The latest (event, plan, batch id, batches inside) tuples: "enter", "leave", "fail",
+        #: "load", "unload"; for diagnostics and tests.
+        self.events: deque[tuple[str, int, int, int]] = deque(maxlen=SLOT_EVENTS)
 
     def ready(self) -> str:
         return self.worker_id
 
-    def _load(self, plan_index: int) -> float:
-        if self.loaded == plan_index and self.worker is not None:
-            return 0.0
-        close = getattr(self.worker, "close", None)
-        if callable(close):
-            close()
-        self.worker, self.loaded = None, None
-        gc.collect()
-        started = time.perf_counter()
-        self.worker = self.factories[plan_index]()
-        self.loaded = plan_index
-        return time.perf_counter() - started
+    def report(self) -> dict[str, Any]:
+        """What the slot did: loads, most batches inside at once, and its latest events."""
+        with self._gate:
+            return {
+                "loads": self.loads,
+                "max_inside": self.max_inside,
+                "inside": self._inside,
+                "loaded": self.loaded,
+                "events": list(self.events),
+            }
+
+    def _usable(self, plan_index: int) -> bool:
+        worker = self.worker
+        return (
+            worker is not None
+            and self.loaded == plan_index
+            and not self._swapping
+            and not self._retire
+            and getattr(worker, "broken", None) is None
+        )
+
+    def _enter(self, batch: Batch, plan_index: int) -> tuple[Worker, float]:
+        """Wait at the gate until ``batch`` may run on its model's worker (loading it when the
+        slot holds another model, or none); returns the worker and the seconds spent loading."""
+        limit = max(self.concurrency[plan_index], 1)
+        with self._gate:
+            self._waiting[plan_index] += 1
+            try:
+                while True:
+                    usable = self._usable(plan_index)
+                    others = any(n for p, n in self._waiting.items() if p != plan_index)
+                    if usable and not others and self._inside < limit:
+                        assert self.worker is not None
+                        self._entered(batch, plan_index)
+                        return self.worker, 0.0
+                    if not usable and not self._swapping and self._inside == 0:
+                        break
+                    self._gate.wait()
+                self._swapping = True
+                if self.worker is not None:
+                    self.events.append(("unload", self.loaded or 0, batch.batch_id, 0))
+                old, self.worker, self.loaded = self.worker, None, None
+            finally:
+                self._waiting[plan_index] -= 1
+        try:
+            _close(old)
+            del old
+            gc.collect()
+            started = time.perf_counter()
+            worker = self.factories[plan_index]()
+            load_s = time.perf_counter() - started
+        except BaseException:
+            with self._gate:
+                self._swapping, self._retire = False, False
+                self._gate.notify_all()
+            raise
+        if hasattr(worker, "exit_on_engine_death"):
+            # The slot unloads a worker whose engine died (see run); the worker must not end
+            # the process under the batches of the slot.
+            worker.exit_on_engine_death = False
+        with self._gate:
+            self.worker, self.loaded = worker, plan_index
+            self._swapping, self._retire = False, False
+            self.loads += 1
+            self.events.append(("load", plan_index, batch.batch_id, 0))
+            self._entered(batch, plan_index)
+            self._gate.notify_all()
+        return worker, load_s
+
+    def _entered(self, batch: Batch, plan_index: int) -> None:
+        self._inside += 1
+        self.max_inside = max(self.max_inside, self._inside)
+        self.events.append(("enter", plan_index, batch.batch_id, self._inside))
+
+    def _leave(self, batch: Batch, plan_index: int, failed: bool) -> None:
+        """A batch left its worker; the last batch out of a failed worker unloads it."""
+        with self._gate:
+            self._inside -= 1
+            self._retire = self._retire or failed
+            self.events.append(
+                ("fail" if failed else "leave", plan_index, batch.batch_id, self._inside)
+            )
+            if not (self._retire and self._inside == 0 and not self._swapping):
+                self._gate.notify_all()
+                return
+            self._swapping = True
+            old, self.worker, self.loaded = self.worker, None, None
+            self.events.append(("unload", plan_index, batch.batch_id, 0))
+        try:
+            _close(old)  # free the engine's memory before the next load
+        finally:
+            with self._gate:
+                self._swapping, self._retire = False, False
+                self._gate.notify_all()
 
     def run(self, batch: Batch, plan_index: int) -> BatchResult:
         started = time.perf_counter()
         try:
-            load_s = self._load(plan_index)
-            assert self.worker is not None
-            result = self.worker.run(batch)
-        except Exception as error:
-            close = getattr(self.worker, "close", None)
-            if callable(close):
-                close()  # free the engine's memory before the next load
-            self.worker, self.loaded = None, None
+            worker, load_s = self._enter(batch, plan_index)
+        except Exception as error:  # the model failed to load
             return BatchResult.failed(
                 batch,
                 self.worker_id,
                 f"{type(error).__name__}: {error}",
                 time.perf_counter() - started,
             )
+        try:
+            result = worker.run(batch)
+        except Exception as error:
+            self._leave(batch, plan_index, failed=True)
+            failed = BatchResult.failed(
+                batch,
+                self.worker_id,
+                f"{type(error).__name__}: {error}",
+                time.perf_counter() - started,
+            )
+            return replace(failed, load_s=load_s)  # the load happened: the dispatcher counts it
+        self._leave(batch, plan_index, failed=False)
         charge = load_s * max(self.devices[plan_index], 1.0)
         share = charge / max(len(result.trials), 1)
         trials = tuple(replace(t, gpu_s=(t.gpu_s or 0.0) + share) for t in result.trials)
@@ -125,6 +247,12 @@ class SlotActor:
             gpu_s=result.gpu_s + charge,
             load_s=load_s,
         )
+
+
+def _close(worker: Worker | None) -> None:
+    close = getattr(worker, "close", None)
+    if callable(close):
+        close()
 
 
 @dataclass
@@ -275,16 +403,24 @@ class Dispatcher:
         factories = [plan.make_worker(offset) for plan, offset in zip(plans, offsets, strict=True)]
         devices = [plan.devices_per_worker for plan in plans]
         # Slots must fit the largest swappable model (most GPUs, then CPUs).
-        options = max(
+        largest = max(
             (plans[i].actor_options for i in self._swappable),
             key=lambda o: (o.get("num_gpus", 0), o.get("num_cpus", 0)),
         )
+        options: dict[str, Any] = dict(largest)
+        # A slot runs every batch of its loaded model queued at it at once, as a dedicated
+        # worker does (one thread per batch, plus one for control calls); the slot's gate holds
+        # each model to its own backend's concurrency and keeps models apart.
+        concurrency = [max(plan.actor_concurrency, 1) for plan in plans]
+        threads = max(concurrency[i] for i in self._swappable)
+        if threads > 1:
+            options["max_concurrency"] = threads
         remote = self._ray.remote(SlotActor)
         for index in range(count):
             worker_id = f"slot-{index}"
             actor = remote.options(
                 max_restarts=actor_restarts, max_task_retries=0, **options
-            ).remote(factories, devices, worker_id)
+            ).remote(factories, devices, worker_id, concurrency)
             self._slots.append(_Slot(actor, worker_id, None))
 
     @property
@@ -457,7 +593,10 @@ class Dispatcher:
     def _next_batch(self, slot: _Slot) -> tuple[Batch, int] | None:
         """The next batch for a slot. A shared slot keeps its loaded model while that model has
         queued work and swaps only once drained, to the model with the most work waiting that no
-        other slot holds; a load is thus amortised over everything queued for the model."""
+        other slot holds; a load is thus amortised over everything queued for the model. Up to
+        ``in_flight_per_worker`` batches of the slot's model are queued at it (and run there at
+        once when its backend runs batches concurrently); a batch of another model is sent only
+        once every batch of the current one has returned."""
         if slot.plan_index is not None:
             queue = self._queues[slot.plan_index]
             return (queue.popleft(), slot.plan_index) if queue else None

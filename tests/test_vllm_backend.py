@@ -306,3 +306,44 @@ def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
     assert summary["dispatch"]["worker_restarts"] == 1
     assert summary["dispatch"]["failed_batches"] >= len(inside)
     assert all(t.tokens == MAX_TOKENS for t in trials)
+
+
+def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
+    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+) -> None:
+    """Both models time-share one slot (``gpu_slots: 1``) whose actor runs the loaded model's
+    queued batches at once, so requests of several batches are inside the slot's engine when it
+    is killed: exactly those batches (and any waiting to enter it) fail and are re-run, the slot
+    unloads the dead engine and loads the model again (no process restart), and every trial of
+    both models is recorded exactly once."""
+    from adaptive_eval.runner import run_campaign
+
+    marker = tmp_path / "killed.json"
+    data = campaign_data(models, test_kill_engine_mid_feed=str(marker))  # fires once in all
+    data["policy"] = {
+        "min_trials_per_question": 2,
+        "max_trials_per_question": 2,
+        "round_trials": 2 * QUESTIONS,
+    }
+    data["sampling"]["ignore_eos"] = True  # every request runs MAX_TOKENS steps
+    data["execution"].update(batch_size=2, in_flight_per_worker=3, gpu_slots=1)
+    summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
+    inside = json.loads(marker.read_text())
+    assert len(inside) >= 2, inside  # several batches of the slot in its engine at once
+    trials = stored_trials(tmp_path / "run")
+    assert sorted((t.model, t.question, t.trial) for t in trials) == [
+        (m, q, i) for m in range(2) for q in range(QUESTIONS) for i in range(2)
+    ]
+    events = [
+        json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    ]
+    failures = [e for e in events if e.get("event") == "batch_failed"]
+    failed = {e["batch"] for e in failures}
+    assert set(inside) <= failed and all(e["retry"] for e in failures)
+    recorded_batches = {t.signals["batch_id"] for t in trials if t.signals}
+    assert failed <= recorded_batches  # every failed batch was run again, once
+    dispatch = summary["dispatch"]
+    assert dispatch["workers"] == 1 and dispatch["worker_restarts"] == 0
+    assert dispatch["failed_batches"] == len(failures)
+    assert dispatch["model_loads"] >= 3  # both models, and the killed one again
+    assert all(t.tokens == MAX_TOKENS for t in trials)

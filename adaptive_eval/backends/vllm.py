@@ -271,6 +271,10 @@ class VllmWorker(GenerationWorker):
         self._feed_obj: Feed | None = None
         self._runs = 0  # batches inside run() now (threads of this actor)
         self._runs_lock = threading.Lock()
+        # After an engine death the worker ends its process before its next batch, so that Ray
+        # restarts the actor with a fresh engine. A shared slot (dispatch.SlotActor) sets this
+        # to False: it unloads the broken worker itself and loads a new one.
+        self.exit_on_engine_death = True
         self.load()
 
     # -- engine lifetime ----------------------------------------------------------------------
@@ -387,7 +391,9 @@ class VllmWorker(GenerationWorker):
             if self.broken is None:
                 self._runs += 1
         if self.broken is not None:
-            self._exit_when_alone()
+            if self.exit_on_engine_death:
+                self._exit_when_alone()
+            raise BackendError(f"the engine died in an earlier batch: {self.broken}")
         try:
             with self._prepare_lock:
                 if self.llm is None:
