@@ -91,21 +91,29 @@ def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], Stopping
         stopping_rules.build(*_spec(ref), source=source, field=f"policy.stopping[{i}]")
         for i, ref in enumerate(stop_refs)
     ]
-    budget = config.budget
-    if budget.trials or budget.tokens or budget.wall_clock_s:
-        stopping.append(
-            stopping_rules.build(
-                "budget",
-                {
-                    "trials": budget.trials,
-                    "tokens": budget.tokens,
-                    "wall_clock_s": budget.wall_clock_s,
-                },
-                source=source,
-                field="budget",
-            )
-        )
+    budget = budget_rule(config)
+    if budget is not None:
+        stopping.append(budget)
     return rules, any_of(*stopping)
+
+
+def budget_rule(config: CampaignConfig) -> StoppingRule | None:
+    """The ``budget`` stopping rule for the config's limits, or None when it sets none."""
+    budget = config.budget
+    if not (budget.trials or budget.tokens or budget.wall_clock_s):
+        return None
+    rule: StoppingRule = stopping_rules.build(
+        "budget",
+        {"trials": budget.trials, "tokens": budget.tokens, "wall_clock_s": budget.wall_clock_s},
+        source=config.source,
+        field="budget",
+    )
+    return rule
+
+
+def fingerprint_of(identity: dict[str, Any]) -> str:
+    """The run fingerprint: sha256 of the identity's canonical JSON."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 def describe_rules(campaign: Campaign) -> dict[str, Any]:
@@ -246,7 +254,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         "files": [plan.files for plan in plans],
         "prior": prior_hash,
     }
-    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    fingerprint = fingerprint_of(identity)
     return Campaign(
         config,
         tuple(plans),

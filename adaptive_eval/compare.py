@@ -20,19 +20,16 @@ of ``better``, ``worse``, ``equivalent``, ``undecided`` (the candidate's side).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, fingerprint_of
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of, even_plan
-from adaptive_eval.registry import stopping_rules
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
 EXIT_NOT_WORSE = 0
@@ -142,22 +139,11 @@ def compare_campaign(config: CampaignConfig, candidate: str) -> Campaign:
         raise InputError("compare needs at least one incumbent beside the candidate")
     index = campaign.names.index(candidate)
     rules: list[StoppingRule] = [CandidatePlaced(campaign.pair_rules, index)]
-    budget = config.budget
-    if budget.trials or budget.tokens or budget.wall_clock_s:
-        rules.append(
-            stopping_rules.build(
-                "budget",
-                {
-                    "trials": budget.trials,
-                    "tokens": budget.tokens,
-                    "wall_clock_s": budget.wall_clock_s,
-                },
-                source=config.source,
-                field="budget",
-            )
-        )
+    budget = budget_rule(config)
+    if budget is not None:
+        rules.append(budget)
     identity = {**campaign.identity, "compare": {"candidate": candidate}}
-    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    fingerprint = fingerprint_of(identity)
     return dataclasses.replace(
         campaign,
         stopping=any_of(*rules),

@@ -73,6 +73,27 @@ class NullLog:
         return log
 
 
+def timeshare_config(
+    load_s: float, slots: int | None, latency: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Three swappable simulated models "a", "b", "c" (one worker each) of ``s.npz`` sharing
+    ``slots`` worker slots (None: a slot per model); ``latency`` emulates each one's engine."""
+    data = base_config("s.npz", max_trials_per_question=12, round_trials=96)
+    data["models"] = [
+        {
+            "backend": "simulated",
+            "path": "s.npz",
+            "select": [name],
+            "workers": 1,
+            "options": {"swappable": True, "load_s": load_s, "devices": 1},
+            **({"latency": latency} if latency is not None else {}),
+        }
+        for name in ("a", "b", "c")
+    ]
+    data["execution"] = {"gpu_slots": slots, "batch_size": 16, "workers": 1}
+    return data
+
+
 def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Controller:
     """Run a campaign to its end in this process (no Ray)."""
     campaign = build_campaign(config)

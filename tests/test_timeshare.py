@@ -7,26 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import base_config, load, mimic_success, write_config, write_scenario
+from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.errors import InputError
 from adaptive_eval.runner import run_campaign
-
-
-def config_data(load_s: float, slots: int | None) -> dict:
-    data = base_config("s.npz", max_trials_per_question=12, round_trials=96)
-    data["models"] = [
-        {
-            "backend": "simulated",
-            "path": "s.npz",
-            "select": [name],
-            "workers": 1,
-            "options": {"swappable": True, "load_s": load_s, "devices": 1},
-        }
-        for name in ("a", "b", "c")
-    ]
-    data["execution"] = {"gpu_slots": slots, "batch_size": 16, "workers": 1}
-    return data
 
 
 def ledger(run_dir: Path) -> list[tuple]:
@@ -42,12 +26,12 @@ def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> No
         tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
     )
     shared = run_campaign(
-        load(write_config(tmp_path / "shared.yaml", config_data(0.1, 1))),
+        load(write_config(tmp_path / "shared.yaml", timeshare_config(0.1, 1))),
         tmp_path / "shared",
         quiet=True,
     )
     dedicated = run_campaign(
-        load(write_config(tmp_path / "own.yaml", config_data(0.0, None))),
+        load(write_config(tmp_path / "own.yaml", timeshare_config(0.0, None))),
         tmp_path / "own",
         quiet=True,
     )
@@ -69,7 +53,7 @@ def test_unknown_simulated_option_is_named(tmp_path: Path) -> None:
     write_scenario(
         tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
     )
-    data = config_data(0.1, 1)
+    data = timeshare_config(0.1, 1)
     data["models"][1]["options"]["load_seconds"] = 3
     with pytest.raises(InputError, match=r"models\[1\]\.options\.load_seconds"):
         build_campaign(load(write_config(tmp_path / "c.yaml", data)))

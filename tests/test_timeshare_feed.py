@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import base_config, load, mimic_success, write_config, write_scenario
+from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.dispatch import SlotActor
 from adaptive_eval.errors import BackendError
@@ -290,31 +290,24 @@ def test_a_slot_keeps_its_backends_concurrency() -> None:
 # -- on Ray: the dispatcher and the slot actor ------------------------------------------------
 
 
-def timeshare_config(tmp_path: Path, slots: int | None, in_flight: int) -> dict[str, Any]:
+def engine_timeshare_config(tmp_path: Path, slots: int | None, in_flight: int) -> dict[str, Any]:
     """Three swappable simulated models with an emulated engine each (8 sequences at once,
     every trial holding one for 0.1 to 0.3 s), batches of 4."""
     write_scenario(
         tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
     )
-    data = base_config("s.npz", max_trials_per_question=12, round_trials=96)
-    data["models"] = [
-        {
-            "backend": "simulated",
-            "path": "s.npz",
-            "select": [name],
-            "workers": 1,
-            "options": {"swappable": True, "load_s": 0.05, "devices": 1},
-            "latency": {
-                "engine_seqs": 8,
-                "per_trial_s": 0.1,
-                "per_token_s": 0.002,
-                "tokens_median": 50,
-                "tokens_p99_ratio": 4,
-                "max_tokens": 100,
-            },
-        }
-        for name in ("a", "b", "c")
-    ]
+    data = timeshare_config(
+        0.05,
+        slots,
+        latency={
+            "engine_seqs": 8,
+            "per_trial_s": 0.1,
+            "per_token_s": 0.002,
+            "tokens_median": 50,
+            "tokens_p99_ratio": 4,
+            "max_tokens": 100,
+        },
+    )
     data["execution"] = {
         "gpu_slots": slots,
         "batch_size": 4,
@@ -334,7 +327,7 @@ def test_a_dispatched_slot_runs_several_batches_of_its_model_at_once(
     from adaptive_eval.dispatch import Dispatcher
 
     campaign = build_campaign(
-        load(write_config(tmp_path / "c.yaml", timeshare_config(tmp_path, 1, 3)))
+        load(write_config(tmp_path / "c.yaml", engine_timeshare_config(tmp_path, 1, 3)))
     )
     assert all(plan.actor_concurrency == 4 for plan in campaign.plans)
     dispatcher = Dispatcher(
@@ -400,12 +393,12 @@ def test_time_sharing_with_the_feed_records_the_trials_of_dedicated_workers(
     from adaptive_eval.runner import run_campaign
 
     shared = run_campaign(
-        load(write_config(tmp_path / "shared.yaml", timeshare_config(tmp_path, 1, 3))),
+        load(write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))),
         tmp_path / "shared",
         quiet=True,
     )
     dedicated = run_campaign(
-        load(write_config(tmp_path / "own.yaml", timeshare_config(tmp_path, None, 3))),
+        load(write_config(tmp_path / "own.yaml", engine_timeshare_config(tmp_path, None, 3))),
         tmp_path / "own",
         quiet=True,
     )

@@ -376,15 +376,13 @@ class _PairDual:
         t *= max(1.0, float(load.max()))
         return t, float((self.c * t).sum())
 
-    def newton(
-        self, lam: FloatArray, tolerance: float, iterations: int = 100
-    ) -> tuple[FloatArray, FloatArray, bool]:
+    def newton(self, lam: FloatArray, tolerance: float) -> tuple[FloatArray, FloatArray, bool]:
         """Projected Newton ascent; returns (lambda, best primal, converged)."""
         lam = lam.copy()
         count = len(lam)
         best, primal = np.inf, np.zeros_like(self.a)
         value = self.value(lam)
-        for _ in range(iterations):
+        for _ in range(100):
             # Models in no pair have Lambda = 0 and no term in the dual: they get no curvature.
             total = self.totals(lam)
             inside = total > 0
