@@ -42,7 +42,15 @@ def test_failures_deaths_and_restarts_are_logged_as_they_happen(
         "dataset": {"path": str(ARITH20), "limit": 3},
         "sampling": {"max_tokens": 32},
         "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
-        "execution": {"workers": 1, "batch_size": 8, "max_batch_retries": 3},
+        # One batch at a time in the worker: with two, the second batch's first request can
+        # reach the server (and use up its scripted 500) in the moment before the crashing
+        # thread's os._exit lands, and then no batch fails with the 500.
+        "execution": {
+            "workers": 1,
+            "batch_size": 8,
+            "max_batch_retries": 3,
+            "in_flight_per_worker": 1,
+        },
         "output": {"progress": False, "fsync": "normal"},
     }
     run_dir = tmp_path / "run"
