@@ -204,6 +204,14 @@ class ExecutionConfig(_Strict):
         "pipelining lag that keeps decisions deterministic).",
     )
     max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
+    prefetch_trials: int = Field(
+        0,
+        ge=0,
+        description="Speculative trials generated ahead of the plans (0: none): the next "
+        "trials of the cells the latest round planned, recorded only once a round plans them, "
+        "so that engines stay busy while a round's longest completions finish. Never changes "
+        "trials or decisions; unused ones are counted in summary.json (dispatch.prefetch).",
+    )
     gpu_slots: int | None = Field(
         None,
         ge=1,
@@ -211,6 +219,15 @@ class ExecutionConfig(_Strict):
         "backends (vllm): more models than GPUs are "
         "time-shared, loading one model per slot at a time.",
     )
+
+    @model_validator(mode="after")
+    def _prefetch_needs_dedicated_workers(self) -> ExecutionConfig:
+        if self.prefetch_trials and self.gpu_slots is not None:
+            raise ValueError(
+                f"prefetch_trials={self.prefetch_trials} with gpu_slots={self.gpu_slots}: "
+                "speculative batches could force model swaps in shared slots; set one of them"
+            )
+        return self
 
 
 class DatasetConfig(_Strict):

@@ -19,6 +19,7 @@ from adaptive_eval.accounting import Savings, compute_savings
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
+from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
 from adaptive_eval.state import RunState
 from adaptive_eval.store import RoundCounts, TrialStore
 from adaptive_eval.types import (
@@ -33,6 +34,9 @@ from adaptive_eval.types import (
 )
 
 SLOW_POLICY_S = 0.05
+#: Speculation follows the cells of this many latest rounds (allocation moves between models
+#: from round to round; one round's cells alone would leave most speculative trials unclaimed).
+SPECULATE_FROM_ROUNDS = 4
 #: Stops that more data cannot undo.
 LATCHED_STOPS = frozenset({StopReason.MAX_TRIALS, StopReason.EXHAUSTED, StopReason.INTERRUPTED})
 
@@ -76,6 +80,10 @@ class Controller:
         self._events: list[tuple[str, str, dict[str, Any]]] = []
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
+        target = self.config.execution.prefetch_trials
+        self.prefetcher = (
+            Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
+        )
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -90,6 +98,7 @@ class Controller:
         self.record(results)
         while self.next_round_complete():
             self.advance()
+        self.speculate()
         if not results and self.rounds and self.dispatcher.pending() == 0:
             raise BackendError(
                 f"rounds {sorted(self.rounds)} lack trials but no work is in "
@@ -107,6 +116,7 @@ class Controller:
     # -- phases ---------------------------------------------------------------------------------
     def record(self, results: list[BatchResult]) -> None:
         """Make each result durable first; only then does it count towards its round."""
+        results = self._claimed(results)
         late = [r for r in results if r.round not in self.rounds]
         for result in late:
             self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
@@ -141,6 +151,19 @@ class Controller:
             )
         if results and self.on_progress:
             self.on_progress(self)
+
+    def _claimed(self, results: list[BatchResult]) -> list[BatchResult]:
+        """Speculative batches become the results of the rounds that planned their trials."""
+        if self.prefetcher is None:
+            return results
+        out = []
+        for result in results:
+            if result.round != SPECULATIVE_ROUND:
+                out.append(result)
+                continue
+            self._check_complete(result)
+            out.extend(self.prefetcher.receive(result))
+        return out
 
     def _check_complete(self, result: BatchResult) -> None:
         """A result must hold exactly its batch's trials: nothing missing, nothing extra."""
@@ -209,15 +232,29 @@ class Controller:
             starts = self.state.add_plan(plan)
             self.rounds[round_index] = _Round(int(plan.sum()), [])
             cells = zip(*np.nonzero(plan), strict=True)
-            self.submit(
-                self.batches(
-                    round_index,
-                    (
-                        WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q]))
-                        for m, q in cells
-                    ),
-                )
-            )
+            items = [WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q])) for m, q in cells]
+            ready: list[BatchResult] = []
+            if self.prefetcher is not None:
+                items, ready = self.prefetcher.take(round_index, items)
+            self.submit(self.batches(round_index, items))
+            if ready:
+                self.record(ready)
+
+    def speculate(self) -> None:
+        """Top up the speculative trials ahead of the plans (``execution.prefetch_trials``)."""
+        if self.prefetcher is None or self.stop is not None or not self.state.plans:
+            return
+        room = self.prefetcher.target
+        budget = self.config.budget.trials
+        if budget is not None:
+            room = min(room, budget - int(self.state.planned.sum()) - self.prefetcher.unclaimed)
+        capacity = np.broadcast_to(self.campaign.capacity[:, None], self.state.planned.shape)
+        recent = np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0)
+        items = self.prefetcher.choose(recent, self.state.planned, capacity, room)
+        if items:
+            batches = self.batches(SPECULATIVE_ROUND, items)
+            self.prefetcher.sent(batches)
+            self.submit(batches)
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds

@@ -403,6 +403,8 @@ def _run_opened(
             port.shutdown()
             progress.close(controller.finished())
         dispatch = _dispatch_summary(dispatcher)
+        if controller.prefetcher is not None:
+            dispatch["prefetch"] = controller.prefetcher.summary()
         store.set_meta(dispatch=dispatch, resumed=resumed)
         summary = build_summary(
             campaign,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 
 def config(
-    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int, prefetch: int = 0
 ) -> dict[str, Any]:
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data["seed"] = seed
@@ -55,6 +55,7 @@ def config(
         "batch_size": args.batch_size,
         "in_flight_per_worker": in_flight,
         "rounds_in_flight": depth,
+        "prefetch_trials": prefetch,
     }
     data["output"] = {"progress": False, "fsync": "normal"}
     return data
@@ -87,24 +88,28 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     result = build_summary(campaign, controller, campaign_id)
     result["utilisation"] = dispatcher.stats.utilisation()
     result["failed_batches"] = dispatcher.stats.failures
+    result["prefetch"] = controller.prefetcher.summary() if controller.prefetcher else None
     dispatcher.shutdown()
     store.close()
     return result, seconds
 
 
 def run_one(
-    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int, prefetch: int
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
         started = time.perf_counter()
-        result, seconds = run_config(config(args, seed, depth, feed, in_flight), Path(name))
+        data = config(args, seed, depth, feed, in_flight, prefetch)
+        result, seconds = run_config(data, Path(name))
         total = time.perf_counter() - started
     return {
         "seed": seed,
         "rounds_in_flight": depth,
         "feed": feed,
         "in_flight_per_worker": in_flight,
+        "prefetch_trials": prefetch,
         "trials": int(result["trials_used"]),
+        "prefetch_unused": 0 if result["prefetch"] is None else result["prefetch"]["unused"],
         "stop_reason": result.get("stop_reason"),
         "wall_s": seconds,
         "total_s": total,
@@ -125,41 +130,46 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--median", type=float, default=2000, help="median completion tokens")
     parser.add_argument("--per-token-s", type=float, default=2e-5, help="seconds per token")
+    parser.add_argument(
+        "--prefetch", type=int, nargs="+", default=[0], help="execution.prefetch_trials values"
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the feed: false runs")
     parser.add_argument("--out", type=Path, default=Path("runs/pipeline_depth.json"))
     args = parser.parse_args(argv)
     rows = []
     plans = [
-        (seed, depth, True, in_flight)
+        (seed, depth, True, in_flight, prefetch)
         for seed in args.seeds
         for in_flight in args.in_flight
+        for prefetch in args.prefetch
         for depth in args.depths
     ]
     if not args.no_baseline:  # the engine drains at every batch boundary (before the feed)
-        plans += [(seed, 2, False, 2) for seed in args.seeds]
-    for seed, depth, feed, in_flight in plans:
-        row = run_one(args, seed, depth, feed, in_flight)
+        plans += [(seed, 2, False, 2, 0) for seed in args.seeds]
+    for seed, depth, feed, in_flight, prefetch in plans:
+        row = run_one(args, seed, depth, feed, in_flight, prefetch)
         rows.append(row)
         print(
             f"seed {seed} rounds_in_flight {depth} in_flight_per_worker {in_flight} "
-            f"feed {feed!s:5}: "
-            f"{row['trials']:6d} trials, {row['wall_s']:6.1f} s, busy {100 * row['busy']:5.1f}% "
-            f"({row['stop_reason']})",
+            f"prefetch {prefetch} feed {feed!s:5}: "
+            f"{row['trials']:6d} trials (+{row['prefetch_unused']} unused speculative), "
+            f"{row['wall_s']:6.1f} s, busy {100 * row['busy']:5.1f}% ({row['stop_reason']})",
             flush=True,
         )
     print("\nmean over seeds:")
-    print("| rounds_in_flight | in_flight_per_worker | feed | trials | wall s | busy % |")
-    print("|---|---|---|---|---|---|")
-    for depth, feed, in_flight in dict.fromkeys((d, f, i) for _, d, f, i in plans):
-        group = [
-            r
-            for r in rows
-            if (r["rounds_in_flight"], r["feed"], r["in_flight_per_worker"])
-            == (depth, feed, in_flight)
-        ]
+    print(
+        "| rounds_in_flight | in_flight_per_worker | prefetch_trials | feed | trials "
+        "| unused speculative | wall s | busy % |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    keys = ("rounds_in_flight", "feed", "in_flight_per_worker", "prefetch_trials")
+    for depth, feed, in_flight, prefetch in dict.fromkeys((d, f, i, p) for _, d, f, i, p in plans):
+        group = [r for r in rows if tuple(r[k] for k in keys) == (depth, feed, in_flight, prefetch)]
         n = len(group)
         print(
-            f"| {depth} | {in_flight} | {feed} | {sum(r['trials'] for r in group) / n:.0f} | "
+            f"| {depth} | {in_flight} | {prefetch} | {feed} | "
+            f"{sum(r['trials'] for r in group) / n:.0f} | "
+            f"{sum(r['prefetch_unused'] for r in group) / n:.0f} | "
             f"{sum(r['wall_s'] for r in group) / n:6.1f} | "
             f"{100 * sum(r['busy'] for r in group) / n:5.1f} |"
         )
