@@ -194,6 +194,16 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{_pct(saved['gpu_fraction'])} |",
         "",
     ]
+    prefetch = (summary.get("dispatch") or {}).get("prefetch")
+    if prefetch and base["trials"]:
+        spent = summary["trials_used"] + prefetch["unused"]
+        lines += [
+            f"Speculative prefetch: {prefetch['sent']} trials sent ahead of the plans, "
+            f"{prefetch['used']} of them recorded when a round planned them, "
+            f"{prefetch['unused']} never used (generated or in flight at the stop); "
+            f"counting those, trials saved: {_pct(1 - spent / base['trials'])}.",
+            "",
+        ]
     if summary.get("provenance"):
         from adaptive_eval.provenance import markdown
 

@@ -170,3 +170,9 @@ def test_prefetch_on_ray_with_an_emulated_engine_records_the_same_trials(
     prefetch = summary["dispatch"]["prefetch"]
     assert prefetch["used"] > 0 and prefetch["sent"] == prefetch["used"] + prefetch["unused"]
     assert summary["dispatch"]["failed_batches"] == 0
+    # report.md prices the unused speculative trials into the trials saved.
+    report = (tmp_path / "ray" / "report.md").read_text()
+    spent = summary["trials_used"] + prefetch["unused"]
+    expected = 100 * (1 - spent / summary["baseline"]["trials"])
+    assert f"{prefetch['unused']} never used" in report
+    assert f"counting those, trials saved: {expected:.1f}%" in report
