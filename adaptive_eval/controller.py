@@ -80,6 +80,7 @@ class Controller:
         self._events: list[tuple[str, str, dict[str, Any]]] = []
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
+        self._wanted = np.ones(len(campaign.names), dtype=bool)  # models the latest plan served
         target = self.config.execution.prefetch_trials
         self.prefetcher = (
             Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
@@ -249,7 +250,8 @@ class Controller:
         if budget is not None:
             room = min(room, budget - int(self.state.planned.sum()) - self.prefetcher.unclaimed)
         capacity = np.broadcast_to(self.campaign.capacity[:, None], self.state.planned.shape)
-        recent = np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0)
+        # Models the stopping rules no longer need are never planned again.
+        recent = np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0) * self._wanted[:, None]
         items = self.prefetcher.choose(recent, self.state.planned, capacity, room)
         if items:
             batches = self.batches(SPECULATIVE_ROUND, items)
@@ -281,8 +283,9 @@ class Controller:
         needs = self.campaign.stopping.needs(view, self.decisions)
         if needs is None:
             needs = np.ones(view.num_models, dtype=bool)
+        self._wanted = needs | view.below_min()
         plan = self.campaign.allocator(
-            view, self.decisions, needs | view.below_min(), self.config.policy.round_trials
+            view, self.decisions, self._wanted, self.config.policy.round_trials
         )
         budget = self.config.budget.trials
         left = None if budget is None else budget - int(view.planned.sum())
