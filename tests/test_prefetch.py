@@ -176,3 +176,18 @@ def test_prefetch_on_ray_with_an_emulated_engine_records_the_same_trials(
     expected = 100 * (1 - spent / summary["baseline"]["trials"])
     assert f"{prefetch['unused']} never used" in report
     assert f"counting those, trials saved: {expected:.1f}%" in report
+
+
+@pytest.mark.parametrize("crash_after", [4, 15])
+def test_a_crash_with_speculative_trials_in_hand_resumes_to_the_same_ledger(
+    tmp_path: Path, config_path: Path, crash_after: int
+) -> None:
+    """Speculative trials not yet planned are lost with the process (never recorded); the
+    resumed run re-generates what its rounds need and ends exactly where a plain run does."""
+    reference = run_inline(load(config_path), tmp_path / "ref")
+    config = load(config_path, ["execution.prefetch_trials=64"])
+    with pytest.raises(KeyboardInterrupt):
+        run_inline(config, tmp_path / "pf", shuffle_seed=1, crash_after=crash_after)
+    resumed = run_inline(config, tmp_path / "pf", shuffle_seed=2)
+    assert resumed.stop == reference.stop and resumed.decisions == reference.decisions
+    assert ledger(tmp_path / "pf") == ledger(tmp_path / "ref")
