@@ -221,7 +221,25 @@ td, th { border: 1px solid #dee2e6; padding: 0.25rem 0.6rem; text-align: right; 
 td:nth-child(3), th:nth-child(3) { text-align: left; }
 figure { margin: 1.5rem 0; } figure svg { max-width: 100%; height: auto; }
 .note { color: #c92a2a; font-weight: 600; }
+.warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
+
+
+def _decision_html(rules: dict[str, Any]) -> list[str]:
+    """The decision rules, their guarantee and (for a rule without one) the warning."""
+    if not rules:
+        return []
+    out = [
+        f"<p id='decisions'>Decision rules: {html.escape(', '.join(rules.get('rules', [])))}; "
+        f"error control: <b>{html.escape(str(rules.get('error_control')))}</b> (error budget "
+        f"per adjacent pair {rules.get('pair_alpha', 0):.2e}). "
+        f"{html.escape(str(rules.get('statistic', '')))}</p>"
+    ]
+    if rules.get("warning"):
+        out.append(
+            f"<p id='decision-warning' class='warning'>Warning: {html.escape(rules['warning'])}</p>"
+        )
+    return out
 
 
 def render(
@@ -234,7 +252,16 @@ def render(
     saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
     ranking = _table(
-        ["rank", "rank (no CI)", "model", "mu", "CI", "trials"],
+        [
+            "rank (decided)",
+            "order",
+            "model",
+            "Bayes@N mu",
+            "credible interval",
+            "estimate",
+            "frequentist CI",
+            "trials",
+        ],
         [
             [
                 str(m["rank"]),
@@ -242,9 +269,29 @@ def render(
                 m["name"],
                 f"{m['mu']:.4f}",
                 f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
+                f"{m.get('estimate', m['mu']):.4f}",
+                f"[{m['estimate_ci_low']:.4f}, {m['estimate_ci_high']:.4f}]"
+                if "estimate_ci_low" in m
+                else "",
                 str(m["trials"]),
             ]
             for m in summary["models"]
+        ],
+    )
+    pairs = _table(
+        ["a", "b", "z", "decision", "rule", "boundary on z", "error budget spent", "round"],
+        [
+            [
+                p["a"],
+                p["b"],
+                f"{p['z']:.3f}",
+                p["decision"],
+                p.get("rule") or "",
+                "" if p.get("boundary") is None else f"{p['boundary']:.3f}",
+                "" if p.get("alpha_spent") is None else f"{p['alpha_spent']:.2e}",
+                "" if p.get("decided_at_round") is None else str(p["decided_at_round"]),
+            ]
+            for p in summary["pairs"]
         ],
     )
     figures = [
@@ -281,8 +328,11 @@ def render(
             else ""
         )
         + "</p>",
+        *_decision_html(summary.get("decision_rules") or {}),
         "<h2>Ranking</h2>",
         ranking,
+        "<h2>Adjacent pairs</h2>",
+        pairs,
     ]
     for ident, title, svg in figures:
         parts.append(

@@ -434,3 +434,19 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
     for model in summary["models"]:
         assert model["estimate_ci_low"] <= model["estimate"] <= model["estimate_ci_high"]
         assert 0.0 <= model["ci_low"] <= model["mu"] <= model["ci_high"] <= 1.0
+    # report.html says the same: the estimate with its interval, each pair's rule, the warning.
+    import html
+
+    page = (tmp_path / "run" / "report.html").read_text()
+    for model in summary["models"]:
+        assert (
+            f"<td>{model['estimate']:.4f}</td><td>[{model['estimate_ci_low']:.4f}, "
+            f"{model['estimate_ci_high']:.4f}]</td>" in page
+        )
+    for pair in settled:
+        assert f"<td>{html.escape(pair['decision'])}</td><td>{rule}</td>" in page
+    assert "id='decisions'" in page
+    if rule == "naive_z":
+        assert f"Warning: {html.escape(rules['warning'])}" in page
+    else:
+        assert "decision-warning" not in page
