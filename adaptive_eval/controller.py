@@ -245,10 +245,12 @@ class Controller:
         """Top up the speculative trials ahead of the plans (``execution.prefetch_trials``)."""
         if self.prefetcher is None or self.stop is not None or not self.state.plans:
             return
-        room = self.prefetcher.target
+        room = self.prefetcher.target - self.prefetcher.unclaimed
         budget = self.config.budget.trials
         if budget is not None:
             room = min(room, budget - int(self.state.planned.sum()) - self.prefetcher.unclaimed)
+        if room <= 0:  # the common case on each poll: nothing to top up
+            return
         capacity = np.broadcast_to(self.campaign.capacity[:, None], self.state.planned.shape)
         # Models the stopping rules no longer need are never planned again.
         recent = np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0) * self._wanted[:, None]

@@ -22,7 +22,7 @@ speculation always takes the next ones past what is planned or already speculate
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,29 +36,10 @@ Key = tuple[int, int, int]  # model, question, trial
 
 @dataclass
 class PrefetchCounts:
-    """What speculation cost and what it served (trials)."""
+    """What speculation sent and what rounds used of it (trials)."""
 
     sent: int = 0
     used: int = 0  # claimed by a round: recorded as that round's trials
-    unused_tokens: int = 0
-    unused_gpu_s: float = 0.0
-
-    def as_dict(self, ready: int, in_flight: int) -> dict[str, int | float]:
-        return {
-            "sent": self.sent,
-            "used": self.used,
-            "unused": self.sent - self.used,
-            "unused_ready": ready,
-            "unused_in_flight": in_flight,
-            "unused_tokens": self.unused_tokens,
-            "unused_gpu_s": round(self.unused_gpu_s, 6),
-        }
-
-
-@dataclass
-class _Flying:
-    worker: str = ""
-    claims: dict[Key, int] = field(default_factory=dict)  # trial -> the round that planned it
 
 
 class Prefetcher:
@@ -70,7 +51,8 @@ class Prefetcher:
         self.counts = PrefetchCounts()
         self._ready: dict[Key, tuple[Trial, int, str]] = {}  # generated, not yet planned
         self._flying: dict[Key, int] = {}  # sent, not back: trial -> speculative batch id
-        self._batches: dict[int, _Flying] = {}
+        # Per speculative batch in flight: its trials claimed so far -> the round claiming each.
+        self._claims: dict[int, dict[Key, int]] = {}
 
     @property
     def unclaimed(self) -> int:
@@ -95,7 +77,7 @@ class Prefetcher:
                     ready.setdefault(batch_id, []).append(generated)
                     workers[batch_id] = worker
                 else:
-                    self._batches[self._flying.pop(key)].claims[key] = round_index
+                    self._claims[self._flying.pop(key)][key] = round_index
             self.counts.used += covered
             if covered < item.count:
                 to_send.append(WorkItem(m, q, item.first_trial + covered, item.count - covered))
@@ -108,14 +90,14 @@ class Prefetcher:
     def receive(self, result: BatchResult) -> list[BatchResult]:
         """A speculative batch is back: its claimed trials as results of the rounds that
         planned them; the rest are kept until a round plans them."""
-        flying = self._batches.pop(result.batch_id, None)
-        if flying is None:
+        claims = self._claims.pop(result.batch_id, None)
+        if claims is None:
             return []  # a duplicate delivery
         claimed: dict[int, list[Trial]] = {}
         for trial in result.trials:
             key = (trial.model, trial.question, trial.trial)
             self._flying.pop(key, None)
-            round_index = flying.claims.get(key)
+            round_index = claims.get(key)
             if round_index is None:
                 self._ready[key] = (trial, result.batch_id, result.worker)
             else:
@@ -167,7 +149,7 @@ class Prefetcher:
 
     def sent(self, batches: Iterable[Batch]) -> None:
         for batch in batches:
-            self._batches[batch.batch_id] = _Flying()
+            self._claims[batch.batch_id] = {}
             for item in batch.items:
                 for trial in item.trials:
                     self._flying[(batch.model, item.question, trial)] = batch.batch_id
@@ -175,8 +157,13 @@ class Prefetcher:
 
     def summary(self) -> dict[str, int | float]:
         """Counts for summary.json; unused ready trials' tokens and device time are priced."""
-        tokens = sum(t.tokens or 0 for t, _, _ in self._ready.values())
-        gpu_s = sum(t.gpu_s or 0.0 for t, _, _ in self._ready.values())
-        self.counts.unused_tokens, self.counts.unused_gpu_s = tokens, gpu_s
-        in_flight = sum(1 for key in self._flying)
-        return self.counts.as_dict(len(self._ready), in_flight)
+        ready = [trial for trial, _, _ in self._ready.values()]
+        return {
+            "sent": self.counts.sent,
+            "used": self.counts.used,
+            "unused": self.counts.sent - self.counts.used,
+            "unused_ready": len(ready),
+            "unused_in_flight": len(self._flying),
+            "unused_tokens": sum(t.tokens or 0 for t in ready),
+            "unused_gpu_s": round(sum(t.gpu_s or 0.0 for t in ready), 6),
+        }
