@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from emulated_engine import add_engine_arguments, engine_latency
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -42,14 +43,7 @@ def config(
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data["seed"] = seed
     data["models"][0]["path"] = str(REPO / "configs" / "scenarios" / "llm_mimics.npz")
-    data["models"][0]["latency"] = {
-        "engine_seqs": args.engine_seqs,
-        "per_token_s": args.per_token_s,
-        "tokens_median": args.median,
-        "tokens_p99_ratio": 20,
-        "max_tokens": 32768,
-        "feed": feed,
-    }
+    data["models"][0]["latency"] = engine_latency(args, feed)
     data["execution"] = {
         "workers": args.workers,
         "batch_size": args.batch_size,
@@ -123,13 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--engine-seqs", type=int, default=64)
+    add_engine_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--in-flight", type=int, nargs="+", default=[8], help="in_flight_per_worker values"
     )
-    parser.add_argument("--median", type=float, default=2000, help="median completion tokens")
-    parser.add_argument("--per-token-s", type=float, default=2e-5, help="seconds per token")
     parser.add_argument(
         "--prefetch", type=int, nargs="+", default=[0], help="execution.prefetch_trials values"
     )

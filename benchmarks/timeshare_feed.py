@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from emulated_engine import add_engine_arguments, engine_latency
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -38,14 +40,7 @@ MIMICS = ["LLM_1", "LLM_4", "LLM_7", "LLM_10", "LLM_2", "LLM_5", "LLM_8", "LLM_1
 
 
 def config(args: argparse.Namespace, feed: bool) -> dict[str, Any]:
-    latency = {
-        "engine_seqs": args.engine_seqs,
-        "per_token_s": args.per_token_s,
-        "tokens_median": args.median,
-        "tokens_p99_ratio": 20,
-        "max_tokens": 32768,
-        "feed": feed,
-    }
+    latency = engine_latency(args, feed)
     return {
         "name": "timeshare-feed",
         "seed": args.seed,
@@ -106,11 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=4, choices=range(2, len(MIMICS) + 1))
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--load-s", type=float, default=2.0)
-    parser.add_argument("--engine-seqs", type=int, default=64)
+    add_engine_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--in-flight", type=int, default=8)
-    parser.add_argument("--median", type=float, default=2000)
-    parser.add_argument("--per-token-s", type=float, default=2e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/timeshare_feed.json"))
     args = parser.parse_args(argv)

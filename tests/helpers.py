@@ -13,6 +13,10 @@ from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.runner import open_run_dir
+from adaptive_eval.store import TrialStore
+
+#: The recorded trials' identity and outcome, as the ledger comparisons read them.
+LEDGER_COLUMNS = "model, question, trial, seed, category, tokens, round"
 
 
 def write_scenario(
@@ -109,3 +113,15 @@ def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Contro
 
 def load(path: Path, overrides: list[str] | None = None) -> CampaignConfig:
     return load_config(path, overrides)
+
+
+def ledger(run_dir: Path, columns: str = LEDGER_COLUMNS) -> list[tuple[Any, ...]]:
+    """A run's recorded trials (``columns``, which start with model, question, trial), in
+    (model, question, trial) order."""
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        return store.conn.execute(
+            f"SELECT {columns} FROM trials ORDER BY model, question, trial"
+        ).fetchall()
+    finally:
+        store.close()

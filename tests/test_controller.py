@@ -6,7 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    ledger,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.errors import InputError
@@ -21,18 +29,6 @@ SCORES = [0.25, 0.45, 0.47, 0.7]
 def config_path(tmp_path: Path) -> Path:
     write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
     return write_config(tmp_path / "c.yaml", base_config("s.npz"))
-
-
-def ledger(run_dir: Path) -> list[tuple]:
-    store = TrialStore(run_dir, readonly=True)
-    try:
-        rows = store.conn.execute(
-            "SELECT model, question, trial, seed, category, tokens, round FROM trials "
-            "ORDER BY model, question, trial"
-        ).fetchall()
-        return rows
-    finally:
-        store.close()
 
 
 def final(controller) -> tuple:

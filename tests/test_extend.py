@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    ledger,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.errors import InputError
@@ -22,17 +30,6 @@ SCORES = [0.25, 0.45, 0.47, 0.7]
 @pytest.fixture()
 def scenario(tmp_path: Path) -> Path:
     return write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
-
-
-def ledger(run_dir: Path) -> list[tuple[int, ...]]:
-    store = TrialStore(run_dir, readonly=True)
-    try:
-        return store.conn.execute(
-            "SELECT model, question, trial, seed, category, tokens, round FROM trials "
-            "ORDER BY model, question, trial"
-        ).fetchall()
-    finally:
-        store.close()
 
 
 def meta(run_dir: Path, key: str) -> object:

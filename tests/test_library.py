@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
+from helpers import ledger as read_ledger
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import CampaignConfig
@@ -15,7 +16,6 @@ from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.library import TrialLibrary, attach
 from adaptive_eval.runner import open_run_dir, report_run
-from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Batch
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -47,15 +47,7 @@ def run(config: CampaignConfig, run_dir: Path) -> tuple[Controller, int, int]:
     return controller, Spy.sampled, reused
 
 
-def ledger(run_dir: Path) -> list[tuple[Any, ...]]:
-    store = TrialStore(run_dir, readonly=True)
-    try:
-        return store.conn.execute(
-            "SELECT model, question, trial, seed, category, tokens FROM trials "
-            "ORDER BY model, question, trial"
-        ).fetchall()
-    finally:
-        store.close()
+ledger = partial(read_ledger, columns="model, question, trial, seed, category, tokens")
 
 
 @pytest.fixture()

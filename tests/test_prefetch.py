@@ -7,12 +7,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    ledger,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.config import parse_config
 from adaptive_eval.errors import InputError
 from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
-from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -24,17 +31,6 @@ def config_path(tmp_path: Path) -> Path:
     data = base_config("s.npz")
     data["policy"]["round_trials"] = 48
     return write_config(tmp_path / "c.yaml", data)
-
-
-def ledger(run_dir: Path) -> list[tuple]:
-    store = TrialStore(run_dir, readonly=True)
-    try:
-        return store.conn.execute(
-            "SELECT model, question, trial, seed, category, tokens, round FROM trials "
-            "ORDER BY model, question, trial"
-        ).fetchall()
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(("prefetch", "shuffle"), [(16, 0), (64, 1), (500, 2)])

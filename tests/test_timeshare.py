@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import sqlite3
+from functools import partial
 from pathlib import Path
 
 import pytest
+from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.errors import InputError
 from adaptive_eval.runner import run_campaign
 
-
-def ledger(run_dir: Path) -> list[tuple]:
-    with sqlite3.connect(run_dir / "trials.sqlite") as conn:
-        return conn.execute(
-            "SELECT model, question, trial, category FROM trials ORDER BY 1, 2, 3"
-        ).fetchall()
+ledger = partial(read_ledger, columns="model, question, trial, category")
 
 
 @pytest.mark.slow

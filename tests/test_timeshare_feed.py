@@ -9,15 +9,16 @@ tests/test_vllm_backend.py.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.dispatch import SlotActor
@@ -379,11 +380,7 @@ def test_a_dispatched_slot_runs_several_batches_of_its_model_at_once(
     assert sum(r.load_s > 0 for r in results) == 3
 
 
-def ledger(run_dir: Path) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(run_dir / "trials.sqlite") as conn:
-        return conn.execute(
-            "SELECT model, question, trial, category, tokens FROM trials ORDER BY 1, 2, 3"
-        ).fetchall()
+ledger = partial(read_ledger, columns="model, question, trial, category, tokens")
 
 
 @pytest.mark.slow
