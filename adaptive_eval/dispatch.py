@@ -31,7 +31,21 @@ RESTART_PROBE_INTERVAL_S = 0.5
 RAY_START_ATTEMPTS = 3
 RAY_START_BACKOFF_S = (2.0, 10.0)
 #: Ray settings of a local cluster (see :func:`init_ray`).
-LOCAL_RAY_SYSTEM_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+LOCAL_RAY_SYSTEM_CONFIG = {
+    "enable_worker_prestart": False,
+    "prestart_worker_first_driver": False,
+    # Ray starts its workers at nice 15 so that they yield to the raylet. Here the workers are
+    # the engines: the step loop that feeds an accelerator (or, on CPU, computes) then yields to
+    # every other process on the host, the driver's controller included. On the 2-core project
+    # machine that cost the CPU vLLM campaign a quarter of its throughput (docs/continuous-feed.md).
+    "worker_niceness": 0,
+}
+#: Where a cluster we did not start runs its workers niced, the dispatcher warns once.
+NICENESS_HINT = (
+    "Ray runs this cluster's workers at nice {nice}, so the engine loops yield to every other "
+    "process on their hosts; start the cluster's nodes with RAY_worker_niceness=0 in their "
+    "environment (deploy/ does)"
+)
 #: Longest error text written to an event (a worker's traceback can be long).
 EVENT_ERROR_CHARS = 2000
 #: Events a shared slot keeps for diagnostics (:meth:`SlotActor.report`).
@@ -55,6 +69,9 @@ class WorkerActor:
 
     def ready(self) -> str:
         return self.worker_id
+
+    def niceness(self) -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
@@ -117,6 +134,9 @@ class SlotActor:
 
     def ready(self) -> str:
         return self.worker_id
+
+    def niceness(self) -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def report(self) -> dict[str, Any]:
         """What the slot did: loads, most batches inside at once, and its latest events."""
@@ -393,8 +413,23 @@ class Dispatcher:
         if self._swappable:
             self._start_shared_slots(plans, offsets, shared_slots or 1, actor_restarts)
         ray.get([slot.actor.ready.remote() for slot in self._slots])
+        self._warn_if_niced()
         self._worker_count = len(self._slots)
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
+
+    def _warn_if_niced(self) -> None:
+        niceness = self._ray.get([slot.actor.niceness.remote() for slot in self._slots])
+        niced = {
+            slot.worker_id: nice
+            for slot, nice in zip(self._slots, niceness, strict=True)
+            if nice > 0
+        }
+        if niced:
+            self._event(
+                "warning",
+                "workers_niced",
+                {"workers": niced, "message": NICENESS_HINT.format(nice=max(niced.values()))},
+            )
 
     def _start_shared_slots(
         self, plans: Sequence[BackendPlan], offsets: Sequence[int], count: int, actor_restarts: int

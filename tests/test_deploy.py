@@ -374,6 +374,17 @@ def test_images_are_the_ones_the_dockerfile_builds_on_the_installed_ray() -> Non
         assert spec["rayVersion"] == ray.__version__
 
 
+def test_every_image_runs_ray_workers_at_normal_priority() -> None:
+    """Every node of every manifest runs one of the two images; each sets
+    RAY_worker_niceness=0 so that `ray start` does not nice the engine workers to 15."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", dockerfile, flags=re.M)[1:]
+    assert len(stages) == 2
+    for stage in stages:
+        env = " ".join(re.findall(r"^ENV (.+)$", stage, re.M)).split()
+        assert "RAY_worker_niceness=0" in env, stage.splitlines()[0]
+
+
 def test_kustomization_lists_existing_manifests() -> None:
     (kustomization,) = documents(K8S / "kustomization.yaml")
     for resource in kustomization["resources"]:

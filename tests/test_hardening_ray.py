@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import base_config, mimic_success, write_scenario
 
 from adaptive_eval.cli import main
 from adaptive_eval.config import parse_config
@@ -77,3 +78,25 @@ def test_failures_deaths_and_restarts_are_logged_as_they_happen(
     assert main(["report", str(run_dir), "--json"]) == 0
     rebuilt = json.loads((run_dir / "summary.json").read_text())
     assert rebuilt["dispatch"] == summary["dispatch"] and rebuilt["resumed"] is False
+
+
+def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_local: None) -> None:
+    """Ray starts workers at nice 15; the local cluster we start runs them at 0 (the engines'
+    step loops must not yield to every other process), so no ``workers_niced`` warning. The
+    warning itself, on a cluster started without ``RAY_worker_niceness=0``: test_multinode."""
+    import ray
+
+    from adaptive_eval.dispatch import WorkerActor
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
+    data = base_config("s.npz", max_trials_per_question=4)
+    data["models"][0]["path"] = str(tmp_path / "s.npz")
+    run_dir = tmp_path / "run"
+    run_campaign(parse_config(data), run_dir, quiet=True)
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
+    assert "campaign_done" in events and "workers_niced" not in events
+    actor = ray.remote(WorkerActor).options(num_cpus=0).remote(lambda: None, "probe")
+    try:
+        assert ray.get(actor.niceness.remote()) == 0
+    finally:
+        ray.kill(actor)
