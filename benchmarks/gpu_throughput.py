@@ -32,6 +32,11 @@ Steps, each timed:
    one ``llm.generate`` call per batch under a lock, as the worker ran before the feed: the
    engine drains at every batch boundary and pays each batch's tail.
 
+``--repeats N`` pairs the runs: each repeat runs step 2 and then every campaign mode (each
+campaign on a fresh local Ray cluster, as ``adaptive-eval run`` starts one), and the ratio to
+plain is taken within the repeat; the table gives medians. On a shared machine whose speed drifts
+over minutes, unpaired figures taken minutes apart differ by up to 2x.
+
 Prints a table and writes ``DIR/results.json``.
 """
 
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -89,6 +95,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-logprobs",
         action="store_true",
         help="ask for no completion/prompt log-probs (both phases)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="paired repeats: plain engine, then each campaign mode (a fresh Ray cluster each); "
+        "medians of the tokens/s and of the per-repeat ratios are reported",
     )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--phase", choices=["plain"], help=argparse.SUPPRESS)
@@ -282,7 +295,12 @@ def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 
         shutil.rmtree(run_dir)
     started = time.perf_counter()
-    summary = run_campaign(load_config(args.out / f"config-{mode}.yaml"), run_dir, quiet=True)
+    try:
+        summary = run_campaign(load_config(args.out / f"config-{mode}.yaml"), run_dir, quiet=True)
+    finally:
+        import ray
+
+        ray.shutdown()  # each campaign starts its own cluster, as `adaptive-eval run` does
     wall = time.perf_counter() - started
     store = TrialStore(run_dir, readonly=True)
     try:
@@ -368,31 +386,51 @@ def main(argv: list[str] | None = None) -> None:
         # OMP_NUM_THREADS=1; the plain engine gets the same, else the two compare thread
         # counts (on a small shared machine, oversubscribed threads slow the plain run down).
         env["OMP_NUM_THREADS"] = "1"
-    subprocess.run(command, check=True, cwd=REPO, env=env)
-    plain = json.loads((args.out / "plain.json").read_text())
-    print(
-        f"plain vllm.LLM.generate: {plain['output_tokens']} tokens in "
-        f"{plain['generate_s']:.2f} s = {plain['tokens_per_s']:,.0f} tokens/s (lengths: median "
-        f"{plain['length_median']}, p99 {plain['length_p99']}, max {plain['length_max']})",
-        flush=True,
-    )
-    campaigns = {}
-    for mode in modes:
-        campaign = campaign_phase(args, mode)
-        campaign["over_plain"] = (
-            campaign["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
-        )
-        campaigns[mode] = campaign
+    # Paired repeats: each repeat runs the plain engine and then every campaign mode, so each
+    # ratio compares runs minutes apart at most (a shared machine's speed drifts over minutes).
+    plains: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for repeat in range(args.repeats):
+        subprocess.run(command, check=True, cwd=REPO, env=env)
+        plain = json.loads((args.out / "plain.json").read_text())
+        plains.append(plain)
         print(
-            f"campaign, {mode}: {campaign['output_tokens']} tokens in "
-            f"{campaign['generation_span_s']:.2f} s of generation span = "
-            f"{campaign['tokens_per_s']:,.0f} tokens/s over {campaign['batches']} batches = "
-            f"{campaign['over_plain']:.3f} x plain; engine idle "
-            f"{100 * campaign['engine_idle_fraction']:.1f}% of the span; same text as plain "
-            f"{campaign['same_text_as_plain']}/{campaign['requests']} (end to end with engine "
-            f"start: {campaign['end_to_end_s']:.1f} s)",
+            f"[{repeat + 1}/{args.repeats}] plain vllm.LLM.generate: {plain['output_tokens']} "
+            f"tokens in {plain['generate_s']:.2f} s = {plain['tokens_per_s']:,.0f} tokens/s "
+            f"(lengths: median {plain['length_median']}, p99 {plain['length_p99']}, max "
+            f"{plain['length_max']})",
             flush=True,
         )
+        for mode in modes:
+            campaign = campaign_phase(args, mode)
+            campaign["over_plain"] = campaign["tokens_per_s"] / plain["tokens_per_s"]
+            runs[mode].append(campaign)
+            print(
+                f"[{repeat + 1}/{args.repeats}] campaign, {mode}: {campaign['output_tokens']} "
+                f"tokens in {campaign['generation_span_s']:.2f} s of generation span = "
+                f"{campaign['tokens_per_s']:,.0f} tokens/s over {campaign['batches']} batches = "
+                f"{campaign['over_plain']:.3f} x plain; engine idle "
+                f"{100 * campaign['engine_idle_fraction']:.1f}% of the span; same text as plain "
+                f"{campaign['same_text_as_plain']}/{campaign['requests']} (end to end with "
+                f"engine start: {campaign['end_to_end_s']:.1f} s)",
+                flush=True,
+            )
+    plain = {
+        **plains[-1],
+        "tokens_per_s": statistics.median(p["tokens_per_s"] for p in plains),
+        "tokens_per_s_runs": [p["tokens_per_s"] for p in plains],
+    }
+    campaigns = {}
+    for mode, mode_runs in runs.items():
+        campaigns[mode] = {
+            **mode_runs[-1],
+            "tokens_per_s": statistics.median(c["tokens_per_s"] for c in mode_runs),
+            "tokens_per_s_runs": [c["tokens_per_s"] for c in mode_runs],
+            "over_plain": statistics.median(c["over_plain"] for c in mode_runs),
+            "over_plain_runs": [c["over_plain"] for c in mode_runs],
+            "engine_idle_fraction": max(c["engine_idle_fraction"] for c in mode_runs),
+            "same_text_as_plain": min(c["same_text_as_plain"] for c in mode_runs),
+        }
     results = {
         "model": str(model),
         "tiny": args.tiny,
@@ -404,12 +442,17 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "in_flight_per_worker": args.in_flight,
         "max_num_seqs": args.max_num_seqs,
+        "repeats": args.repeats,
         "grader": args.grader,
         "logprobs": not args.no_logprobs,
         "plain": plain,
         "campaigns": campaigns,
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    print(
+        f"\nmedians over {args.repeats} paired repeat(s); x plain is the median of the per-repeat "
+        "ratios, engine idle the largest"
+    )
     print("\n| run | output tokens/s | x plain | engine idle |")
     print("|---|---|---|---|")
     print(f"| plain LLM.generate | {plain['tokens_per_s']:,.0f} | 1.000 | - |")
