@@ -37,7 +37,7 @@ LOCAL_RAY_SYSTEM_CONFIG = {
     # Ray starts its workers at nice 15 so that they yield to the raylet. Here the workers are
     # the engines: the step loop that feeds an accelerator (or, on CPU, computes) then yields to
     # every other process on the host, the driver's controller included. On the 2-core project
-    # machine that cost the CPU vLLM campaign a quarter of its throughput (docs/continuous-feed.md).
+    # machine that cost the CPU vLLM campaign 30% of its throughput (docs/continuous-feed.md).
     "worker_niceness": 0,
 }
 #: Where a cluster we did not start runs its workers niced, the dispatcher warns once.
