@@ -89,8 +89,7 @@ def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_l
     from adaptive_eval.dispatch import WorkerActor
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
-    data = base_config("s.npz", max_trials_per_question=4)
-    data["models"][0]["path"] = str(tmp_path / "s.npz")
+    data = base_config(str(tmp_path / "s.npz"), max_trials_per_question=4)
     run_dir = tmp_path / "run"
     run_campaign(parse_config(data), run_dir, quiet=True)
     events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
