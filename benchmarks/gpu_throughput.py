@@ -106,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--phase", choices=["plain"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     defaults = (32, 8, 448, 24.0, 32, 32) if args.tiny else (128, 4, 16384, 800.0, 256, 256)
     for name, value in zip(
         ("questions", "trials", "max_tokens", "median", "batch_size", "max_num_seqs"),
