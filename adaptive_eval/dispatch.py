@@ -60,6 +60,16 @@ def _no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
     pass
 
 
+def host_facts(worker: Worker | None) -> dict[str, Any]:
+    """What the dispatcher checks of a worker's process: its niceness, and the cores its
+    engine's thread holds (``engine_cpus`` of the vllm backend; None where not pinned)."""
+    placement = getattr(worker, "engine_cpus", None)
+    return {
+        "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+        "engine_cpus": placement if isinstance(placement, dict) else None,
+    }
+
+
 class WorkerActor:
     """Ray actor body: builds its backend worker once and runs batches on it."""
 
@@ -70,8 +80,8 @@ class WorkerActor:
     def ready(self) -> str:
         return self.worker_id
 
-    def niceness(self) -> int:
-        return os.getpriority(os.PRIO_PROCESS, 0)
+    def host_facts(self) -> dict[str, Any]:
+        return host_facts(self.worker)
 
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
@@ -135,8 +145,8 @@ class SlotActor:
     def ready(self) -> str:
         return self.worker_id
 
-    def niceness(self) -> int:
-        return os.getpriority(os.PRIO_PROCESS, 0)
+    def host_facts(self) -> dict[str, Any]:
+        return host_facts(self.worker)
 
     def report(self) -> dict[str, Any]:
         """What the slot did: loads, most batches inside at once, and its latest events."""
@@ -413,17 +423,23 @@ class Dispatcher:
         if self._swappable:
             self._start_shared_slots(plans, offsets, shared_slots or 1, actor_restarts)
         ray.get([slot.actor.ready.remote() for slot in self._slots])
-        self._warn_if_niced()
+        self._check_hosts()
         self._worker_count = len(self._slots)
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
 
-    def _warn_if_niced(self) -> None:
-        niceness = self._ray.get([slot.actor.niceness.remote() for slot in self._slots])
-        niced = {
-            slot.worker_id: nice
-            for slot, nice in zip(self._slots, niceness, strict=True)
-            if nice > 0
-        }
+    def _check_hosts(self) -> None:
+        """Warn once if the workers run niced; log where their engines' threads run."""
+        facts = dict(
+            zip(
+                [slot.worker_id for slot in self._slots],
+                self._ray.get([slot.actor.host_facts.remote() for slot in self._slots]),
+                strict=True,
+            )
+        )
+        pinned = {worker: f["engine_cpus"] for worker, f in facts.items() if f["engine_cpus"]}
+        if pinned:
+            self._event("info", "engine_cpus", {"workers": pinned})
+        niced = {worker: f["niceness"] for worker, f in facts.items() if f["niceness"] > 0}
         if niced:
             self._event(
                 "warning",

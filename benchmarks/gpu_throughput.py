@@ -31,6 +31,9 @@ Steps, each timed:
 4. Campaign (``--modes per-batch``, the comparison): the same with ``stream_grading: false``,
    one ``llm.generate`` call per batch under a lock, as the worker ran before the feed: the
    engine drains at every batch boundary and pays each batch's tail.
+5. Campaign (``--modes feed-unpinned``): the feed with ``engine_cpus: off``, the engine's thread
+   left to float over the host's cores (``feed`` uses the backend's default: ``auto`` on CPU,
+   which holds it to a claimed core, ``off`` on a GPU).
 
 ``--repeats N`` pairs the runs: each repeat runs step 2 and then every campaign mode (each
 campaign on a fresh local Ray cluster, as ``adaptive-eval run`` starts one), and the ratio to
@@ -55,6 +58,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+MODES = ("feed", "per-batch", "feed-unpinned")
 CPU_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
@@ -88,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--modes",
         default="feed,per-batch",
-        help="campaign runs, comma-separated: feed (continuous feed), per-batch (before it)",
+        help="campaign runs, comma-separated: feed (continuous feed), per-batch (before it), "
+        "feed-unpinned (the feed with engine_cpus: off)",
     )
     parser.add_argument("--grader", default="math", help="grader of the campaign (math, exact)")
     parser.add_argument(
@@ -137,8 +142,10 @@ def campaign_config(args: argparse.Namespace, model: Path, mode: str = "feed") -
         "max_model_len": args.max_tokens + 256,
         "max_num_seqs": args.max_num_seqs,
         "bench_lengths": {"median": args.median, "p99_ratio": args.p99_ratio},
-        "stream_grading": mode == "feed",
+        "stream_grading": mode != "per-batch",
     }
+    if mode == "feed-unpinned":
+        options["engine_cpus"] = "off"
     if args.tiny:
         options.update(dtype="float32")
     else:
@@ -319,6 +326,8 @@ def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             float(signals["generate_end"]),
         )
     span, busy, idle = idle_fraction(batches)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    pinned = [e["workers"] for e in events if e.get("event") == "engine_cpus"]
     plain_texts = json.loads((args.out / "plain_texts.json").read_text())
     same = sum(plain_texts.get(f"{t.question}/{t.trial}") == t.text for t in trials)
     return {
@@ -335,6 +344,7 @@ def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         "stop_reason": summary["stop_reason"],
         "worker_utilisation": summary["dispatch"]["worker_utilisation"],
         "same_text_as_plain": same,
+        "engine_cpus": pinned[0] if pinned else None,
     }
 
 
@@ -351,9 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     import yaml
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = set(modes) - {"feed", "per-batch"}
+    unknown = set(modes) - set(MODES)
     if unknown:
-        raise SystemExit(f"unknown --modes {sorted(unknown)}: use feed, per-batch")
+        raise SystemExit(f"unknown --modes {sorted(unknown)}: use {', '.join(MODES)}")
     model, build_s = build_model(args)
     write_questions(args.out / "questions.jsonl", args.questions)
     for mode in ("feed", *modes):
@@ -403,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{plain['length_max']})",
             flush=True,
         )
-        for mode in modes:
+        # Alternate the campaigns' order, so that a drift within a repeat favours none of them.
+        for mode in modes if repeat % 2 == 0 else modes[::-1]:
             campaign = campaign_phase(args, mode)
             campaign["over_plain"] = campaign["tokens_per_s"] / plain["tokens_per_s"]
             runs[mode].append(campaign)
@@ -414,7 +425,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{campaign['over_plain']:.3f} x plain; engine idle "
                 f"{100 * campaign['engine_idle_fraction']:.1f}% of the span; same text as plain "
                 f"{campaign['same_text_as_plain']}/{campaign['requests']} (end to end with "
-                f"engine start: {campaign['end_to_end_s']:.1f} s)",
+                f"engine start: {campaign['end_to_end_s']:.1f} s); engine thread's cores: "
+                f"{campaign['engine_cpus'] or 'not pinned'}",
                 flush=True,
             )
     plain = {

@@ -243,3 +243,20 @@ def test_an_output_with_an_unknown_id_fails_the_batches_inside_and_stops_the_fee
     assert not isinstance(jobs[0].error, EngineDied)  # the engine is healthy: no restart
     with pytest.raises(BackendError, match="closed"):
         feed.submit([3], echo)
+
+
+def test_on_start_runs_in_the_feeder_thread_and_cannot_stop_it() -> None:
+    """The worker pins the engine's thread in ``on_start``; a failing hook must not leave the
+    batches waiting forever."""
+    threads: list[threading.Thread] = []
+
+    def hook() -> None:
+        threads.append(threading.current_thread())
+        raise OSError("pinning failed")
+
+    engine = StepEngine(capacity=4)
+    feed = Feed(engine, on_start=hook, name="feed-test")
+    jobs = submit_all(feed, [[2, 3], [1]])
+    assert [len(job.wait()) for job in jobs] == [2, 1]
+    assert [t.name for t in threads] == ["feed-test"] and engine.thread is threads[0]
+    feed.close()

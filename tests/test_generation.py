@@ -187,6 +187,32 @@ def test_vllm_plan_cpu_and_gpu_resources(tmp_path: Path) -> None:
     assert "VLLM_CPU_KVCACHE_SPACE" not in settings.env
 
 
+def test_engine_cpus_default_values_errors_and_run_identity(tmp_path: Path) -> None:
+    """``engine_cpus``: auto on CPU (the feed's thread computes there), off on a GPU (unmeasured
+    there), or a list of cores; where the engine's thread runs cannot change a trial, so the
+    option stays out of the run's identity (a run resumes after it changes)."""
+    model = fake_model(tmp_path / "m")
+
+    def settings(**options: Any) -> Any:
+        plan = build(tmp_path, [vllm_entry(model, **options)]).plans[0]
+        return plan.make_worker(0).args[1]  # type: ignore[attr-defined]
+
+    assert settings(device="cpu").engine_cpus == "auto"
+    assert settings(device="cuda").engine_cpus == "off"
+    assert settings(device="cpu", engine_cpus="off").engine_cpus == "off"
+    assert settings(device="cuda", engine_cpus=[3, 1]).engine_cpus == (3, 1)
+    for bad in ("all", [], [1, 1], [-1], [True], 2, [1.5]):
+        error = input_error(tmp_path, [vllm_entry(model, device="cpu", engine_cpus=bad)])
+        assert error.field == "models[0].options.engine_cpus", bad
+        assert "auto, off or a list of distinct core numbers" in str(error)
+        assert repr(bad) in str(error)
+    fingerprints = {
+        build(tmp_path, [vllm_entry(model, device="cpu", **options)]).fingerprint
+        for options in ({}, {"engine_cpus": "off"}, {"engine_cpus": [0]})
+    }
+    assert len(fingerprints) == 1
+
+
 def test_model_fingerprint_follows_the_folder(tmp_path: Path) -> None:
     model = fake_model(tmp_path / "m")
     before = generation.model_dir_manifest(model)

@@ -96,6 +96,6 @@ def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_l
     assert "campaign_done" in events and "workers_niced" not in events
     actor = ray.remote(WorkerActor).options(num_cpus=0).remote(lambda: None, "probe")
     try:
-        assert ray.get(actor.niceness.remote()) == 0
+        assert ray.get(actor.host_facts.remote())["niceness"] == 0
     finally:
         ray.kill(actor)

@@ -274,6 +274,23 @@ def test_batches_queued_at_a_worker_share_the_engine(
     # Each batch's device seconds are its share of the engine: together, at most its time.
     engine_s = sum(r.trials[0].signals["engine_s"] for r in results)
     assert 0 < engine_s <= stats["step_s"] + 1e-6
+    # engine_cpus: auto (the default on CPU): the engine computes with one thread (num_cpus 1),
+    # so its feed thread holds one claimed core of the host's, and only that thread does.
+    placement, feed_cores, actor_cores = ray.get(
+        engine_actor.__ray_call__.remote(
+            lambda w: (
+                w.engine_cpus,
+                os.sched_getaffinity(w._feed_obj._thread.native_id),
+                os.sched_getaffinity(0),
+            )
+        ),
+        timeout=60,
+    )
+    if len(actor_cores) > 1:
+        assert placement["cpus"] is not None and len(placement["cpus"]) == 1, placement
+        assert feed_cores == set(placement["cpus"])
+    else:
+        assert placement["cpus"] is None and "nothing to pin" in placement["why"]
 
 
 def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(

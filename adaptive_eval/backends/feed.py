@@ -110,7 +110,8 @@ class Feed:
     ``lock`` is held by the feeder while it has work and released while it idles, so that code
     driving the same engine another way (one blocking ``generate`` call) can take turns with it.
     ``fault`` (tests only) is called after every step with the batches inside the engine; an
-    exception it raises is treated exactly like one from ``step``.
+    exception it raises is treated exactly like one from ``step``. ``on_start`` runs first
+    thing in the feeder thread (the worker pins it to its cores there).
     """
 
     def __init__(
@@ -120,12 +121,14 @@ class Feed:
         *,
         on_engine_death: Callable[[BaseException], None] | None = None,
         fault: Callable[[Sequence[FeedJob]], None] | None = None,
+        on_start: Callable[[], None] | None = None,
         name: str = "feed",
     ) -> None:
         self.engine = engine
         self.lock = lock or threading.Lock()
         self.on_engine_death = on_engine_death
         self.fault = fault
+        self.on_start = on_start
         self.name = name
         self.stats = FeedStats()
         self._cond = threading.Condition()
@@ -188,6 +191,9 @@ class Feed:
     # -- the feeder thread --------------------------------------------------------------------
     def _loop(self) -> None:
         holding = False
+        if self.on_start is not None:
+            with contextlib.suppress(Exception):  # must not stop the engine; reports itself
+                self.on_start()
         try:
             while True:
                 with self._cond:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.cores import CoreClaim, claim_cores, claim_listed, pin_current_thread
 from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
@@ -137,7 +138,13 @@ BACKEND_OPTIONS = {
     "test_kill_engine_mid_feed": "tests only: once requests of two or more batches are inside "
     "the engine, write their batch ids to this file and fail the engine",
     "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
+    "engine_cpus": "cores for the thread that steps the engine (and its OpenMP team): auto "
+    "(default on device cpu: as many cores as the engine has threads, claimed so that the "
+    "engines on one host do not share them, when a core is left for the rest), off (default "
+    "on cuda), or a list of core numbers",
 }
+#: ``engine_cpus`` values other than a list of cores.
+ENGINE_CPUS_MODES = ("auto", "off")
 
 #: Environment of CPU workers (measured to start quickly on small machines); ``options.env`` and
 #: variables already set win.
@@ -178,6 +185,7 @@ class VllmSettings:
     kill_mid_feed: str | None = None  # tests only: marker file of test_kill_engine_mid_feed
     # benchmarks only: (median, p99 ratio) of per-request max_tokens drawn from the trial seed
     bench_lengths: tuple[float, float] | None = None
+    engine_cpus: str | tuple[int, ...] = "off"  # auto | off | the listed cores
 
 
 def _import_vllm() -> Any:
@@ -271,6 +279,9 @@ class VllmWorker(GenerationWorker):
         self._feed_obj: Feed | None = None
         self._runs = 0  # batches inside run() now (threads of this actor)
         self._runs_lock = threading.Lock()
+        self._cores: CoreClaim | None = None
+        #: Where the engine's thread runs: {"cpus": [...] or None, "why": "..."}.
+        self.engine_cpus: dict[str, Any] = {"cpus": None, "why": "engine not loaded"}
         # After an engine death the worker ends its process before its next batch, so that Ray
         # restarts the actor with a fresh engine. A shared slot (dispatch.SlotActor) sets this
         # to False: it unloads the broken worker itself and loads a new one.
@@ -298,7 +309,46 @@ class VllmWorker(GenerationWorker):
             raise engine_start_error(error, self.settings) from error
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._claim_engine_cpus()
         self.load_s = time.perf_counter() - started
+
+    def _claim_engine_cpus(self) -> None:
+        """Claim the cores the feed's thread will run on (``engine_cpus``)."""
+        wanted = self.settings.engine_cpus
+        if wanted == "off":
+            self.engine_cpus = {"cpus": None, "why": "engine_cpus: off"}
+            return
+        if not self._stream:
+            self.engine_cpus = {"cpus": None, "why": "stream_grading: false (no feed thread)"}
+            return
+        if isinstance(wanted, str):  # auto
+            self._cores, why = claim_cores(self._engine_threads())
+        else:
+            try:
+                self._cores, why = claim_listed(wanted), f"listed core(s) {sorted(wanted)}"
+            except ValueError as error:
+                raise BackendError(
+                    f"{self.settings.entry_field}.options.engine_cpus: {error}"
+                ) from None
+        self.engine_cpus = {"cpus": None if self._cores is None else list(self._cores.cpus)}
+        self.engine_cpus["why"] = why
+
+    def _engine_threads(self) -> int:
+        """Threads the engine computes with: its OpenMP team on CPU, one loop on a GPU."""
+        if self.settings.device != "cpu":
+            return 1
+        import torch
+
+        return max(int(torch.get_num_threads()), 1)
+
+    def _pin_feed_thread(self) -> None:
+        cores = self._cores
+        if cores is None:
+            return
+        try:
+            pin_current_thread(cores.cpus)
+        except OSError as error:  # the cores left this process's set since the claim
+            self.engine_cpus = {"cpus": None, "why": f"pinning failed: {error}"}
 
     def _check_platform(self) -> None:
         from vllm.platforms import current_platform
@@ -327,6 +377,10 @@ class VllmWorker(GenerationWorker):
         feed, self._feed_obj = self._feed_obj, None
         if feed is not None:
             feed.close("the worker closed its engine")
+        cores, self._cores = self._cores, None
+        if cores is not None:
+            cores.release()
+            self.engine_cpus = {"cpus": None, "why": "engine closed"}
         llm, self.llm, self.tokenizer = self.llm, None, None
         self._prompt_ids.clear()
         if llm is None:
@@ -503,6 +557,7 @@ class VllmWorker(GenerationWorker):
                     _VllmFeedEngine(llm),
                     self._generate_lock,
                     fault=self._kill_mid_feed if self.settings.kill_mid_feed else None,
+                    on_start=self._pin_feed_thread,
                     name=f"feed-{self.worker_id}",
                 )
             return self._feed_obj
@@ -679,6 +734,24 @@ def _check_engine_args(options: Options, device: str, campaign_seed: int) -> dic
     return args
 
 
+def _engine_cpus_option(options: Options, device: str) -> str | tuple[int, ...]:
+    """``engine_cpus``: auto, off or a list of distinct core numbers (default: auto on CPU,
+    where the feed's thread computes; off on a GPU, where it is unmeasured)."""
+    value = options.raw("engine_cpus", "auto" if device == "cpu" else "off")
+    if isinstance(value, str) and value in ENGINE_CPUS_MODES:
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0 for cpu in value)
+        and len(set(value)) == len(value)
+    ):
+        return tuple(value)
+    raise options.error(
+        "engine_cpus", f"must be auto, off or a list of distinct core numbers, got {value!r}"
+    )
+
+
 @backends.register("vllm")
 def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     config = campaign_config(context)
@@ -740,6 +813,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_gb or 1))))
     sampling_extra = options.mapping("sampling_extra")
     stream_grading = bool(options.boolean("stream_grading", True))
+    engine_cpus = _engine_cpus_option(options, device)
     kill_mid_feed = options.string("test_kill_engine_mid_feed")
     bench = options.mapping("bench_lengths")
     bench_lengths = None
@@ -781,6 +855,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         stream_grading=stream_grading,
         kill_mid_feed=None if kill_mid_feed is None else str(config.resolve_path(kill_mid_feed)),
         bench_lengths=bench_lengths,
+        engine_cpus=engine_cpus,
     )
     setup = prepared.setup
     files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}
@@ -807,6 +882,6 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         # Every batch queued at a worker runs at once, in its own thread: the feed puts all of
         # their requests into the one engine (and grading overlaps generation).
         actor_concurrency=feed_concurrency(config),
-        execution_options=EXECUTION_OPTIONS,
+        execution_options=EXECUTION_OPTIONS | {"engine_cpus"},
         devices_per_worker=float(num_gpus),
     )
