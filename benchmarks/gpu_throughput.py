@@ -36,7 +36,8 @@ Steps, each timed:
    which holds it to a claimed core, ``off`` on a GPU).
 
 ``--repeats N`` pairs the runs: each repeat runs step 2 and then every campaign mode (each
-campaign on a fresh local Ray cluster, as ``adaptive-eval run`` starts one), and the ratio to
+campaign on a fresh local Ray cluster, as ``adaptive-eval run`` starts one; the campaigns'
+order alternates between repeats), and the ratio to
 plain is taken within the repeat; the table gives medians. On a shared machine whose speed drifts
 over minutes, unpaired figures taken minutes apart differ by up to 2x.
 

@@ -3,9 +3,9 @@
 Why: the thread that steps an engine is the campaign's hot path (on CPU vLLM it computes; on a
 GPU it schedules, launches and detokenizes). Left to float, the kernel moves it between cores
 and interleaves it with the actor's other threads (Ray's, vLLM's process-group threads, the
-graders'), and on the 2-core project machine the campaign's engine ran at a median 0.74x of a
-plain ``LLM.generate`` over the same requests; with its thread held to one core, 0.95x
-(docs/continuous-feed.md). Ray assigns no cores to actors, so a worker claims its own.
+graders'). On the 2-core project machine, held to one core it ran faster than left to float
+in 10 of 13 paired runs (median 1.05x; docs/continuous-feed.md). Ray assigns no cores to
+actors, so a worker claims its own.
 
 A claim is an advisory lock (``flock``) on one file per core in a folder shared by every
 process on the host (:func:`lock_dir`); the kernel drops a lock when its process ends, so a
