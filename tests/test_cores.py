@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_eval.backends.cores import claim_cores, claim_listed, pin_current_thread
+from adaptive_eval.backends.cores import (
+    LOCK_DIR_ENV,
+    claim_cores,
+    claim_listed,
+    parse_cpu_list,
+    pin_current_thread,
+)
+from adaptive_eval.backends.vllm import VllmSettings, claim_engine_cpus
+from adaptive_eval.errors import BackendError
 
 CORES = (0, 1, 2, 3)
 
@@ -118,3 +126,50 @@ def test_pinning_holds_the_calling_thread_only() -> None:
     thread.join()
     assert seen["pinned"] == {core} and seen["child"] == {core}  # OpenMP's team inherits it
     assert os.sched_getaffinity(0) == process_cores
+
+
+def test_core_lists_parse_as_linux_writes_them() -> None:
+    assert parse_cpu_list("0-3,6") == (0, 1, 2, 3, 6)
+    assert parse_cpu_list(" 7 , 2-2") == (2, 7)
+    for bad in ("", "a", "3-1", "1-", "-2", "1,,2"):
+        with pytest.raises(ValueError, match="not a list of cores"):
+            parse_cpu_list(bad)
+
+
+def test_the_vllm_worker_s_choice_of_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``engine_cpus`` per device and value; on CPU, cores given to vLLM through
+    ``VLLM_CPU_OMP_THREADS_BIND`` are the feed thread's (vLLM itself applies them only in the
+    processes its multiprocessing executor starts, not to an engine in the actor's process)."""
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    allowed = sorted(os.sched_getaffinity(0))
+
+    def settings(device: str, engine_cpus: object) -> VllmSettings:
+        return VllmSettings("models[2]", "/m", device, {}, 0, engine_cpus=engine_cpus)  # type: ignore[arg-type]
+
+    assert claim_engine_cpus(settings("cpu", "off"), lambda: 1) == (None, "engine_cpus: off")
+    claim, why = claim_engine_cpus(settings("cpu", "auto"), lambda: len(allowed))
+    assert claim is None and "nothing to pin" in why
+    if len(allowed) > 1:
+        claim, why = claim_engine_cpus(settings("cuda", "auto"), lambda: 1)
+        assert claim is not None and claim.cpus == (allowed[-1],), why
+        claim.release()
+    claim, why = claim_engine_cpus(settings("cpu", (allowed[0],)), lambda: 1)
+    assert (
+        claim is not None
+        and claim.cpus == (allowed[0],)
+        and why == f"listed core(s) [{allowed[0]}]"
+    )
+    claim.release()
+    with pytest.raises(BackendError, match=r"models\[2\]\.options\.engine_cpus: core\(s\)"):
+        claim_engine_cpus(settings("cpu", (max(allowed) + 1,)), lambda: 1)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{allowed[0]}|{max(allowed) + 1}")
+    claim, why = claim_engine_cpus(settings("cpu", "auto"), lambda: len(allowed))
+    assert claim is not None and claim.cpus == (allowed[0],) and "THREADS_BIND" in why
+    claim.release()
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-x")
+    claim, why = claim_engine_cpus(settings("cpu", "auto"), lambda: 1)
+    assert claim is None and "not a list of cores" in why and "not pinned" in why
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    claim, why = claim_engine_cpus(settings("cpu", "auto"), lambda: len(allowed))
+    assert claim is None and "nothing to pin" in why

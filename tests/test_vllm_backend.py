@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from adaptive_eval.backends.cores import LOCK_DIR_ENV
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20
@@ -63,6 +64,9 @@ def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
         "dtype": "float32",
         "max_model_len": 256,
         "max_num_seqs": 16,
+        # The module's own core claims (engine_cpus): engines of other runs on this host, a
+        # benchmark say, hold cores of the host-wide folder.
+        "env": {LOCK_DIR_ENV: str(models[0].parent / "core-locks")},
         **options,
     }
     return {
@@ -146,6 +150,14 @@ def test_end_to_end_campaign_records_real_completions(
     assert shared and any(by_cell[(0, q, i)] != by_cell[(1, q, i)] for q, i in shared)
     assert summary["trials_used"] == len(trials)
     assert summary["dispatch"]["failed_batches"] == 0
+    # Each engine's feed thread claimed cores of the host for itself: the two never share one.
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    (placed,) = [e["workers"] for e in events if e["event"] == "engine_cpus"]
+    assert len(placed) == 2, placed
+    claimed = [set(p["cpus"] or ()) for p in placed.values()]
+    assert not claimed[0] & claimed[1], placed
+    if len(os.sched_getaffinity(0)) > 1:  # one thread per engine (num_cpus 1): each pinned
+        assert all(len(cores) == 1 for cores in claimed), placed
 
 
 @pytest.fixture(scope="module")

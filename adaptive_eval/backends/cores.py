@@ -117,6 +117,20 @@ def claim_listed(cpus: Sequence[int], *, folder: Path | None = None) -> CoreClai
     return CoreClaim(tuple(sorted(set(cpus))), fds)
 
 
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Cores written as Linux lists them (``0-3,6``), sorted; ``ValueError`` if malformed."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"not a list of cores: {text!r}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"not a list of cores: {text!r}")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
 def pin_current_thread(cpus: Sequence[int]) -> None:
     """Hold the calling thread (and the threads it starts later: OpenMP's team) to ``cpus``."""
     os.sched_setaffinity(0, set(cpus))  # pid 0: the calling thread, not the whole process
@@ -128,5 +142,6 @@ __all__ = [
     "claim_cores",
     "claim_listed",
     "lock_dir",
+    "parse_cpu_list",
     "pin_current_thread",
 ]

@@ -48,7 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
-from adaptive_eval.backends.cores import CoreClaim, claim_cores, claim_listed, pin_current_thread
+from adaptive_eval.backends.cores import (
+    CoreClaim,
+    claim_cores,
+    claim_listed,
+    parse_cpu_list,
+    pin_current_thread,
+)
 from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
@@ -145,6 +151,8 @@ BACKEND_OPTIONS = {
 }
 #: ``engine_cpus`` values other than a list of cores.
 ENGINE_CPUS_MODES = ("auto", "off")
+#: ``VLLM_CPU_OMP_THREADS_BIND`` values that name no cores.
+VLLM_BINDS = ("auto", "nobind", "all", "")
 
 #: Environment of CPU workers (measured to start quickly on small machines); ``options.env`` and
 #: variables already set win.
@@ -314,24 +322,18 @@ class VllmWorker(GenerationWorker):
 
     def _claim_engine_cpus(self) -> None:
         """Claim the cores the feed's thread will run on (``engine_cpus``)."""
-        wanted = self.settings.engine_cpus
-        if wanted == "off":
-            self.engine_cpus = {"cpus": None, "why": "engine_cpus: off"}
-            return
-        if not self._stream:
+        if not self._stream and self.settings.engine_cpus != "off":
             self.engine_cpus = {"cpus": None, "why": "stream_grading: false (no feed thread)"}
             return
-        if isinstance(wanted, str):  # auto
-            self._cores, why = claim_cores(self._engine_threads())
-        else:
-            try:
-                self._cores, why = claim_listed(wanted), f"listed core(s) {sorted(wanted)}"
-            except ValueError as error:
-                raise BackendError(
-                    f"{self.settings.entry_field}.options.engine_cpus: {error}"
-                ) from None
+        self._cores, why = claim_engine_cpus(self.settings, self._engine_threads)
         self.engine_cpus = {"cpus": None if self._cores is None else list(self._cores.cpus)}
         self.engine_cpus["why"] = why
+
+    def _release_cores(self, why: str) -> None:
+        cores, self._cores = self._cores, None
+        if cores is not None:
+            cores.release()
+            self.engine_cpus = {"cpus": None, "why": why}
 
     def _engine_threads(self) -> int:
         """Threads the engine computes with: its OpenMP team on CPU, one loop on a GPU."""
@@ -377,10 +379,7 @@ class VllmWorker(GenerationWorker):
         feed, self._feed_obj = self._feed_obj, None
         if feed is not None:
             feed.close("the worker closed its engine")
-        cores, self._cores = self._cores, None
-        if cores is not None:
-            cores.release()
-            self.engine_cpus = {"cpus": None, "why": "engine closed"}
+        self._release_cores("engine closed")
         llm, self.llm, self.tokenizer = self.llm, None, None
         self._prompt_ids.clear()
         if llm is None:
@@ -532,6 +531,7 @@ class VllmWorker(GenerationWorker):
             with self._prepare_lock:
                 self._stream = False
                 self._feed_obj = None
+                self._release_cores("streaming off after an error")
             raise BackendError(f"{error}; streaming is off on this worker from now on") from None
         except EngineDied as error:
             self._engine_failed(error)
@@ -647,6 +647,32 @@ class _VllmFeedEngine:
         self._ids.clear()
         while self.engine.has_unfinished_requests():
             self.engine.step()
+
+
+def claim_engine_cpus(
+    settings: VllmSettings, threads: Callable[[], int]
+) -> tuple[CoreClaim | None, str]:
+    """The cores for an engine's feed thread per ``engine_cpus``, claimed on this host, and
+    why (or why none). ``threads()``: how many threads the engine computes with."""
+    wanted = settings.engine_cpus
+    if wanted == "off":
+        return None, "engine_cpus: off"
+    if not isinstance(wanted, str):
+        try:
+            return claim_listed(wanted), f"listed core(s) {sorted(wanted)}"
+        except ValueError as error:
+            raise BackendError(f"{settings.entry_field}.options.engine_cpus: {error}") from None
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    if settings.device != "cpu" or bind in VLLM_BINDS:
+        return claim_cores(threads())
+    # The user gave vLLM its cores. vLLM binds them (OMP_PLACES) only in the processes its
+    # multiprocessing executor starts; a CPU worker's engine runs in the actor's process
+    # (CPU_ENV), where nothing would, so the feed's thread is held to them (the first rank's).
+    try:
+        cpus = parse_cpu_list(bind.split("|")[0])
+        return claim_listed(cpus), f"VLLM_CPU_OMP_THREADS_BIND={bind}: core(s) {list(cpus)}"
+    except ValueError as error:
+        return None, f"VLLM_CPU_OMP_THREADS_BIND={bind}: {error}; not pinned"
 
 
 def bench_max_tokens(seed: int, settings: VllmSettings) -> int:
