@@ -436,9 +436,9 @@ class Dispatcher:
                 strict=True,
             )
         )
-        pinned = {worker: f["engine_cpus"] for worker, f in facts.items() if f["engine_cpus"]}
-        if pinned:
-            self._event("info", "engine_cpus", {"workers": pinned})
+        placements = {w: f["engine_cpus"] for w, f in facts.items() if f["engine_cpus"]}
+        if placements:
+            self._event("info", "engine_cpus", {"workers": placements})
         niced = {worker: f["niceness"] for worker, f in facts.items() if f["niceness"] > 0}
         if niced:
             self._event(

@@ -417,7 +417,9 @@ def main(argv: list[str] | None = None) -> None:
         # Alternate the campaigns' order, so that a drift within a repeat favours none of them.
         for mode in modes if repeat % 2 == 0 else modes[::-1]:
             campaign = campaign_phase(args, mode)
-            campaign["over_plain"] = campaign["tokens_per_s"] / plain["tokens_per_s"]
+            campaign["over_plain"] = (
+                campaign["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+            )
             runs[mode].append(campaign)
             print(
                 f"[{repeat + 1}/{args.repeats}] campaign, {mode}: {campaign['output_tokens']} "

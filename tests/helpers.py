@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +131,18 @@ def ledger(run_dir: Path, columns: str = LEDGER_COLUMNS) -> list[tuple[Any, ...]
         ).fetchall()
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def killed_holder(code: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A Python process running ``code`` (it takes a lock, prints one line, then sleeps):
+    yields the process and that line, and kills it with SIGKILL on leaving, as a crash would."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        yield holder, holder.stdout.readline().strip()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

@@ -7,14 +7,11 @@ folder of its own (``tmp_path``) and made-up core sets where the host's cores do
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
+from helpers import killed_holder
 
 from adaptive_eval.backends.cores import (
     LOCK_DIR_ENV,
@@ -63,33 +60,19 @@ def test_no_pinning_when_the_engine_would_take_every_core(tmp_path: Path) -> Non
 
 def test_a_killed_process_leaks_no_claim(tmp_path: Path) -> None:
     """The kernel drops a dead process's locks: kill -9 a holder, and its core is free."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import sys, time
-                from pathlib import Path
-                from adaptive_eval.backends.cores import claim_cores
-                claim, why = claim_cores(1, allowed=(0, 1, 2, 3), folder=Path({str(tmp_path)!r}))
-                print(claim.cpus[0], flush=True)
-                time.sleep(600)
-                """
-            ),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "3"
+    code = f"""
+        import time
+        from pathlib import Path
+        from adaptive_eval.backends.cores import claim_cores
+        claim, why = claim_cores(1, allowed=(0, 1, 2, 3), folder=Path({str(tmp_path)!r}))
+        print(claim.cpus[0], flush=True)
+        time.sleep(600)
+        """
+    with killed_holder(code) as (_, held):
+        assert held == "3"
         mine, _ = claim_cores(1, allowed=CORES, folder=tmp_path)
         assert mine is not None and mine.cpus == (2,)  # 3 is the other process's
         mine.release()
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     after, _ = claim_cores(1, allowed=CORES, folder=tmp_path)
     assert after is not None and after.cpus == (3,)
     after.release()

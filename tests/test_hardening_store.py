@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    killed_holder,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.cli import main
 from adaptive_eval.runner import report_run
@@ -51,31 +55,18 @@ def test_a_second_writer_is_refused_naming_the_holder(
 
 
 def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path: Path) -> None:
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import sys, time
-                from pathlib import Path
-                from adaptive_eval.store import RunLock
-                lock = RunLock(Path({str(tmp_path)!r})).acquire()
-                print("locked", flush=True)
-                time.sleep(60)
-                """
-            ),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    code = f"""
+        import time
+        from pathlib import Path
+        from adaptive_eval.store import RunLock
+        lock = RunLock(Path({str(tmp_path)!r})).acquire()
+        print("locked", flush=True)
+        time.sleep(60)
+        """
+    with killed_holder(code) as (holder, line):
+        assert line == "locked"
         with pytest.raises(StoreError, match=f"pid {holder.pid}"):
             RunLock(tmp_path).acquire()
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert f"pid {holder.pid}" in (tmp_path / RunLock.FILENAME).read_text()  # stale content
     lock = RunLock(tmp_path).acquire()
     assert f"pid {os.getpid()}" in (tmp_path / RunLock.FILENAME).read_text()

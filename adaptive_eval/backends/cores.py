@@ -48,6 +48,15 @@ class CoreClaim:
                 os.close(fd)  # closing the last descriptor of the file drops its lock
 
 
+def _claims_folder(folder: Path | None) -> Path:
+    """``folder`` or the host's (:func:`lock_dir`), created if it can be (else no lock is
+    taken in it: :func:`_try_lock` fails to open its files)."""
+    folder = folder or lock_dir()
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _try_lock(folder: Path, cpu: int) -> int | None:
     """The lock file's descriptor, holding core ``cpu``; None if another process holds it (or
     the folder is not writable: then no claim is possible, and none is made)."""
@@ -81,9 +90,7 @@ def claim_cores(
             f"the engine uses {count} thread(s) and this process may use {len(usable)} "
             "core(s): nothing to pin"
         )
-    folder = folder or lock_dir()
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
+    folder = _claims_folder(folder)
     fds: list[int] = []
     cpus: list[int] = []
     for cpu in usable:
@@ -110,9 +117,7 @@ def claim_listed(cpus: Sequence[int], *, folder: Path | None = None) -> CoreClai
         raise ValueError(
             f"core(s) {missing} are not available to this process (it may use {sorted(allowed)})"
         )
-    folder = folder or lock_dir()
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
+    folder = _claims_folder(folder)
     fds = [fd for fd in (_try_lock(folder, cpu) for cpu in cpus) if fd is not None]
     return CoreClaim(tuple(sorted(set(cpus))), fds)
 

@@ -350,7 +350,7 @@ class VllmWorker(GenerationWorker):
         try:
             pin_current_thread(cores.cpus)
         except OSError as error:  # the cores left this process's set since the claim
-            self.engine_cpus = {"cpus": None, "why": f"pinning failed: {error}"}
+            self._release_cores(f"pinning failed: {error}")
 
     def _check_platform(self) -> None:
         from vllm.platforms import current_platform
