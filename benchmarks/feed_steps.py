@@ -16,8 +16,8 @@ requests alternately
 Every ``llm_engine.step()`` is timed, so each run reports its engine steps (equal counts mean
 the feed keeps the engine as full as one call does), the seconds inside them, and the seconds
 spent converting outputs. ``--pairs N`` runs N plain/feed pairs, alternating which goes first.
-Every argument other than ``--pairs`` is ``gpu_throughput.py``'s. Prints one line per run and
-the medians; writes ``DIR/feed_steps.json``.
+Every other argument is ``gpu_throughput.py``'s (its ``--modes`` and ``--repeats`` do not
+apply here). Prints one line per run and the medians; writes ``DIR/feed_steps.json``.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--pairs", type=int, default=3, help="plain/feed pairs (default 3)")
     known, rest = own.parse_known_args(argv)
+    if {"-h", "--help"} & set(rest):
+        print(__doc__)
+        return
     if known.pairs < 1:
         raise SystemExit(f"--pairs must be at least 1, got {known.pairs}")
     args = throughput_args(rest)
