@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gpu_throughput import CPU_ENV, build_model, campaign_config, plan_parts, write_questions
+from gpu_throughput import (
+    CPU_ENV,
+    bench_requests,
+    build_model,
+    campaign_config,
+    plan_parts,
+    render,
+    write_questions,
+)
 from gpu_throughput import parse_args as throughput_args
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,9 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         for key, value in {**CPU_ENV, "OMP_NUM_THREADS": "1"}.items():
             os.environ.setdefault(key, value)
 
-    from adaptive_eval.backends.generation import TrialRequest
     from adaptive_eval.backends.vllm import VllmWorker
-    from adaptive_eval.types import trial_seed
 
     model, _ = build_model(args)
     write_questions(args.out / "questions.jsonl", args.questions)
@@ -89,22 +95,14 @@ def main(argv: list[str] | None = None) -> None:
     config_path.write_text(yaml.safe_dump(campaign_config(args, model), sort_keys=False))
     setup, settings = plan_parts(config_path)
     worker = VllmWorker(setup, settings, 0, "feed-steps")
-    requests = [
-        TrialRequest(q, t, trial_seed(setup.campaign_seed, setup.model_name, qid, t))
-        for q, qid in enumerate(setup.question_ids)
-        for t in range(args.trials)
-    ]
+    requests = bench_requests(setup, args.trials)
     step = Timed(worker.llm.llm_engine.step)
     worker.llm.llm_engine.step = step
     convert = Timed(worker._convert)
     worker._convert = convert  # type: ignore[method-assign]
 
     def plain() -> None:
-        prompts = [{"prompt_token_ids": worker.prompt_ids(r.question)} for r in requests]
-        params = [
-            worker.sampling_params(r, len(p["prompt_token_ids"]))
-            for r, p in zip(requests, prompts, strict=True)
-        ]
+        prompts, params = render(worker, requests)
         outputs = worker.llm.generate(prompts, params, use_tqdm=False)
         for output, param in zip(outputs, params, strict=True):
             worker._convert(output, param, 0.0)

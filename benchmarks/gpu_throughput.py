@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,26 +229,38 @@ def plan_parts(config_path: Path) -> tuple[Any, Any]:
     return partial_make.args[0], partial_make.args[1]  # type: ignore[attr-defined]
 
 
-def plain_phase(args: argparse.Namespace) -> None:
-    """Run in a subprocess: one engine, one generate call over every request."""
+def bench_requests(setup: Any, trials: int) -> list[Any]:
+    """Every question x ``trials`` request of the campaign, seeded as the campaign seeds them."""
     from adaptive_eval.backends.generation import TrialRequest
-    from adaptive_eval.backends.vllm import VllmWorker
     from adaptive_eval.types import trial_seed
 
-    setup, settings = plan_parts(args.out / "config.yaml")
-    started = time.perf_counter()
-    worker = VllmWorker(setup, settings, 0, "plain")
-    load_s = time.perf_counter() - started
-    requests = [
+    return [
         TrialRequest(q, t, trial_seed(setup.campaign_seed, setup.model_name, qid, t))
         for q, qid in enumerate(setup.question_ids)
-        for t in range(args.trials)
+        for t in range(trials)
     ]
+
+
+def render(worker: Any, requests: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The worker's prompts and ``SamplingParams`` for ``requests``, as one ``generate`` takes."""
     prompts = [{"prompt_token_ids": worker.prompt_ids(r.question)} for r in requests]
     params = [
         worker.sampling_params(r, len(p["prompt_token_ids"]))
         for r, p in zip(requests, prompts, strict=True)
     ]
+    return prompts, params
+
+
+def plain_phase(args: argparse.Namespace) -> None:
+    """Run in a subprocess: one engine, one generate call over every request."""
+    from adaptive_eval.backends.vllm import VllmWorker
+
+    setup, settings = plan_parts(args.out / "config.yaml")
+    started = time.perf_counter()
+    worker = VllmWorker(setup, settings, 0, "plain")
+    load_s = time.perf_counter() - started
+    requests = bench_requests(setup, args.trials)
+    prompts, params = render(worker, requests)
     worker.llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
     started = time.perf_counter()
     outputs = worker.llm.generate(prompts, params, use_tqdm=False)

@@ -4,7 +4,7 @@ Why: the thread that steps an engine is the campaign's hot path (on CPU vLLM it 
 GPU it schedules, launches and detokenizes). Left to float, the kernel moves it between cores
 and interleaves it with the actor's other threads (Ray's, vLLM's process-group threads, the
 graders'). On the 2-core project machine, held to one core it ran faster than left to float
-in 10 of 13 paired runs (median 1.05x; docs/continuous-feed.md). Ray assigns no cores to
+in 15 of 19 paired runs (median 1.04x; docs/continuous-feed.md). Ray assigns no cores to
 actors, so a worker claims its own.
 
 A claim is an advisory lock (``flock``) on one file per core in a folder shared by every
