@@ -146,11 +146,22 @@ def compare_campaign(config: CampaignConfig, candidate: str) -> Campaign:
     fingerprint = fingerprint_of(identity)
     return dataclasses.replace(
         campaign,
+        pair_rules=tuple(_per_comparison(rule) for rule in campaign.pair_rules),
         stopping=any_of(*rules),
         allocator=NeededOnly(),
         identity=identity,
         fingerprint=fingerprint,
     )
+
+
+def _per_comparison(rule: PairRule) -> PairRule:
+    """The rule without Holm's step-down over the adjacent pairs of the ranking: a comparison's
+    family is the candidate's pairs, each at its Bonferroni share."""
+    if dataclasses.is_dataclass(rule) and any(
+        f.name == "step_down" for f in dataclasses.fields(rule)
+    ):
+        return dataclasses.replace(rule, step_down=False)  # type: ignore[type-var]
+    return rule
 
 
 def comparison(campaign: Campaign, view: CampaignView, candidate: str) -> dict[str, Any]:

@@ -144,6 +144,15 @@ class PolicyConfig(_Strict):
         "decided adjacent pair at once) is right with probability >= confidence; `pair` = "
         "each decided pair is.",
     )
+    futility: float = Field(
+        0.05,
+        ge=0,
+        lt=0.5,
+        description="Futility threshold: an undecided pair whose predictive probability of "
+        "being settled by max_trials_per_question is below it stops drawing trials and is "
+        "reported undecided with the trials per question it would need (0: never). "
+        "Non-binding: it cannot add an error.",
+    )
     min_trials_per_question: int = Field(2, ge=1)
     max_trials_per_question: int = Field(400, ge=1)
     allocation: PluginRef = Field(

@@ -278,6 +278,7 @@ class Controller:
             self.elapsed_s,
             rope=policy.rope,
             error_control=policy.error_control,
+            futility=policy.futility,
         )
 
     def allocate(self, view: CampaignView) -> np.ndarray:

@@ -110,6 +110,7 @@ class RunState:
         elapsed_s: float,
         rope: float | None = None,
         error_control: str = "ranking",
+        futility: float = 0.0,
     ) -> CampaignView:
         mu, sigma = self.moments()
         theta, se, variance = self.estimate()
@@ -139,6 +140,7 @@ class RunState:
             cell_gpu_s=_frozen(gpu_s),
             rope=rope,
             error_control=error_control,
+            futility=futility,
         )
 
 
