@@ -50,6 +50,7 @@ class SimPolicy:
     rope: float | None = 0.02
     error_control: str = "ranking"
     futility: float = 0.05
+    pooled_variance: bool = True
     min_trials: int = 2
     max_trials: int = 400
     round_trials: int = 256
@@ -102,7 +103,7 @@ def simulate(
 ) -> SimResult:
     num_models = truth.shape[0]
     prior = np.ones(truth.probs.shape)
-    state = RunState(prior, truth.weights)
+    state = RunState(prior, truth.weights, policy.pooled_variance)
     capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
     rules = policy.make_rules()
     names = truth.names or tuple(f"m{i}" for i in range(num_models))

@@ -72,6 +72,25 @@ def categorical(scores: list[float], questions: int, seed: int) -> Truth:
     return Truth(np.stack(rows), np.array([0.0, 0.5, 1.0]))
 
 
+def sparse(scores: list[float], questions: int, solved: float = 0.6) -> Truth:
+    """Models near 0 whose few successes sit on a handful of questions (each model its own):
+    score t puts ``solved`` on ``round(t M / solved)`` questions and 0 elsewhere, the rest of
+    the mean on one more question. The hard case for a per-trial variance taken from the
+    model's pooled score: a question not yet solved looks like the model's many zeros."""
+    rows = []
+    for index, target in enumerate(scores):
+        p = np.zeros(questions)
+        mass = target * questions
+        start = (index * 5) % questions
+        full = int(mass // solved)
+        for j in range(full):
+            p[(start + j) % questions] = solved
+        p[(start + full) % questions] = mass - full * solved
+        rows.append(p)
+    success = np.stack(rows)
+    return Truth(np.stack([1 - success, success], axis=2), np.array([0.0, 1.0]))
+
+
 def suite(questions: int) -> dict[str, Truth]:
     hard = [0.05 + 0.016 * i for i in range(20)]
     hard[7] = hard[8] - 0.004  # a near tie
@@ -83,6 +102,9 @@ def suite(questions: int) -> dict[str, Truth]:
         "gap 0.10 (2 models)": binary([0.55, 0.45], questions, 6.0, 10),
         # Every adjacent gap about 3x rope: the cap (400) is far above what settling needs.
         "12 models, gaps 3x rope": binary([0.17 + 0.06 * i for i in range(12)], questions, 4.0, 11),
+        # Near-zero models with concentrated successes: a true tie (0.02, 0.02), a gap exactly
+        # at the rope (0.04 vs 0.02), a pair inside it (0.01 vs 0).
+        "sparse successes near 0": sparse([0.06, 0.04, 0.02, 0.02, 0.01, 0.0], questions),
         # Mostly near-ties (|gap| < rope), which no rule settles cheaply, and two clear gaps.
         "8 models, near-ties": binary(
             [0.40, 0.405, 0.413, 0.50, 0.508, 0.512, 0.62, 0.63], questions, 4.0, 12
@@ -103,6 +125,7 @@ class Design:
     alloc_params: tuple[tuple[str, object], ...] = ()
     error_control: str = "ranking"
     futility: float = DEFAULT_FUTILITY
+    pooled_variance: bool = True
 
     @property
     def label(self) -> str:
@@ -110,6 +133,7 @@ class Design:
         return (
             f"{self.rule}{f'({params})' if params else ''}+{self.allocator}"
             + ("" if self.futility == DEFAULT_FUTILITY else f" futility={self.futility:g}")
+            + ("" if self.pooled_variance else " variance=uniform")
             + ("" if self.error_control == "ranking" else f" [{self.error_control}]")
         )
 
@@ -123,7 +147,13 @@ class Design:
 
 
 #: The rule as it landed before futility and step-down (Bonferroni over the L - 1 slots).
-LANDED = Design("group_sequential", "track_and_stop", (("step_down", False),), futility=0.0)
+LANDED = Design(
+    "group_sequential",
+    "track_and_stop",
+    (("step_down", False),),
+    futility=0.0,
+    pooled_variance=False,
+)
 DESIGNS = [
     Design("naive_z", "pairwise", futility=0.0),
     LANDED,
@@ -154,6 +184,8 @@ def parse_design(label: str) -> Design:
         label, _, control = label[:-1].rpartition("[")
         error_control = control.strip()
         label = label.strip()
+    pooled_variance = not label.endswith(" variance=uniform")
+    label = label.removesuffix(" variance=uniform")
     futility = DEFAULT_FUTILITY
     if " futility=" in label:
         label, _, value = label.partition(" futility=")
@@ -167,6 +199,7 @@ def parse_design(label: str) -> Design:
         tuple((k, _literal(v)) for k, v in pairs),
         error_control=error_control,
         futility=futility,
+        pooled_variance=pooled_variance,
     )
 
 
@@ -187,6 +220,7 @@ def policy_for(design: Design, cap: int, round_trials: int) -> SimPolicy:
         rope=EPSILON,
         error_control=design.error_control,
         futility=design.futility,
+        pooled_variance=design.pooled_variance,
         max_trials=cap,
         round_trials=round_trials,
     )
