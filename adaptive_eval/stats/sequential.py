@@ -88,9 +88,9 @@ def variance_probabilities(
     if not pooled:
         return np.asarray(nu / nu.sum(axis=-1, keepdims=True), dtype=np.float64)
     num_categories = nu.shape[-1]
-    pooled = nu.sum(axis=-2, keepdims=True)
-    pooled = pooled / pooled.sum(axis=-1, keepdims=True)
-    pseudo = nu - 1.0 + num_categories * pooled
+    totals = nu.sum(axis=-2, keepdims=True)
+    target = totals / totals.sum(axis=-1, keepdims=True)
+    pseudo = nu - 1.0 + num_categories * target
     return np.asarray(pseudo / pseudo.sum(axis=-1, keepdims=True), dtype=np.float64)
 
 
