@@ -376,8 +376,18 @@ class Controller:
     def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
         names = self.campaign.names
         before = {frozenset((d.a, d.b)): d.verdict for d in self.decisions}
+        futile_before = {frozenset((d.a, d.b)) for d in self.decisions if d.futile}
         changed = False
         for d in decisions:
+            if d.futile and frozenset((d.a, d.b)) not in futile_before:
+                self._emit(
+                    "pair_futile",
+                    a=names[d.a],
+                    b=names[d.b],
+                    z=round(d.z, 4),
+                    trials_needed_per_question=d.projected,
+                    trials_used=self.state.trials_used,
+                )
             old = before.get(frozenset((d.a, d.b)), Verdict.UNDECIDED)
             if d.verdict is not old and (d.settled or old.settled):
                 changed = True

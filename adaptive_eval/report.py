@@ -81,6 +81,9 @@ def summarize(
             "boundary": None if d.boundary is None else float(d.boundary),
             "alpha_spent": None if d.alpha is None else float(d.alpha),
             "decided_at_round": d.look,
+            "futile": d.futile,
+            "reason": d.reason,
+            "trials_needed_per_question": d.projected,
         }
         for d in decisions
     ]
@@ -168,8 +171,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         boundary = p.get("boundary")
         spent = p.get("alpha_spent")
         decided = p.get("decided_at_round")
+        decision = p["decision"] + (f" ({p['reason']})" if p.get("reason") else "")
         lines.append(
-            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | {p['rule'] or ''} | "
+            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {decision} | {p['rule'] or ''} | "
             f"{'' if boundary is None else f'{boundary:.3f}'} | "
             f"{'' if spent is None else f'{spent:.2e}'} | "
             f"{'' if decided is None else decided} |"

@@ -186,11 +186,9 @@ class PairDecision:
         return cls(a, b, z, Verdict.UNDECIDED, None)
 
     @classmethod
-    def hopeless(
-        cls, a: int, b: int, z: float, rule: str, projected: float | None, look: int
-    ) -> PairDecision:
+    def hopeless(cls, a: int, b: int, z: float, rule: str, projected: float | None) -> PairDecision:
         """Undecided, and not expected to be settled by the cap (a futility stop)."""
-        return cls(a, b, z, Verdict.UNDECIDED, rule, None, None, look, True, projected)
+        return cls(a, b, z, Verdict.UNDECIDED, rule, None, None, None, True, projected)
 
     @property
     def settled(self) -> bool:

@@ -231,7 +231,6 @@ class ConfidenceSequenceRule:
             abs(gap) / spread,
             self.name,
             need if math.isfinite(need) else None,
-            view.round,
         )
 
 
