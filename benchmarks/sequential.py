@@ -487,6 +487,13 @@ def markdown(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scenario_truth(path: Path) -> Truth:
+    """A simulated backend's scenario: true category probabilities, weights 0 .. 1."""
+    with np.load(path) as data:
+        probs = np.asarray(data["probs"], dtype=np.float64)
+    return Truth(probs, np.linspace(0, 1, probs.shape[2]))
+
+
 def replay_truth(path: Path, key: str) -> tuple[Truth, np.ndarray]:
     """The recorded outcomes and the truth they are judged against: the full published pool
     (``correct_total / count_total``) where the file has it, else the recorded outcomes."""
@@ -537,6 +544,14 @@ def main() -> None:
         "order (no replacement), decisions judged against the full pool's means",
     )
     parser.add_argument("--key", default="outcomes")
+    parser.add_argument(
+        "--scenario",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="simulated-backend scenario files (probs (L, M, K)), e.g. the demo's "
+        "configs/scenarios/llm_mimics.npz with --cap 80",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-sequential")
     args = parser.parse_args()
     designs = DESIGNS
@@ -549,6 +564,8 @@ def main() -> None:
             truth, served = replay_truth(path, args.key)
             campaigns[f"replay {path.name}"] = truth
             recorded[f"replay {path.name}"] = served
+    elif args.scenario is not None:
+        campaigns = {f"scenario {path.name}": scenario_truth(path) for path in args.scenario}
     else:
         campaigns = suite(args.questions)
     if args.only:
