@@ -68,11 +68,14 @@ def variance_probabilities(
     The posterior mean under a Dirichlet prior of the same weight as the uniform one (``K``
     pseudo-trials) but centred on the model's pooled category frequencies instead of ``1/K``:
 
-        p_iak = (nu_iak - 1 + K pi_ik) / T_ia,   pi_ik = sum_a nu_iak / sum_a T_ia
+        p_iak = (nu_iak - 1 + K pi_ik) / T_ia,
+        pi_ik = (1 + sum_a (nu_iak - 1)) / (K + sum_a (T_ia - K))
 
-    (``nu = 1 + prior trials + counts``, ``T = sum_k nu``). For a model whose pooled score is
-    near 0 or 1 (most real benchmarks: most questions always or never solved), a question with
-    no success yet no longer gets the variance of a coin (``1/(n+2)`` per trial), which kept
+    (``nu = 1 + prior trials + counts``, ``T = sum_k nu``; ``pi`` is the model's pooled trials
+    under one uniform pseudo-trial per category, not one per question, which would pull it to
+    ``1/K`` on a benchmark of many questions). For a model whose pooled score is near 0 or 1
+    (most real benchmarks: most questions always or never solved), a question with no success
+    yet no longer gets the variance of a coin (``1/(n+2)`` per trial), which kept
     such models sampling long after they were surely within the rope of each other; a question
     with a success gets its own variance back at once. Only the variance uses it: the score
     estimate stays the unbiased mean of per-question means. ``pooled=False`` gives the plain
@@ -80,15 +83,15 @@ def variance_probabilities(
     benchmarks' comparison).
 
     >>> p = variance_probabilities(np.array([[[10, 0], [9, 1]]]), np.array([[[11, 1], [10, 2]]]))
-    >>> [round(float(x), 4) for x in p[0, :, 1]]  # pooled 3/24 instead of 1/2 as the target
-    [0.0208, 0.1042]
+    >>> [round(float(x), 4) for x in p[0, :, 1]]  # (0 + 2 * 2/22) / 12, (1 + 2 * 2/22) / 12
+    [0.0152, 0.0985]
     """
     counts = np.asarray(counts, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
     if not pooled:
         return np.asarray(nu / nu.sum(axis=-1, keepdims=True), dtype=np.float64)
     num_categories = nu.shape[-1]
-    totals = nu.sum(axis=-2, keepdims=True)
+    totals = (nu - 1.0).sum(axis=-2, keepdims=True) + 1.0
     target = totals / totals.sum(axis=-1, keepdims=True)
     pseudo = nu - 1.0 + num_categories * target
     return np.asarray(pseudo / pseudo.sum(axis=-1, keepdims=True), dtype=np.float64)
@@ -112,8 +115,8 @@ def empirical_estimate(
     >>> theta, se = empirical_estimate(counts, nu, np.array([0.0, 1.0]))
     >>> float(theta[0])  # (3/4 + 2/2) / 2
     0.875
-    >>> round(float(se[0] ** 2), 5)  # ((22/30)(8/30)/4 + (17/20)(3/20)/2)/4, pooled target 0.7
-    0.02816
+    >>> round(float(se[0] ** 2), 5)  # ((3/4)(1/4)/4 + (7/8)(1/8)/2) / 4, pooled target 3/4
+    0.02539
     """
     counts = np.asarray(counts, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
