@@ -38,6 +38,8 @@ Methods, all at alpha = 0.05 two-sided:
 Reported per gap and method: mean trials (both models, the cap for undecided runs), share of
 runs decided, wrong-decision rate with a Wilson 95% interval. Wrong: any resolution on a true
 tie; the wrong sign on a gap; for the project's rules also "equivalent" when |gap| >= rope.
+Per gap, a Markdown table is printed; ``--out`` gets ``peers.json`` (config, rows; rewritten
+after each gap) and ``peers.md``.
 """
 
 from __future__ import annotations

@@ -328,27 +328,36 @@ class GroupSequential(ConfidenceSequenceRule):
     ``cap_share`` of the budget and the shorter ones splitting the rest; a pair is decided when
     any of them crosses. Each test is valid on its own and the budgets add up to the pair's
     (a union bound), so a pair that settles at a tenth of the cap meets a boundary designed for
-    that horizon instead of the cap's O'Brien-Fleming-like early boundary.
+    that horizon instead of the cap's O'Brien-Fleming-like early boundary. A shorter horizon is
+    used only if it holds at least ``shortest`` trials per question (at the pair's smaller
+    cap); with none left the cap's test keeps the whole budget. Which horizons a pair has is
+    fixed by the caps before any trial, so the union bound holds.
     """
 
     spending: str = "hsd"
     looks: int = 12
     first_look: float = 1 / 64
     gamma: float = -4.0
-    horizons: int = 1
+    horizons: int = 3
     ratio: float = 4.0
     cap_share: float = 0.5
+    shortest: int = 16
     name: str = "group_sequential"
 
     def fractions(self) -> tuple[float, ...]:
         return _fractions(self.looks, self.first_look)
 
-    def shares(self) -> tuple[float, ...]:
-        """Budget share of each horizon, the cap's first."""
-        if self.horizons == 1:
+    def shares(self, cap: float = math.inf) -> tuple[float, ...]:
+        """Budget share of each horizon, the cap's first, for a pair capped at ``cap`` trials
+        per question (shorter horizons below ``shortest`` trials are not used)."""
+        used = sum(1 for j in range(1, self.horizons) if cap / self.ratio**j >= self.shortest)
+        if used == 0:
             return (1.0,)
-        rest = (1.0 - self.cap_share) / (self.horizons - 1)
-        return (self.cap_share,) + (rest,) * (self.horizons - 1)
+        rest = (1.0 - self.cap_share) / used
+        return (self.cap_share,) + (rest,) * used
+
+    def pair_shares(self, view: CampaignView, a: int, b: int) -> tuple[float, ...]:
+        return self.shares(float(min(view.capacity[a], view.capacity[b])))
 
     def information_fraction(self, view: CampaignView, a: int, b: int) -> float:
         _, spread = view.pair_stat(a, b)
@@ -365,7 +374,7 @@ class GroupSequential(ConfidenceSequenceRule):
         return resolve, equivalent
 
     def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
-        resolve, equivalent = self.boundaries(self.alpha(view) * self.shares()[0])
+        resolve, equivalent = self.boundaries(self.alpha(view) * self.pair_shares(view, a, b)[0])
         return resolve[-1], equivalent[-1]
 
     def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
@@ -373,7 +382,7 @@ class GroupSequential(ConfidenceSequenceRule):
         fraction = self.information_fraction(view, a, b)
         alpha = self.alpha(view)
         found: list[_Look] = []
-        for horizon, share in enumerate(self.shares()):
+        for horizon, share in enumerate(self.pair_shares(view, a, b)):
             done = state.looks_done if horizon == 0 else state.shorter_looks.get(horizon, 0)
             scaled = fraction * self.ratio**horizon
             reached = int(np.searchsorted(fractions, scaled + 1e-9))
@@ -437,9 +446,10 @@ def group_sequential(
     error_control: str | None = None,
     step_down: bool = True,
     futility: float | None = None,
-    horizons: int = 1,
+    horizons: int = 3,
     ratio: float = 4.0,
     cap_share: float = 0.5,
+    shortest: int = 16,
 ) -> PairRule:
     _check_common(epsilon, error_control, step_down, futility)
     if spending not in seq.SPENDING_FUNCTIONS:
@@ -458,6 +468,8 @@ def group_sequential(
         raise ValueError(f"cap_share must be in (0, 1], got {cap_share}")
     if horizons > 1 and cap_share == 1:
         raise ValueError("cap_share must be below 1 when horizons > 1 (no budget left for them)")
+    if isinstance(shortest, bool) or not isinstance(shortest, int) or shortest < 1:
+        raise ValueError(f"shortest must be an integer >= 1, got {shortest!r}")
     return GroupSequential(
         epsilon,
         error_control,
@@ -470,6 +482,7 @@ def group_sequential(
         horizons=horizons,
         ratio=ratio,
         cap_share=cap_share,
+        shortest=shortest,
     )
 
 

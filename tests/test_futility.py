@@ -173,7 +173,7 @@ def test_shorter_horizons_keep_the_pairs_budget() -> None:
     fractions = rule.fractions()  # type: ignore[attr-defined]
     horizons = [
         (rule.ratio**-j, rule.boundaries(alpha * share)[0])  # type: ignore[attr-defined]
-        for j, share in enumerate(rule.shares())  # type: ignore[attr-defined]
+        for j, share in enumerate(rule.shares(400))  # type: ignore[attr-defined]
     ]
     crossed = brownian_union_crossing(fractions, horizons, 200_000)
     assert crossed <= alpha + 4 * math.sqrt(alpha / 200_000)
@@ -183,6 +183,14 @@ def test_shorter_horizons_keep_the_pairs_budget() -> None:
         horizons[2][1][-1]
         < cap_bounds[fractions.index(min(fractions, key=lambda f: abs(f - 1 / 16)))] - 0.5
     )
+
+
+def test_shorter_horizons_are_used_only_where_the_cap_leaves_room() -> None:
+    rule = pair_rules.build("group_sequential")  # horizons 3, ratio 4, shortest 16
+    assert rule.shares(400) == (0.5, 0.25, 0.25)  # type: ignore[attr-defined]
+    assert rule.shares(80) == (0.5, 0.5)  # type: ignore[attr-defined]
+    assert rule.shares(10) == (1.0,)  # type: ignore[attr-defined]
+    assert pair_rules.build("group_sequential", {"horizons": 1}).shares(400) == (1.0,)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -195,6 +203,7 @@ def test_shorter_horizons_keep_the_pairs_budget() -> None:
         ({"cap_share": 0.0}, "cap_share must be in (0, 1], got 0.0"),
         ({"horizons": 2, "cap_share": 1.0}, "cap_share must be below 1"),
         ({"step_down": "yes"}, "step_down must be true or false"),
+        ({"shortest": 0}, "shortest must be an integer >= 1, got 0"),
     ],
 )
 def test_bad_futility_and_horizon_parameters_name_field_and_value(
@@ -232,7 +241,7 @@ def ties_and_gaps(seed: int) -> Truth:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params", [{}, {"horizons": 3}])
+@pytest.mark.parametrize("params", [{}, {"horizons": 1}])
 def test_default_rules_keep_the_ranking_error_on_ties_and_gaps_at_epsilon(
     params: dict[str, object],
 ) -> None:
