@@ -51,10 +51,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
-    from adaptive_eval.runner import check_engines
+    from adaptive_eval.runner import check_engines, check_local_placement
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
+    check_local_placement(campaign)  # a run that could never start is not valid here
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -265,21 +265,77 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
     }
 
 
+def check_local_placement(campaign: Campaign) -> None:
+    """Refuse (exit 2), before Ray starts, workers a local cluster could never place.
+
+    Only CPUs are known before a local cluster starts (Ray finds the GPUs itself); a cluster
+    that is already up, or one named by ``execution.ray_address``, is checked by the
+    dispatcher against what it reports.
+    """
+    from adaptive_eval.dispatch import WorkerRequest, check_placement, worker_requests
+
+    execution = campaign.config.execution
+    if execution.ray_address or _ray_running():
+        return
+    cpus = execution.num_cpus or os.cpu_count() or 1
+    where = "execution.num_cpus" if execution.num_cpus else "this machine's CPU count"
+    requests = [
+        WorkerRequest(r.label, r.count, {"CPU": r.each["CPU"]})
+        for r in worker_requests(campaign.plans, execution.gpu_slots)
+        if r.each.get("CPU")
+    ]
+    check_placement(
+        requests,
+        {"CPU": float(cpus)},
+        cluster=f"the local Ray cluster ({where})",
+        source=campaign.config.source,
+    )
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")  # never import Ray only to learn that it is not running
+    return bool(ray is not None and ray.is_initialized())
+
+
+#: ``finish(campaign, controller)``: what a command adds to summary.json (compare's verdicts).
+Finish = Callable[[Campaign, Controller], dict[str, Any]]
+
+
 def run_campaign(
-    config: CampaignConfig, run_dir: Path, *, console: IO[str] | None = None, quiet: bool = False
+    config: CampaignConfig,
+    run_dir: Path,
+    *,
+    console: IO[str] | None = None,
+    quiet: bool = False,
+    campaign: Campaign | None = None,
+    finish: Finish | None = None,
+    init_ray: Any = None,
+    dispatcher_class: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) a campaign to its stop; write summary.json and report.md.
 
-    Every input is checked (config, files, engines) before anything is written to ``run_dir``;
-    the directory is then locked for the run's lifetime.
+    Every input is checked (config, files, engines, whether the workers fit the cluster) before
+    anything is written to ``run_dir``; the directory is then locked for the run's lifetime.
+    ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
+    ``finish``'s keys to the summary; ``init_ray`` and ``dispatcher_class`` replace Ray (tests).
     """
-    from adaptive_eval.dispatch import Dispatcher, init_ray
+    from adaptive_eval import dispatch
 
-    campaign = build_campaign(config)  # every input is validated before Ray starts
+    if campaign is None:
+        campaign = build_campaign(config)  # every input is validated before Ray starts
     check_engines(campaign)
+    check_local_placement(campaign)
     lock = prepare_run_dir(run_dir)
     try:
-        return _run_locked(campaign, run_dir, console, quiet, init_ray, Dispatcher)
+        return _run_locked(
+            campaign,
+            run_dir,
+            console,
+            quiet,
+            init_ray or dispatch.init_ray,
+            dispatcher_class or dispatch.Dispatcher,
+            finish,
+        )
     finally:
         lock.release()
 
@@ -330,6 +386,7 @@ def _run_locked(
     quiet: bool,
     init_ray: Any,
     dispatcher_class: Any,
+    finish: Finish | None = None,
 ) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     try:
@@ -344,6 +401,7 @@ def _run_locked(
                 quiet,
                 init_ray,
                 dispatcher_class,
+                finish,
             )
     finally:
         store.close()
@@ -359,6 +417,7 @@ def _run_opened(
     quiet: bool,
     init_ray: Any,
     dispatcher_class: Any,
+    finish: Finish | None = None,
 ) -> dict[str, Any]:
     config = campaign.config
     lines = ConsoleLines(terminal)
@@ -381,18 +440,26 @@ def _run_opened(
             prior=campaign.prior_note,
             ray_log=str(run_dir / RAY_LOG),
         )
-        try:
-            init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
-        except ClusterError as error:
-            raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
-        dispatcher = dispatcher_class(
-            campaign.plans,
-            campaign.offsets,
-            in_flight_per_worker=execution.in_flight_per_worker,
-            max_batch_retries=execution.max_batch_retries,
-            shared_slots=execution.gpu_slots,
-            on_event=on_event,
-        )
+
+        def start_workers() -> Any:
+            where = execution.ray_address or "a local cluster"
+            if not quiet:
+                lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
+            log.info("ray_starting", address=execution.ray_address)
+            try:
+                init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
+            except ClusterError as error:
+                raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
+            return dispatcher_class(
+                campaign.plans,
+                campaign.offsets,
+                in_flight_per_worker=execution.in_flight_per_worker,
+                max_batch_retries=execution.max_batch_retries,
+                shared_slots=execution.gpu_slots,
+                on_event=on_event,
+            )
+
+        dispatcher = StartOnDemand(start_workers)
         from adaptive_eval.library import attach
 
         port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
@@ -406,12 +473,10 @@ def _run_opened(
         if controller.prefetcher is not None:
             dispatch["prefetch"] = controller.prefetcher.summary()
         store.set_meta(dispatch=dispatch, resumed=resumed)
-        summary = build_summary(
-            campaign,
-            controller,
-            campaign_id,
-            extra={"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch},
-        )
+        extra = {"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch}
+        if finish is not None:
+            extra.update(finish(campaign, controller))
+        summary = build_summary(campaign, controller, campaign_id, extra=extra)
         write_outputs(run_dir, summary)
         log.info(
             "campaign_done",
@@ -422,6 +487,49 @@ def _run_opened(
         return summary
     finally:
         handle.close()
+
+
+class StartOnDemand:
+    """The dispatcher, started (Ray and its workers) when the first batch needs sampling.
+
+    Behind the trial library, a run whose every trial the library holds never starts Ray (a
+    night with nothing new to sample takes seconds, not Ray's start-up).
+    """
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self.inner: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.inner is not None
+
+    def submit(self, batches: list[Batch]) -> None:
+        if not batches:
+            return
+        if self.inner is None:
+            self.inner = self._start()
+        self.inner.submit(batches)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        return [] if self.inner is None else list(self.inner.poll(timeout))
+
+    def pending(self) -> int:
+        return 0 if self.inner is None else int(self.inner.pending())
+
+    @property
+    def num_workers(self) -> int:
+        return 0 if self.inner is None else int(self.inner.num_workers)
+
+    @property
+    def stats(self) -> Any:
+        from adaptive_eval.dispatch import DispatchStats
+
+        return DispatchStats() if self.inner is None else self.inner.stats
+
+    def shutdown(self) -> None:
+        if self.inner is not None and hasattr(self.inner, "shutdown"):
+            self.inner.shutdown()
 
 
 #: Summary keys only a run can know; ``report`` carries them over.
