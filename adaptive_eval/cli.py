@@ -295,7 +295,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
 
     config = load_config(args.config, args.set)
-    summary = run_compare(config, args.candidate, Path(args.out), quiet=args.quiet)
+    summary = run_compare(
+        config, args.candidate, Path(args.out), margin=args.margin, quiet=args.quiet
+    )
     result = summary["comparison"]
     print(json.dumps(result, indent=2) if args.json else render(result))
     code: int = result["exit_code"]
@@ -398,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("config")
     compare.add_argument("--candidate", required=True, help="the model to place")
+    compare.add_argument(
+        "--margin",
+        type=float,
+        help="non-inferiority margin: pass (exit 0) once the candidate is shown not worse than "
+        "every incumbent by more than this, fail (exit 3) once shown worse by more than this "
+        "against one (default: compare.margin in the config, else better/worse/equivalent)",
+    )
     compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")

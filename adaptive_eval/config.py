@@ -267,6 +267,18 @@ class OutputConfig(_Strict):
     )
 
 
+class CompareConfig(_Strict):
+    """Settings of ``adaptive-eval compare`` (a candidate against incumbents, a CI gate)."""
+
+    margin: float | None = Field(
+        None,
+        gt=0,
+        description="Non-inferiority margin: the gate passes a candidate shown not worse than "
+        "each incumbent by more than this (on the rubric score), fails one shown worse by more; "
+        "null: settle better / worse / equivalent with the pair rules. --margin overrides it.",
+    )
+
+
 class CampaignConfig(_Strict):
     name: str
     seed: int = 0
@@ -286,6 +298,9 @@ class CampaignConfig(_Strict):
         None,
         description="Trial library (SQLite file or folder) shared across runs: cells it holds "
         "are reused before sampling, new trials are added. Default off.",
+    )
+    compare: CompareConfig | None = Field(
+        None, description="Settings of `adaptive-eval compare` (ignored by the other commands)."
     )
 
     #: Where the config was read from; paths resolve against its folder.
@@ -309,7 +324,8 @@ class CampaignConfig(_Strict):
         is drawn or how it is judged, so raising them on resume extends the same campaign.
         """
         data = self.model_dump(
-            mode="json", exclude={"execution", "output", "source", "budget", "library"}
+            mode="json",
+            exclude={"execution", "output", "source", "budget", "library", "compare"},
         )
         data["policy"].pop("max_trials_per_question", None)
         # The pipelining lag decides which posterior each round is planned from.

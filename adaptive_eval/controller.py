@@ -213,7 +213,10 @@ class Controller:
         # Goal and budget stops are re-checked on every round, including those drained after
         # the stop, so the final report never says "settled" over undecided pairs.
         latched = self.stop is not None and self.stop.reason in LATCHED_STOPS
-        stop = self.stop if latched else self.campaign.stopping.should_stop(view, decisions)
+        # Asked every round, latched or not: rules that test sequentially inside (compare's
+        # verdicts) then see the same looks in a run and in its offline re-read.
+        checked = self.campaign.stopping.should_stop(view, decisions)
+        stop = self.stop if latched else checked
         self._warn_if_slow("decide", started)
         self._log_changes(decisions, stop)
         self.decisions, self.stop = decisions, stop
@@ -387,6 +390,9 @@ class Controller:
                     z=round(d.z, 4),
                     decision=d.verdict.value,
                     rule=d.rule,
+                    # The rule's own round: a pair settled before it became adjacent in the
+                    # ordering is logged now, but was decided then (as summary.json says).
+                    decided_at_round=d.look,
                     trials_used=self.state.trials_used,
                 )
         if changed:

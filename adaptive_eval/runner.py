@@ -573,11 +573,39 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
     campaign = build_campaign(config)
     if not (run_dir / TrialStore.FILENAME).exists() and not _earlier_outputs(run_dir):
         raise InputError("holds no recorded campaign", source=str(run_dir))
+    finish: Finish | None = None
+    steering = _compare_steering(run_dir)
+    if steering is not None:  # a compare folder: the same steered campaign and its verdicts
+        from adaptive_eval.compare import compare_campaign, comparison
+
+        candidate = str(steering["candidate"])
+        if "margin" not in steering:
+            config = config.model_copy(update={"compare": None})
+        campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
+
+        def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+            return {"comparison": comparison(campaign, controller.view(), candidate, judge)}
+
     with RunLock(run_dir):
-        return _report_locked(campaign, run_dir)
+        return _report_locked(campaign, run_dir, finish)
 
 
-def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
+def _compare_steering(run_dir: Path) -> dict[str, Any] | None:
+    """What ``compare`` recorded of its candidate (and margin) in the run's identity, if any."""
+    if not (run_dir / TrialStore.FILENAME).exists():
+        return None
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        identity = store.get_meta("identity")
+    finally:
+        store.close()
+    steering = identity.get("compare") if isinstance(identity, dict) else None
+    return steering if isinstance(steering, dict) and "candidate" in steering else None
+
+
+def _report_locked(
+    campaign: Campaign, run_dir: Path, finish: Finish | None = None
+) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     if not resumed:
         store.close()
@@ -595,16 +623,14 @@ def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
             controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
         elif not store.get_meta("finished"):
             controller.stop = None
-        summary = build_summary(
-            campaign,
-            controller,
-            campaign_id,
-            extra={
-                **kept,
-                "elapsed_s": store.get_meta("elapsed_s"),
-                "finished": bool(store.get_meta("finished")),
-            },
-        )
+        extra = {
+            **kept,
+            "elapsed_s": store.get_meta("elapsed_s"),
+            "finished": bool(store.get_meta("finished")),
+        }
+        if finish is not None:
+            extra.update(finish(campaign, controller))
+        summary = build_summary(campaign, controller, campaign_id, extra=extra)
         write_outputs(run_dir, summary)
         return summary
     finally:
