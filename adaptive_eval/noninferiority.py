@@ -68,6 +68,11 @@ class NonInferiority:
     _comparisons: dict[int, _Comparison] = field(default_factory=dict, repr=False)
     _answered: tuple[int, list[MarginVerdict]] | None = field(default=None, repr=False)
 
+    @property
+    def latest(self) -> list[MarginVerdict]:
+        """The verdicts of the latest round asked (empty before the first)."""
+        return [] if self._answered is None else list(self._answered[1])
+
     def alpha(self, view: CampaignView) -> float:
         return (1.0 - view.confidence) / max(1, view.num_models - 1)
 
