@@ -264,8 +264,10 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
 
 
 def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
-    """Each model's score over the nights (``nights.jsonl`` records), with its interval."""
+    """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
+
+    from adaptive_eval.nightly import score, spread
 
     half = float(norm.ppf((1 + confidence) / 2))
     fig, ax = _figure(7, 3.6)
@@ -273,7 +275,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     names = sorted({m["name"] for record in history for m in record["ranking"]})
     for name in names:
         points = [
-            (i, m["mu"], m["sigma"])
+            (i, score(m), spread(m))
             for i, record in enumerate(history)
             for m in record["ranking"]
             if m["name"] == name
@@ -286,7 +288,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     for i in alerts:
         ax.axvline(i, color="#c92a2a", alpha=0.3, linewidth=6)
     ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("posterior mean score")
+    ax.set_ylabel("estimate (what decisions use)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _svg(fig)
 
