@@ -264,7 +264,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from adaptive_eval.imports import import_files, parse_map
 
     mapping = parse_map(args.map) if args.map else None
-    result = import_files(args.format, [Path(f) for f in args.files], mapping, args.metric)
+    result = import_files(
+        args.format, [Path(f) for f in args.files], mapping, args.metric, args.filter
+    )
     result.save(Path(args.out))
     low, high = result.trials_per_cell
     print(
@@ -391,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imp.add_argument(
         "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
+    )
+    imp.add_argument(
+        "--filter",
+        metavar="NAME",
+        help="lm-eval filter whose scores to read when the files hold several (lm-eval writes "
+        "one line per document and filter, e.g. gsm8k's strict-match and flexible-extract)",
     )
     imp.set_defaults(func=cmd_import)
 
