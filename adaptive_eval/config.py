@@ -380,18 +380,21 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 
 def _raise_validation(error: ValidationError, source: str) -> None:
-    first = error.errors()[0]
-    field = _location(tuple(first["loc"])) or "<root>"
-    value = first.get("input")
-    shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
-    if first["type"] == "extra_forbidden":
-        message = f"unknown key (value {shown})"
-    else:
-        message = f"{first['msg']} (got {shown})"
-    extra = len(error.errors()) - 1
-    if extra:
-        message += f"; and {extra} more error(s)"
-    raise InputError(message, source=source, field=field) from None
+    """One line naming every invalid field with its value (not only the first)."""
+    found = []
+    for item in error.errors():
+        field = _location(tuple(item["loc"])) or "<root>"
+        value = item.get("input")
+        shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+        if item["type"] == "extra_forbidden":
+            found.append((field, f"unknown key (value {shown})"))
+        else:
+            found.append((field, f"{item['msg']} (got {shown})"))
+    if len(found) == 1:
+        ((field, message),) = found
+        raise InputError(message, source=source, field=field) from None
+    listed = "; ".join(f"{field}: {message}" for field, message in found)
+    raise InputError(f"{len(found)} errors: {listed}", source=source) from None
 
 
 def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:
