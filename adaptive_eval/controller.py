@@ -81,6 +81,7 @@ class Controller:
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
         self._wanted = np.ones(len(campaign.names), dtype=bool)  # models the latest plan served
+        self._warmed: set[str] = set()  # phases whose first slow call (table building) was seen
         target = self.config.execution.prefetch_trials
         self.prefetcher = (
             Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
@@ -348,8 +349,20 @@ class Controller:
 
     def _warn_if_slow(self, phase: str, started: float) -> None:
         spent = time.perf_counter() - started
-        if spent > SLOW_POLICY_S:
-            self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+        if spent <= SLOW_POLICY_S:
+            return
+        if phase not in self._warmed:
+            # A phase's first slow call builds the rules' tables (boundaries, caches) once per
+            # run: expected, logged to events.jsonl only. Later slow calls are the policy's.
+            self._warmed.add(phase)
+            self.log.info("policy_warmup", phase=phase, seconds=round(spent, 4))
+            return
+        self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+
+    @property
+    def wanted(self) -> np.ndarray:
+        """Models the latest plan served (the stopping rules' needs, and models below min)."""
+        return self._wanted
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:

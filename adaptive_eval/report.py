@@ -298,7 +298,7 @@ def render_console(summary: dict[str, Any]) -> str:
         )
     out.append("")
     for p in summary["pairs"]:
-        out.append(f"  {p['a']} vs {p['b']}: {p['decision']} (z = {p['z']:.2f})")
+        out.append(f"  {p['a']} vs {p['b']}: {decision_text(p)} (z = {p['z']:.2f})")
     warning = (summary.get("decision_rules") or {}).get("warning")
     if warning:
         out += ["", f"warning: {warning}"]
@@ -311,7 +311,8 @@ def render_console(summary: dict[str, Any]) -> str:
             f", {_pct(saved['tokens_fraction'])} of tokens"
             if saved["tokens_fraction"] is not None
             else ""
-        ),
+        )
+        + _undecided_note(summary),
     ]
     return "\n".join(out)
 

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -174,41 +175,101 @@ def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> 
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
-class _Progress:
-    """The one live status line: a tqdm bar over the trials planned so far.
+#: Seconds between status lines when the console is not a terminal (CI logs, files).
+STATUS_INTERVAL_S = 15.0
 
-    Its total grows with the plan (the campaign stops early by design, so the fixed-N count is
-    no total), it shows the undecided pairs and the trials saved to the store, and it is
-    created on the first recorded batch so its rate and ETA leave Ray's start-up out.
+
+class Progress:
+    """The run's progress: a tqdm bar on a terminal, a status line every ``interval_s``
+    seconds elsewhere (CI logs get a line, not minutes of silence).
+
+    The total is the cap-bound: the trials recorded and planned so far plus what the models the
+    stopping rules still need could take up to ``max_trials_per_question`` (and at most the
+    trial budget). The campaign cannot use more, so the bar never goes backwards and its ETA
+    (at the rate since the first recorded batch, so Ray's start-up is left out) is an upper
+    bound; the total only shrinks, as models are settled.
     """
 
-    def __init__(self, console: ConsoleLines, enabled: bool) -> None:
+    def __init__(
+        self,
+        console: ConsoleLines,
+        enabled: bool,
+        *,
+        interval_s: float = STATUS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console
-        self.enabled = enabled and console.isatty()
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.clock = clock
         self.bar: Any = None
+        self.total: int | None = None
+        self.done = 0
+        self._first: tuple[float, int] | None = None  # (time, trials) at the first call
+        self._last_line = 0.0
+
+    def bound(self, controller: Controller) -> int:
+        """Trials the campaign can still reach: planned so far plus the needed models' room."""
+        planned = controller.state.planned
+        room = controller.campaign.capacity[:, None] - planned
+        needed = np.asarray(controller.wanted, dtype=bool)
+        bound = int(planned.sum()) + int(np.clip(room[needed], 0, None).sum())
+        budget = controller.config.budget.trials
+        return bound if budget is None else min(bound, budget)
 
     def __call__(self, controller: Controller) -> None:
         if not self.enabled:
             return
+        now = self.clock()
+        self.done = max(self.done, controller.store.count_trials())
+        bound = self.bound(controller)
+        self.total = max(bound if self.total is None else min(self.total, bound), self.done)
+        undecided = sum(not d.settled for d in controller.decisions)
+        if self._first is None:
+            self._first = (now, self.done)
+            self._last_line = now
+        if self.console.isatty():
+            self._draw(undecided)
+        elif now - self._last_line >= self.interval_s:
+            self._last_line = now
+            self.console.write(self.status_line(now, undecided) + "\n")
+
+    def eta_s(self, now: float) -> float | None:
+        """Seconds to the cap-bound at the rate since the first call (None before a rate)."""
+        if self._first is None or self.total is None:
+            return None
+        start, trials = self._first
+        rate = (self.done - trials) / (now - start) if now > start else 0.0
+        return (self.total - self.done) / rate if rate > 0 else None
+
+    def status_line(self, now: float, undecided: int) -> str:
+        total = self.total or 0
+        share = f"{100 * self.done / total:.1f}%" if total else "n/a"
+        eta = self.eta_s(now)
+        return (
+            f"progress: {self.done:,} of at most {total:,} trials ({share}), "
+            f"{undecided} pair(s) undecided, "
+            + ("ETA n/a" if eta is None else f"at most {eta:.0f} s to go")
+        )
+
+    def _draw(self, undecided: int) -> None:
         if self.bar is None:
             from tqdm import tqdm
 
             stream = self.console.stream
             self.bar = tqdm(
-                total=0,
+                total=self.total,
+                initial=self.done,
                 unit="trial",
-                desc="sampling",
+                desc="sampling (of at most)",
                 # A terminal that reports no width (a bare pty) would get an empty bar.
                 dynamic_ncols=_terminal_width(stream) > 0,
                 file=stream,
             )
             self.console.bar_active = True
-        saved = controller.store.count_trials()
-        self.bar.total = max(int(controller.state.planned.sum()), saved)
-        self.bar.n = saved
-        undecided = sum(not d.settled for d in controller.decisions)
-        status = f"undecided pairs {undecided}, trials saved {saved}"
-        self.bar.set_postfix_str(status, refresh=False)
+        self.bar.total = self.total
+        self.bar.n = self.done
+        self.bar.set_postfix_str(f"undecided pairs {undecided}", refresh=False)
         self.bar.refresh()
 
     def close(self, finished: bool) -> None:
@@ -423,7 +484,7 @@ def _run_opened(
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
     log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
-    progress = _Progress(lines, config.output.progress and not quiet)
+    progress = Progress(lines, config.output.progress and not quiet)
 
     def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
         getattr(log, level)(kind, **payload)
