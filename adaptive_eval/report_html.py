@@ -121,8 +121,9 @@ def forest_plot(summary: dict[str, Any]) -> str:
     high = np.array([m.get("estimate_ci_high", m["ci_high"]) for m in models])
     for shade, group in enumerate(rank_groups(models)):
         if shade % 2 == 0:
-            ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
-    ax.errorbar(
+            band = ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
+            band.set_gid(f"settled-group-{shade}")
+    bars = ax.errorbar(
         estimate,
         y,
         xerr=[estimate - low, high - estimate],
@@ -131,7 +132,11 @@ def forest_plot(summary: dict[str, Any]) -> str:
         capsize=3,
         label="estimate (decisions use it) and its interval",
     )
-    ax.plot([m["mu"] for m in models], y, "x", color="#868e96", label="Bayes@N posterior mean")
+    bars.lines[0].set_gid("estimate")
+    (bayes,) = ax.plot(
+        [m["mu"] for m in models], y, "x", color="#868e96", label="Bayes@N posterior mean"
+    )
+    bayes.set_gid("bayes-at-n")
     ax.set_yticks(y, [f"{m['rank']}. {m['name']}" for m in models])
     ax.set_xlabel(
         f"score, {round(100 * summary['confidence'])}% interval; shaded bands alternate between "
@@ -221,22 +226,25 @@ def pairs_plot(summary: dict[str, Any]) -> str:
     pairs = pair_rows(summary)
     fig, ax = _figure(9, 0.4 * max(1, len(pairs)) + 1.2)
     y = np.arange(len(pairs))[::-1]
-    ax.barh(
+    drawn = ax.barh(
         y,
-        [p["z"] for p in pairs],
+        [abs(p["z"]) for p in pairs],
         color=[DECISION_COLOURS.get(p["decision"], "#868e96") for p in pairs],
     )
-    bounded = [(row, p["boundary"]) for row, p in zip(y, pairs, strict=True) if p["boundary"]]
-    for index, (row, boundary) in enumerate(bounded):
-        ax.plot(
+    for index, bar in enumerate(drawn.patches):
+        bar.set_gid(f"pair-{index}")
+    bounded = [(index, p["boundary"]) for index, p in enumerate(pairs) if p["boundary"] is not None]
+    for count, (index, boundary) in enumerate(bounded):
+        (mark,) = ax.plot(
             [boundary, boundary],
-            [row - 0.45, row + 0.45],
+            [y[index] - 0.45, y[index] + 0.45],
             color="#212529",
             linewidth=2.5,
-            label="the pair's own boundary" if index == 0 else None,
+            label="the pair's own boundary" if count == 0 else None,
         )
+        mark.set_gid(f"boundary-{index}")
     ax.set_yticks(y, [p["label"] for p in pairs])
-    ax.set_xlabel("z of the pair; the black mark is the boundary it was tested against")
+    ax.set_xlabel("|z| of the pair; the black mark is the boundary it was tested against")
     if bounded:
         ax.legend(loc="lower right")
     return _svg(fig)
