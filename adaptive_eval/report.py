@@ -169,14 +169,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "|---|---|---:|---|---|---:|---:|---:|",
         ]
     for p in summary["pairs"] if comparison is None else []:
-        boundary = p.get("boundary")
-        spent = p.get("alpha_spent")
-        decided = p.get("decided_at_round")
         lines.append(
             f"| {p['a']} | {p['b']} | {p['z']:.3f} | {decision_text(p)} | {p['rule'] or ''} | "
-            f"{'' if boundary is None else f'{boundary:.3f}'} | "
-            f"{'' if spent is None else f'{spent:.2e}'} | "
-            f"{'' if decided is None else decided} |"
+            f"{optional(p.get('boundary'), '.3f')} | {optional(p.get('alpha_spent'), '.2e')} | "
+            f"{optional(p.get('decided_at_round'))} |"
         )
     tokens = summary["tokens_used"]
     gpu = summary["gpu_s_used"]
@@ -215,6 +211,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def optional(value: Any, spec: str = "") -> str:
+    """A table cell: the value formatted with ``spec``, or empty where there is none."""
+    return "" if value is None else format(value, spec)
+
+
 def decision_text(pair: dict[str, Any]) -> str:
     """A pair's decision, with the rule's reason where it gave one (e.g. why it is undecided)."""
     reason = pair.get("reason")
@@ -246,12 +247,10 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
         "|---|---|---:|---:|---:|---:|",
     ]
     for row in comparison["verdicts"]:
-        boundary = row.get("boundary")
-        decided = row.get("decided_at_round")
         lines.append(
             f"| {row['incumbent']} | {decision_text(row)} | {row['z']:.3f} | "
-            f"{'' if boundary is None else f'{boundary:.3f}'} | "
-            f"{'' if decided is None else decided} | {row['trials']} |"
+            f"{optional(row.get('boundary'), '.3f')} | {optional(row.get('decided_at_round'))} | "
+            f"{row['trials']} |"
         )
     return [*lines, ""]
 

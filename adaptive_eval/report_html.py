@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.report import COMPARE_EXIT_MEANING, decision_text
+from adaptive_eval.report import COMPARE_EXIT_MEANING, decision_text, optional
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -201,24 +201,19 @@ def pair_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The pairs the page shows: compare's (candidate, incumbent) verdicts, else the adjacent
     pairs of the ranking; each with ``label``, ``z``, ``boundary``, ``decision``."""
     comparison = summary.get("comparison")
-    if comparison is not None:
-        return [
-            {
-                "label": f"{comparison['candidate']} vs {row['incumbent']} ({row['decision']})",
-                "z": row["z"],
-                "boundary": row.get("boundary"),
-                "decision": row["decision"],
-            }
-            for row in comparison["verdicts"]
-        ]
+    shown = (
+        [(comparison["candidate"], row["incumbent"], row) for row in comparison["verdicts"]]
+        if comparison is not None
+        else [(p["a"], p["b"], p) for p in summary["pairs"]]
+    )
     return [
         {
-            "label": f"{p['a']} vs {p['b']} ({p['decision']})",
-            "z": p["z"],
-            "boundary": p.get("boundary"),
-            "decision": p["decision"],
+            "label": f"{a} vs {b} ({row['decision']})",
+            "z": row["z"],
+            "boundary": row.get("boundary"),
+            "decision": row["decision"],
         }
-        for p in summary["pairs"]
+        for a, b, row in shown
     ]
 
 
@@ -347,8 +342,8 @@ def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
             row["incumbent"],
             decision_text(row),
             f"{row['z']:.3f}",
-            "" if row.get("boundary") is None else f"{row['boundary']:.3f}",
-            "" if row.get("decided_at_round") is None else str(row["decided_at_round"]),
+            optional(row.get("boundary"), ".3f"),
+            optional(row.get("decided_at_round")),
             str(row["trials"]),
         ]
         for row in comparison["verdicts"]
