@@ -56,7 +56,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
-    check_local_placement(campaign)  # a run that could never start is not valid here
+    check_local_placement(campaign, planned_only=True)  # a run that could never start
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):

@@ -182,7 +182,8 @@ def heatmap_plot(summary: dict[str, Any], data: RunData) -> str:
     order = _in_rank_order(summary, data)
     trials = data.trials[order]
     columns = np.argsort(-trials.sum(axis=0), kind="stable")  # most-sampled questions first
-    fig, ax = _figure(9, 0.3 * len(order) + 1.8)
+    # Wider for many questions (as many cells as the page shows); also the cheaper to draw.
+    fig, ax = _figure(max(9, min(14, 2 + 0.12 * len(columns))), 0.3 * len(order) + 1.8)
     image = ax.imshow(trials[:, columns], aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_yticks(np.arange(len(order)), [data.models[i] for i in order])
     step = max(1, -(-len(columns) // HEATMAP_LABELS))

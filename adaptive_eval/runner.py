@@ -269,7 +269,9 @@ class Progress:
             self.console.bar_active = True
         self.bar.total = self.total
         self.bar.n = self.done
-        self.bar.set_postfix_str(f"undecided pairs {undecided}", refresh=False)
+        self.bar.set_postfix_str(
+            f"undecided pairs {undecided}, trials saved {self.done}", refresh=False
+        )
         self.bar.refresh()
 
     def close(self, finished: bool) -> None:
@@ -326,17 +328,18 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
     }
 
 
-def check_local_placement(campaign: Campaign) -> None:
+def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> None:
     """Refuse (exit 2), before Ray starts, workers a local cluster could never place.
 
     Only CPUs are known before a local cluster starts (Ray finds the GPUs itself); a cluster
-    that is already up, or one named by ``execution.ray_address``, is checked by the
-    dispatcher against what it reports.
+    that is already up in this process, or one named by ``execution.ray_address``, is checked
+    by the dispatcher against what it reports. ``planned_only`` checks the local cluster the
+    config plans even so (``validate``, which starts nothing).
     """
     from adaptive_eval.dispatch import WorkerRequest, check_placement, worker_requests
 
     execution = campaign.config.execution
-    if execution.ray_address or _ray_running():
+    if execution.ray_address or (_ray_running() and not planned_only):
         return
     cpus = execution.num_cpus or os.cpu_count() or 1
     where = "execution.num_cpus" if execution.num_cpus else "this machine's CPU count"
