@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 
+from adaptive_eval import runner
 from adaptive_eval.cli import main
 from adaptive_eval.dispatch import WorkerRequest, check_placement
 from adaptive_eval.errors import InputError
@@ -45,8 +46,10 @@ def test_check_placement_checks_the_largest_node() -> None:
 
 
 def test_validate_and_run_refuse_a_config_a_local_cluster_cannot_place(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # As from the command line: no Ray in this process yet (another test may have left one).
+    monkeypatch.setattr(runner, "_ray_running", lambda: False)
     config = _three_entries(tmp_path, num_cpus=2)
     assert main(["validate", str(config)]) == 2
     err = capsys.readouterr().err.strip()
