@@ -106,7 +106,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         print(run_dir / FILENAME)
         return 0
-    print(json.dumps(summary, indent=2) if args.json else render_console(summary))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif "comparison" in summary:  # a compare folder: its verdict, as compare printed it
+        from adaptive_eval.compare import render
+
+        print(render_console(summary) + "\n\n" + render(summary["comparison"]))
+    else:
+        print(render_console(summary))
     return 0
 
 

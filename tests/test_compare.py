@@ -174,6 +174,9 @@ def test_report_rebuilds_a_compare_folder_with_the_verdict(
     assert main(["report", str(run_dir), "--json"]) == 0
     rebuilt = json.loads(capsys.readouterr().out)
     assert rebuilt["comparison"] == result
+    assert main(["report", str(run_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "candidate cand:" in printed and "exit code 0: not worse than any incumbent" in printed
     report = (run_dir / "report.md").read_text()
     assert "Candidate **cand**" in report and "Exit code **0**" in report
     for incumbent, decision in _decisions(result).items():
