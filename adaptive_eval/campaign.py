@@ -28,8 +28,9 @@ DEFAULT_PAIR_RULE = "group_sequential"
 #: instead of mixing two rules in one campaign.
 DECISION_RULES = (
     "2: Holm step-down over the adjacent pairs under error_control ranking; futility stops "
-    "(policy.futility); group_sequential with shorter horizons (horizons=3, ratio=4, "
-    "cap_share=0.5, shortest=16); per-trial variance centred on the model's pooled score"
+    "(policy.futility, from 8 trials per question); group_sequential with shorter horizons "
+    "(horizons=3, ratio=4, cap_share=0.5, shortest=16); per-trial variance centred on the "
+    "model's pooled score"
 )
 
 

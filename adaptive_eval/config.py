@@ -145,7 +145,7 @@ class PolicyConfig(_Strict):
         "each decided pair is.",
     )
     futility: float = Field(
-        0.05,
+        0.2,
         ge=0,
         lt=0.5,
         description="Futility threshold: an undecided pair whose predictive probability of "

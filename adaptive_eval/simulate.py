@@ -49,7 +49,7 @@ class SimPolicy:
     confidence: float = 0.95
     rope: float | None = 0.02
     error_control: str = "ranking"
-    futility: float = 0.05
+    futility: float = 0.2
     pooled_variance: bool = True
     min_trials: int = 2
     max_trials: int = 400

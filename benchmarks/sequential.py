@@ -44,7 +44,7 @@ from adaptive_eval.stats import sequential as seq
 REPO = Path(__file__).resolve().parent.parent
 MIMICS = [0.2332, 0.2545, 0.3604, 0.3642, 0.3642, 0.4466, 0.5418, 0.5276, 0.608, 0.6213, 0.7327]
 EPSILON = 0.02
-DEFAULT_FUTILITY = 0.05
+DEFAULT_FUTILITY = 0.2
 
 
 def matched(rng: np.random.Generator, target: float, size: int, kappa: float) -> np.ndarray:
@@ -169,7 +169,7 @@ DESIGNS = [
     # Flatter Hwang-Shih-DeCani spending than the default gamma = -4: lower early boundaries.
     Design("group_sequential", "track_and_stop", (("gamma", -2.0),)),
     Design("group_sequential", "track_and_stop", (("gamma", 1.0),)),
-    Design("group_sequential", "track_and_stop", futility=0.2),
+    Design("group_sequential", "track_and_stop", futility=0.05),
     Design("group_sequential", "track_and_stop", error_control="pair"),
 ]
 SMALL_SUITE = ("tie", "gap", "checkpoint")

@@ -138,7 +138,9 @@ class ConfidenceSequenceRule:
     error_control: str | None = None  # None: the campaign's policy.error_control
     step_down: bool = True
     futility: float | None = None  # None: the campaign's policy.futility
-    futility_after: float = 0.0  # no futility stop before this share of the cap's information
+    #: No futility stop before both models average this many trials per question: the
+    #: Gaussian projection to the cap is not to be trusted on a handful of trials.
+    futility_trials: int = 8
     name: str = "sequential"
     _pairs: dict[tuple[int, int], _PairState] = field(default_factory=dict, repr=False)
     _level: tuple[int, float] = (-1, 0.0)  # (round, Holm's alpha for an open pair)
@@ -219,7 +221,7 @@ class ConfidenceSequenceRule:
         spread_cap = capped_se(view, a, b)
         if threshold <= 0 or spread_cap is None or spread_cap >= spread:
             return None
-        if (spread_cap / spread) ** 2 < self.futility_after:
+        if view.trials[[a, b]].mean(axis=1).min() < self.futility_trials:
             return None
         resolve, equivalent = self.final(view, a, b)
         epsilon = self.rope(view)
@@ -419,7 +421,7 @@ def _check_common(
     error_control: str | None,
     step_down: bool = True,
     futility: float | None = None,
-    futility_after: float = 0.0,
+    futility_trials: int = 8,
 ) -> None:
     if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
@@ -428,8 +430,10 @@ def _check_common(
     if not isinstance(step_down, bool):
         raise ValueError(f"step_down must be true or false, got {step_down!r}")
     check_futility(futility)
-    if not (isinstance(futility_after, int | float) and 0 <= futility_after < 1):
-        raise ValueError(f"futility_after must be a number in [0, 1), got {futility_after!r}")
+    if isinstance(futility_trials, bool) or not isinstance(futility_trials, int):
+        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials!r}")
+    if futility_trials < 0:
+        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials}")
 
 
 def check_futility(futility: float | None) -> None:
@@ -452,13 +456,13 @@ def group_sequential(
     error_control: str | None = None,
     step_down: bool = True,
     futility: float | None = None,
-    futility_after: float = 0.0,
+    futility_trials: int = 8,
     horizons: int = 3,
     ratio: float = 4.0,
     cap_share: float = 0.5,
     shortest: int = 16,
 ) -> PairRule:
-    _check_common(epsilon, error_control, step_down, futility, futility_after)
+    _check_common(epsilon, error_control, step_down, futility, futility_trials)
     if spending not in seq.SPENDING_FUNCTIONS:
         raise ValueError(f"spending must be one of {seq.SPENDING_FUNCTIONS}, got {spending!r}")
     if not isinstance(looks, int) or not 1 <= looks <= 64:
@@ -482,7 +486,7 @@ def group_sequential(
         error_control,
         step_down,
         futility,
-        futility_after,
+        futility_trials,
         spending=spending,
         looks=looks,
         first_look=first_look,

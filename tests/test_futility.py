@@ -204,6 +204,7 @@ def test_shorter_horizons_are_used_only_where_the_cap_leaves_room() -> None:
         ({"horizons": 2, "cap_share": 1.0}, "cap_share must be below 1"),
         ({"step_down": "yes"}, "step_down must be true or false"),
         ({"shortest": 0}, "shortest must be an integer >= 1, got 0"),
+        ({"futility_trials": -1}, "futility_trials must be an integer >= 0, got -1"),
     ],
 )
 def test_bad_futility_and_horizon_parameters_name_field_and_value(
@@ -254,7 +255,7 @@ def test_default_rules_keep_the_ranking_error_on_ties_and_gaps_at_epsilon(
         stopping=any_of(stopping_rules.build("pairs_settled")),
         allocator=allocators.build("track_and_stop"),
         rope=0.02,
-        futility=0.05,
+        futility=0.2,
         max_trials=200,
         round_trials=360,
     )
@@ -288,4 +289,13 @@ def test_a_run_recorded_under_the_earlier_rules_refuses_to_resume_naming_them(
     message = str(caught.value)
     assert "different campaign" in message
     assert "decision_rules: null -> " in message and "Holm step-down" in message
-    assert "policy.futility: null -> 0.05" in message
+    assert "policy.futility: null -> 0.2" in message
+
+
+def test_no_futility_stop_on_a_handful_of_trials() -> None:
+    """The Gaussian projection to the cap is not trusted before 8 trials per question."""
+    counts = near_tie_counts(6)
+    early = decide_pairs(view_of(counts, 8, 0.5), (pair_rules.build("group_sequential"),))[0]
+    assert early.open
+    eager = pair_rules.build("group_sequential", {"futility_trials": 0})
+    assert decide_pairs(view_of(counts, 8, 0.45), (eager,))[0].futile
