@@ -242,16 +242,14 @@ def ties_and_gaps(seed: int) -> Truth:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params", [{}, {"horizons": 1}])
-def test_default_rules_keep_the_ranking_error_on_ties_and_gaps_at_epsilon(
-    params: dict[str, object],
-) -> None:
-    """Holm's step-down, futility and the horizons together: over 300 seeded campaigns with a
+def test_default_rules_keep_the_ranking_error_on_ties_and_gaps_at_epsilon() -> None:
+    """Holm's step-down, futility and the horizons together: over 200 seeded campaigns with a
     three-way tie and a pair at the rope, the share of runs with any wrong call is not above
-    5% (one-sided binomial test at the 1% level), and the rules do decide something."""
+    5% (one-sided binomial test at the 1% level), and the rules do decide something.
+    (benchmarks/sequential.py measures the same on more campaigns and more runs.)"""
     truth = ties_and_gaps(1)
     policy = SimPolicy(
-        make_rules=lambda: (pair_rules.build("group_sequential", dict(params)),),
+        make_rules=lambda: (pair_rules.build("group_sequential"),),
         stopping=any_of(stopping_rules.build("pairs_settled")),
         allocator=allocators.build("track_and_stop"),
         rope=0.02,
@@ -259,7 +257,7 @@ def test_default_rules_keep_the_ranking_error_on_ties_and_gaps_at_epsilon(
         max_trials=200,
         round_trials=360,
     )
-    runs = 300
+    runs = 200
     wrong = decided = 0
     for rep in range(runs):
         result = simulate(truth, policy, np.random.default_rng(rep))
