@@ -21,6 +21,7 @@ from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
 from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
 from adaptive_eval.state import RunState
+from adaptive_eval.stats.sequential import boundary_tables_built
 from adaptive_eval.store import RoundCounts, TrialStore
 from adaptive_eval.types import (
     Batch,
@@ -210,7 +211,12 @@ class Controller:
     def decide(self) -> None:
         view = self.view()
         started = time.perf_counter()
+        tables = boundary_tables_built()
         decisions = decide_pairs(view, self.campaign.pair_rules)
+        if boundary_tables_built() > tables:
+            # A new error budget (Holm's step-down hands a settled pair's on) needs its
+            # boundaries computed once: a warm-up, not a slow policy.
+            self._warmed.discard("decide")
         # Goal and budget stops are re-checked on every round, including those drained after
         # the stop, so the final report never says "settled" over undecided pairs.
         latched = self.stop is not None and self.stop.reason in LATCHED_STOPS

@@ -51,6 +51,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
+from scipy.special import ndtr
 from scipy.stats import norm
 
 FloatArray = NDArray[np.float64]
@@ -360,10 +361,18 @@ def spending_boundaries(
         bounds.append(c)
         half = (c if math.isfinite(c) else 10.0) * math.sqrt(t[k])
         new_x = np.linspace(-half, half, grid)
-        kernel = norm.pdf((new_x[:, None] - x[None, :]) / step) / step
+        gap = (new_x[:, None] - x[None, :]) / step
+        # The normal density by hand: scipy's norm.pdf costs 5x on this (grid x grid) array.
+        kernel = np.exp(-0.5 * gap * gap) / (step * math.sqrt(2 * math.pi))
         density = kernel @ mass
         x, weight = new_x, _trapezoid_weights(new_x)
     return tuple(bounds)
+
+
+def boundary_tables_built() -> int:
+    """How many boundary tables :func:`spending_boundaries` has computed in this process (its
+    cache misses): lets a caller tell a step that built tables from a slow one."""
+    return spending_boundaries.cache_info().misses
 
 
 def _crossing_mass(
@@ -374,7 +383,7 @@ def _crossing_mass(
 
     def crossing(c_k: float, target: float) -> float:
         edge = c_k * math.sqrt(t)
-        tails = norm.sf((edge - x) / sd) + norm.cdf((-edge - x) / sd)
+        tails = ndtr((x - edge) / sd) + ndtr((-edge - x) / sd)
         return float(mass @ tails) - target
 
     return crossing
