@@ -126,6 +126,8 @@ def test_the_first_slow_policy_step_is_warm_up_not_a_warning(
         store.close()
     warmups = [kw["phase"] for level, event, kw in log.events if event == "policy_warmup"]
     slow = [kw["phase"] for level, event, kw in log.events if event == "slow_policy"]
-    assert sorted(warmups) == ["allocate", "decide"]
+    # The decide phase also warms up on each step that computes new boundary tables (a new
+    # error budget), so it may appear more than once.
+    assert warmups.count("allocate") == 1 and set(warmups) == {"allocate", "decide"}
     assert all(level == "info" for level, event, _ in log.events if event == "policy_warmup")
     assert slow  # later slow steps still warn
