@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.storage import atomic_output
 
 ABSENT = -1
 
@@ -96,4 +97,5 @@ def save(exported: Exported, path: Path) -> None:
     }
     if exported.tokens is not None:
         arrays["tokens"] = exported.tokens
-    np.savez_compressed(path, **arrays)
+    with atomic_output(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)

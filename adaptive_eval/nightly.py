@@ -38,6 +38,7 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, decide_pairs
 from adaptive_eval.state import RunState
+from adaptive_eval.storage import atomic_output, atomic_write
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Verdict
 
@@ -62,14 +63,15 @@ def save_posterior(campaign: Campaign, run_dir: Path) -> None:
         store.close()
     counts = np.zeros(campaign.prior.shape, dtype=np.int64)
     np.add.at(counts, (arrays.model, arrays.question, arrays.category), 1)
-    np.savez_compressed(
-        run_dir / "posterior.npz",
-        names=np.array(campaign.names),
-        questions=np.array(campaign.question_ids),
-        prior=campaign.prior,
-        counts=counts,
-        weights=campaign.weights,
-    )
+    with atomic_output(run_dir / "posterior.npz", "wb") as handle:
+        np.savez_compressed(
+            handle,
+            names=np.array(campaign.names),
+            questions=np.array(campaign.question_ids),
+            prior=campaign.prior,
+            counts=counts,
+            weights=campaign.weights,
+        )
 
 
 def _load_posterior(run_dir: Path) -> dict[str, np.ndarray] | None:
@@ -247,13 +249,13 @@ def run_nightly(
     record = _night_record(tonight, summary, alerts)
     record["exit_code"] = EXIT_ALERT if alerts else 0
     if alerts:
-        (run_dir / "alert.json").write_text(json.dumps(record, indent=2) + "\n")
-        (run_dir / "alert.md").write_text(_alert_markdown(record))
+        atomic_write(run_dir / "alert.json", json.dumps(record, indent=2) + "\n")
+        atomic_write(run_dir / "alert.md", _alert_markdown(record))
     lines = history / "nights.jsonl"
     records = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
     records = [r for r in records if r["night"] != tonight] + [record]
-    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (history / "summary.md").write_text(_summary_markdown(records))
+    atomic_write(lines, "".join(json.dumps(r) + "\n" for r in records))
+    atomic_write(history / "summary.md", _summary_markdown(records))
     from adaptive_eval.report_html import write_html
 
     write_html(run_dir, summary, summary.get("provenance"), history=records)

@@ -10,6 +10,7 @@ import numpy as np
 
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
+from adaptive_eval.storage import atomic_write
 from adaptive_eval.types import PairDecision, Stop
 
 
@@ -281,6 +282,6 @@ def write_outputs(run_dir: Path, summary: dict[str, Any]) -> None:
     if library is not None and summary["baseline"]["trials"]:
         # Compute saved counting only what this run sampled (reused trials cost nothing now).
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (run_dir / "report.md").write_text(render_markdown(summary))
+    atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write(run_dir / "report.md", render_markdown(summary))
     write_html(run_dir, summary, summary["provenance"])

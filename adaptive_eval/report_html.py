@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adaptive_eval.stats import z_threshold
+from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -360,5 +361,5 @@ def write_html(
 ) -> Path:
     """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path."""
     path = run_dir / FILENAME
-    path.write_text(render(summary, RunData.load(run_dir), provenance, history))
+    atomic_write(path, render(summary, RunData.load(run_dir), provenance, history))
     return path

@@ -21,6 +21,7 @@ from adaptive_eval.controller import Controller
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.report import render_console, summarize, write_outputs
+from adaptive_eval.storage import atomic_write
 from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
@@ -120,9 +121,7 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             questions=list(campaign.question_ids),
             limits=config.limits(),
         )
-        (run_dir / "config.yaml").write_text(
-            yaml.safe_dump(config.portable_dump(), sort_keys=False)
-        )
+        _write_config_copy(config, run_dir)
         return store, campaign_id, False
     changes = _differences(store.get_meta("identity"), identity)
     # Runs recorded before the limits left the identity still hold them there: not a change.
@@ -171,7 +170,12 @@ def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> 
     if before is not None:
         history.append({"from": before, "to": limits, "trials": store.count_trials()})
     store.set_meta(limits=limits, extensions=history)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(), sort_keys=False))
+    _write_config_copy(config, run_dir)
+
+
+def _write_config_copy(config: CampaignConfig, run_dir: Path) -> None:
+    """RUN/config.yaml: the config with absolute paths, read by ``adaptive-eval report DIR``."""
+    atomic_write(run_dir / "config.yaml", yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
 class _Progress:
