@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
+import sqlite3
 import sys
-import tempfile
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adaptive_eval.errors import AdaptiveEvalError, InputError
+from adaptive_eval import interrupts
+from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, traceback_text
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -449,47 +448,94 @@ def _join_number_lists(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _error_log(args: argparse.Namespace) -> Path:
-    """Where an unexpected error's traceback goes: the run directory if there is one."""
-    run_dir = getattr(args, "out", None) or getattr(args, "run_dir", None)
-    if run_dir and Path(run_dir).is_dir():
-        return Path(run_dir) / "error.log"
-    folder = Path(tempfile.gettempdir()) / "adaptive-eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"error-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+def _run_dir(args: argparse.Namespace) -> str | None:
+    """The run (or history) folder the command works in, if it has one."""
+    found = getattr(args, "out", None) or getattr(args, "run_dir", None)
+    return found or getattr(args, "history", None)
+
+
+def _say(prefix: str, message: object) -> None:
+    """One line on stderr; control characters (ANSI escapes) are shown, never sent raw."""
+    print(f"adaptive-eval: {prefix}{printable(str(message))}", file=sys.stderr)
 
 
 def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
-    summary = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    from adaptive_eval.errorlog import write_error_log
+    from adaptive_eval.redact import scrub
+
+    summary = scrub(f"{type(error).__name__}: {error}").splitlines()[0][:300]
+    header = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval " + scrub(
+        " ".join(sys.argv[1:])
+    )
     try:
-        path = _error_log(args)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval ")
-            handle.write(" ".join(sys.argv[1:]) + "\n")
-            handle.write("".join(traceback.format_exception(error)))
+        path = write_error_log(_run_dir(args), header, scrub(traceback_text(error)))
         where = f"; the traceback is in {path}"
     except OSError as log_error:
         where = f" (and the traceback could not be saved: {log_error.strerror})"
-    print(f"adaptive-eval: unexpected error: {summary}{where}", file=sys.stderr)
+    _say("unexpected error: ", f"{summary}{where}")
+
+
+def _storage_failure(error: OSError | sqlite3.Error, args: argparse.Namespace) -> int | None:
+    """Exit code after naming a storage failure (full disk, read-only file system) in one
+    line; None when ``error`` is not one (it is then an unexpected error)."""
+    from adaptive_eval.storage import storage_error
+
+    run_dir = _run_dir(args)
+    name = getattr(error, "filename", None) if isinstance(error, OSError) else None
+    path = Path(name or (Path(run_dir) / "trials.sqlite" if run_dir else "."))
+    failure = storage_error(error, path, f"write {path.name}")
+    if type(failure) is AdaptiveEvalError:  # no cause found: not a storage failure
+        return None
+    return _fail(failure)
+
+
+def _fail(error: AdaptiveEvalError) -> int:
+    if isinstance(error, InputError):
+        _say("error: ", error)
+        return EXIT_BAD_INPUT
+    _say("failed: ", error)
+    return EXIT_FAILED
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    try:
+        code: int = args.func(args)
+        return code
+    except AdaptiveEvalError as error:
+        return _fail(error)
+    except (OSError, sqlite3.Error) as error:
+        code_or_none = _storage_failure(error, args)
+        if code_or_none is not None:
+            return code_or_none
+        _report_unexpected(args, error)
+        return EXIT_FAILED
+    except Exception as error:  # the last line of defence: one line, traceback to a file
+        _report_unexpected(args, error)
+        return EXIT_FAILED
+
+
+def _stop_ray() -> None:
+    if "adaptive_eval.dispatch" not in sys.modules:
+        return  # this command never started Ray
+    from adaptive_eval.dispatch import stop_ray
+
+    try:
+        stop_ray()
+    except KeyboardInterrupt:  # the first Ctrl-C landed here, at the very end: finish the stop
+        stop_ray()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_number_lists(sys.argv[1:] if argv is None else argv))
+    previous = interrupts.install()  # the first Ctrl-C stops; the clean-up runs to its end
     try:
-        code: int = args.func(args)
-        return code
-    except InputError as error:
-        print(f"adaptive-eval: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except AdaptiveEvalError as error:
-        print(f"adaptive-eval: failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _run_command(args)
     except KeyboardInterrupt:
-        print("adaptive-eval: interrupted; run the same command again to resume", file=sys.stderr)
+        print(interrupts.INTERRUPTED_LINE, file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as error:  # the last line of defence: one line, traceback to a file
-        _report_unexpected(args, error)
-        return EXIT_FAILED
+    finally:
+        _stop_ray()
+        interrupts.restore(previous)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.redact import redact, remember, without_secrets
 
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
 #: trials a cell may get) without changing any recorded trial. Rounds are planned from the
@@ -325,7 +326,8 @@ class CampaignConfig(_Strict):
             data["dataset"].pop("path")
         if data["policy"].get("prior"):
             data["policy"]["prior"].pop("path")
-        return data
+        identity: dict[str, Any] = without_secrets(data)  # a rotated key is the same campaign
+        return identity
 
     def limits(self) -> dict[str, Any]:
         """The values of :data:`EXTENSIBLE_LIMITS` (recorded so a resume can report a change)."""
@@ -335,7 +337,8 @@ class CampaignConfig(_Strict):
         }
 
     def portable_dump(self) -> dict[str, Any]:
-        """The config as a mapping with every file path made absolute (for the run dir copy)."""
+        """The config as a mapping with every file path made absolute and every credential
+        redacted (for the run dir copy)."""
         data = self.model_dump(mode="json", exclude={"source"})
         for entry in data["models"]:
             if entry.get("path"):
@@ -348,7 +351,8 @@ class CampaignConfig(_Strict):
             )
         if data.get("library"):
             data["library"] = str(self.resolve_path(data["library"]))
-        return data
+        portable: dict[str, Any] = redact(data)
+        return portable
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -439,22 +443,71 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
             f"override {override!r}: {_location(tuple(path[:-1]))} is not a mapping",
             source=source,
         )
-    node[last] = yaml.safe_load(raw)
+    node[last] = load_yaml(raw, f"{source}: override {override!r}")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently, so ``seed: 1`` then ``seed: 2`` ran with seed 2)."""
+
+
+def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # an unhashable key: construct_mapping says so
+        if first is not None:
+            problem = f"duplicate key {key!r} (first on line {first + 1})"
+            raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML safely, duplicate keys refused; an error is one line naming the position."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        context = getattr(error, "context", None)
+        detail = " ".join(f"{context + ': ' if context else ''}{problem}".split())
+        raise InputError(f"invalid YAML{where}: {detail}", source=source) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CampaignConfig:
     """Read a YAML campaign, apply ``KEY.PATH=VALUE`` overrides, validate."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as error:
         raise InputError(f"cannot read config: {error.strerror}", source=source) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InputError(f"invalid YAML: {error}", source=source) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise InputError(
+            f"line {line}: not valid UTF-8 (byte 0x{raw[error.start]:02x}); save the config "
+            "as UTF-8",
+            source=source,
+        ) from None
+    data = load_yaml(text, source)
+    if overrides and not isinstance(data, dict):
+        raise InputError(
+            f"a campaign config must be a mapping, got {type(data).__name__}", source=source
+        )
     for override in overrides or []:
         _apply_override(data, override, source)
+    remember(data)
     return parse_config(data, source=str(Path(path).resolve()))
 
 

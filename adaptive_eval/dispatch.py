@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from adaptive_eval import interrupts
 from adaptive_eval.backends.base import BackendPlan, Worker
 from adaptive_eval.errors import BackendError, ClusterError
 from adaptive_eval.types import Batch, BatchResult
@@ -58,6 +59,11 @@ EventSink = Callable[[str, str, dict[str, Any]], None]
 
 def _no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
     pass
+
+
+#: Whether :func:`init_ray` began the Ray session of this process (so :func:`stop_ray` ends it;
+#: a session a caller began, such as the test suite's shared cluster, is left alone).
+_session_is_ours = False
 
 
 def host_facts(worker: Worker | None) -> dict[str, Any]:
@@ -352,6 +358,8 @@ def init_ray(
             # Ray would prestart (one per CPU) only add load while the node starts.
             _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
+    global _session_is_ours
+    _session_is_ours = True  # from the first try on: a start cut short leaves processes too
     for attempt in range(1, attempts + 1):
         try:
             ray.init(**options)
@@ -373,6 +381,20 @@ def init_ray(
                 {"attempt": attempt, "of": attempts, "pause_s": pause, "error": text},
             )
             time.sleep(pause)
+
+
+def stop_ray() -> None:
+    """End the Ray session :func:`init_ray` began in this process, with its local cluster's
+    processes; Ctrl-C cannot cut it short (a second one used to leave Ray's processes behind
+    and a traceback from Ray's exit handler on the console)."""
+    global _session_is_ours
+    if not _session_is_ours:
+        return
+    import ray
+
+    with interrupts.ignored():
+        ray.shutdown()
+    _session_is_ours = False
 
 
 class Dispatcher:

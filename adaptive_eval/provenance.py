@@ -11,9 +11,12 @@ import datetime as _dt
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from adaptive_eval.store import TrialStore
 
 PACKAGES = (
     "adaptive-eval",
@@ -40,9 +43,10 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def collect(run_dir: Path) -> dict[str, Any]:
-    """Provenance of the run in ``run_dir`` (empty parts are omitted)."""
-    from adaptive_eval.store import TrialStore
+def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
+    """Provenance of the run in ``run_dir`` (empty parts are omitted); ``store``: the run's
+    store where the caller holds it open."""
+    from adaptive_eval.store import TrialStore, reading
 
     config: dict[str, Any] = {}
     config_path = run_dir / "config.yaml"
@@ -52,16 +56,13 @@ def collect(run_dir: Path) -> dict[str, Any]:
     files: list[dict[str, str]] = []
     extensions: list[Any] = []
     reused = recorded = 0
-    if (run_dir / TrialStore.FILENAME).exists():
-        store = TrialStore(run_dir, readonly=True)
-        try:
-            identity = store.get_meta("identity") or {}
+    if store is not None or (run_dir / TrialStore.FILENAME).exists():
+        with reading(run_dir, store) as opened:
+            identity = opened.get_meta("identity") or {}
             files = list(identity.get("files") or [])
-            extensions = list(store.get_meta("extensions") or [])
-            reused = int(store.get_meta("library_reused") or 0)
-            recorded = store.count_trials()
-        finally:
-            store.close()
+            extensions = list(opened.get_meta("extensions") or [])
+            reused = int(opened.get_meta("library_reused") or 0)
+            recorded = opened.count_trials()
     models = []
     for index, entry in enumerate(config.get("models") or []):
         hashes = files[index] if index < len(files) else {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
 from adaptive_eval.storage import atomic_write
 from adaptive_eval.types import PairDecision, Stop
+
+if TYPE_CHECKING:
+    from adaptive_eval.store import TrialStore
 
 
 def summarize(
@@ -272,16 +275,19 @@ def render_console(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(run_dir: Path, summary: dict[str, Any]) -> None:
-    """summary.json, report.md and report.html; adds the run's provenance to ``summary``."""
+def write_outputs(
+    run_dir: Path, summary: dict[str, Any], store: TrialStore | None = None
+) -> None:
+    """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
+    ``store``: the run's store where the caller holds it open."""
     from adaptive_eval.provenance import collect
     from adaptive_eval.report_html import write_html
 
-    summary["provenance"] = collect(run_dir)
+    summary["provenance"] = collect(run_dir, store)
     library = summary["provenance"].get("library")
     if library is not None and summary["baseline"]["trials"]:
         # Compute saved counting only what this run sampled (reused trials cost nothing now).
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     atomic_write(run_dir / "report.md", render_markdown(summary))
-    write_html(run_dir, summary, summary["provenance"])
+    write_html(run_dir, summary, summary["provenance"], store=store)

@@ -31,6 +31,8 @@ from adaptive_eval.storage import atomic_write
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from adaptive_eval.store import TrialStore
+
 FILENAME = "report.html"
 DECISION_COLOURS = {
     "a>b": "#2b8a3e",
@@ -51,11 +53,10 @@ class RunData:
     decided_rounds: list[int]  # rounds on which some pair's decision changed
 
     @classmethod
-    def load(cls, run_dir: Path) -> RunData:
-        from adaptive_eval.store import TrialStore
+    def load(cls, run_dir: Path, opened: TrialStore | None = None) -> RunData:
+        from adaptive_eval.store import reading
 
-        store = TrialStore(run_dir, readonly=True)
-        try:
+        with reading(run_dir, opened) as store:
             models = [str(m) for m in store.get_meta("models") or []]
             questions = [str(q) for q in store.get_meta("questions") or []]
             trials = np.zeros((len(models), len(questions)), dtype=np.int64)
@@ -70,8 +71,6 @@ class RunData:
             for round_index, count in rows:
                 per_round[round_index] = count
             decided = sorted({r for r, _, _ in store.events("pair_decision")})
-        finally:
-            store.close()
         return cls(models, questions, trials, per_round, decided)
 
 
@@ -358,8 +357,10 @@ def write_html(
     summary: dict[str, Any],
     provenance: dict[str, Any] | None = None,
     history: list[dict[str, Any]] | None = None,
+    store: TrialStore | None = None,
 ) -> Path:
-    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path."""
+    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path.
+    ``store``: the run's store where the caller holds it open."""
     path = run_dir / FILENAME
-    atomic_write(path, render(summary, RunData.load(run_dir), provenance, history))
+    atomic_write(path, render(summary, RunData.load(run_dir, store), provenance, history))
     return path

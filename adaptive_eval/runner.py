@@ -20,6 +20,7 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
+from adaptive_eval.redact import without_secrets
 from adaptive_eval.report import render_console, summarize, write_outputs
 from adaptive_eval.storage import atomic_write
 from adaptive_eval.store import RunLock, StoreError, TrialStore
@@ -123,7 +124,8 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         )
         _write_config_copy(config, run_dir)
         return store, campaign_id, False
-    changes = _differences(store.get_meta("identity"), identity)
+    # A run recorded before credentials left the identity still holds them: not a change.
+    changes = _differences(without_secrets(store.get_meta("identity")), identity)
     # Runs recorded before the limits left the identity still hold them there: not a change.
     changes = [c for c in changes if not c.startswith(_LIMIT_PATHS)]
     if stored != campaign.fingerprint and not changes:
@@ -373,6 +375,7 @@ def _run_opened(
     def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
         getattr(log, level)(kind, **payload)
 
+    store.on_event = on_event
     try:
         execution = config.execution
         log.info(
@@ -416,7 +419,7 @@ def _run_opened(
             campaign_id,
             extra={"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch},
         )
-        write_outputs(run_dir, summary)
+        write_outputs(run_dir, summary, store)
         log.info(
             "campaign_done",
             stop_reason=summary["stop_reason"],
@@ -501,7 +504,7 @@ def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
                 "finished": bool(store.get_meta("finished")),
             },
         )
-        write_outputs(run_dir, summary)
+        write_outputs(run_dir, summary, store)
         return summary
     finally:
         store.close()

@@ -13,21 +13,24 @@ asked for), so that a resumed run knows exactly which work was in flight, and th
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.errors import AdaptiveEvalError, InputError
+from adaptive_eval.storage import free_bytes, is_read_only, storage_error
 from adaptive_eval.types import BatchResult, Trial
 
 #: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has
@@ -64,6 +67,14 @@ class StoreError(InputError):
     """The run directory's store is missing, damaged or held by another process (exit 2)."""
 
 
+#: SQLite's names for a file that is not a database, or one whose pages are damaged: the only
+#: errors after which the store itself is called damaged (and a backup suggested).
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+#: ``on_event(level, kind, payload)``: what the store noticed (a lost -wal file), for events.jsonl.
+StoreEvents = Callable[[str, str, dict[str, Any]], None]
+
+
 class RunLock:
     """An exclusive ``flock`` on ``DIR/.lock``: one writer per run directory.
 
@@ -79,7 +90,11 @@ class RunLock:
         self._handle: IO[str] | None = None
 
     def acquire(self) -> RunLock:
-        handle = self.path.open("a+", encoding="utf-8")
+        doing = "lock the run directory (run and report write into it)"
+        try:
+            handle = self.path.open("a+", encoding="utf-8")
+        except OSError as error:
+            raise storage_error(error, self.path.parent, doing) from error
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -91,10 +106,14 @@ class RunLock:
                 "running or reporting on this directory again",
                 source=str(self.path.parent),
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+            handle.flush()
+        except OSError as error:
+            handle.close()
+            raise storage_error(error, self.path.parent, doing) from error
         self._handle = handle
         return self
 
@@ -108,6 +127,21 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def reading(run_dir: Path, store: TrialStore | None = None) -> Iterator[TrialStore]:
+    """``store`` itself when the caller holds the run's store open (the run writing its
+    outputs: a second connection would be a second reader of the same -wal), else the run's
+    store opened read-only for the block."""
+    if store is not None:
+        yield store
+        return
+    opened = TrialStore(run_dir, readonly=True)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @dataclass(frozen=True)
@@ -137,25 +171,79 @@ class TrialArrays:
 
 
 class TrialStore:
-    """One run directory's ledger. Not thread-safe: the controller is its only writer."""
+    """One run directory's ledger. Not thread-safe: the controller is its only writer.
+
+    A reader (``readonly``) never writes: it opens the file with SQLite's ``mode=ro``, or, where
+    the folder cannot be written (read-only media, a full disk) and no -wal file holds trials
+    not yet in the main file, as ``immutable`` (no -shm file needed).
+    """
 
     FILENAME = "trials.sqlite"
 
     def __init__(self, run_dir: Path, *, fsync: str = "full", readonly: bool = False) -> None:
         self.path = Path(run_dir) / self.FILENAME
-        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        self.fsync = fsync
+        self.readonly = readonly
+        #: Set by the run: where the store reports what it noticed (see :meth:`_check_wal`).
+        self.on_event: StoreEvents | None = None
+        self._wal_inode: int | None = None
         try:
-            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            self.conn = self._connect()
         except sqlite3.Error as error:
-            raise self.damaged(f"cannot be opened ({error})") from None
+            raise self.failure(error, "open the trial store") from None
         try:
             self._open(fsync, readonly)
-        except sqlite3.DatabaseError as error:
+        except sqlite3.Error as error:
             self.conn.close()
-            raise self.damaged(f"is not a readable SQLite database ({error})") from None
+            raise self.failure(error, "open the trial store") from None
         except StoreError:
             self.conn.close()
             raise
+
+    @property
+    def wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(str(self.path))
+        if self.readonly:
+            folder = self.path.parent
+            stuck = is_read_only(folder) or free_bytes(folder) == 0
+            if stuck and self._wal_pending():
+                raise StoreError(
+                    f"its -wal file ({self.wal.stat().st_size} bytes) holds trials not yet "
+                    "in trials.sqlite, and SQLite cannot read them where the folder cannot be "
+                    "written (read-only, or a full disk); copy the run folder to a writable "
+                    "disk and read it there. The store itself is intact",
+                    source=str(self.path),
+                )
+            uri += "?immutable=1" if stuck else "?mode=ro"
+        return sqlite3.connect(uri, uri=True, isolation_level=None)
+
+    def _wal_pending(self) -> bool:
+        try:
+            return self.wal.stat().st_size > 0
+        except OSError:
+            return False
+
+    def failure(self, error: sqlite3.Error, doing: str) -> AdaptiveEvalError:
+        """The error to show for an SQLite error: damage only where SQLite says so; a lost
+        -wal file, a full disk or a read-only file system named as such."""
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if name.startswith(_DAMAGED):
+            return self.damaged(f"is not a readable SQLite database ({error})")
+        shm = self.path.with_name(self.path.name + "-shm")
+        # The -shm index says the -wal holds frames, and the -wal is gone (or is a new, empty
+        # file: a reader that found none creates one).
+        if name == "SQLITE_IOERR_SHORT_READ" and shm.exists() and not self._wal_pending():
+            return AdaptiveEvalError(
+                f"{self.path}: cannot {doing}: its -wal file was deleted while a run was "
+                "writing to it (trials.sqlite-shm is still there). The store is intact: the "
+                "running process saves those trials into trials.sqlite as it goes on and when "
+                "it ends. Let it finish, then read the store again; do not replace or delete "
+                "trials.sqlite"
+            )
+        return storage_error(error, self.path, doing)
 
     def _open(self, fsync: str, readonly: bool) -> None:
         """Check the file before trusting it: SQLite's own check, then the schema version."""
@@ -178,11 +266,47 @@ class TrialStore:
             raise self.damaged(f"lacks the table(s) {missing}")
         if readonly:
             return
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+        self._set_up(fsync)
         self.conn.executescript(_SCHEMA)
         if version != SCHEMA_VERSION:
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _set_up(self, fsync: str) -> None:
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+
+    def _check_wal(self) -> None:
+        """After a commit: if the -wal file was deleted under us (a cleanup job, by hand), save
+        its frames into trials.sqlite and start a new one.
+
+        SQLite keeps writing to the deleted file through its descriptor, where no other process
+        can read it (a reader then gets an I/O error, and creates an empty file of the same
+        name: so the check is on the file's inode) and a crash would lose it. A checkpoint
+        copies every committed frame into the main file; reopening starts a new -wal.
+        """
+        if self.readonly:
+            return
+        try:
+            inode: int | None = self.wal.stat().st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode is not None and self._wal_inode in (None, inode):
+            self._wal_inode = inode  # the file this connection writes to
+            return
+        self._wal_inode = None
+        self.conn.execute("PRAGMA wal_checkpoint(FULL)")
+        self.conn.close()
+        self.conn = self._connect()
+        self._set_up(self.fsync)
+        if self.on_event is not None:
+            self.on_event(
+                "warning",
+                "wal_recreated",
+                {
+                    "message": f"{self.wal.name} was deleted during the run; every committed "
+                    "trial was saved into trials.sqlite and a new -wal file started",
+                },
+            )
 
     def damaged(self, what: str, *, hint: bool = True) -> StoreError:
         message = f"the trial store {what}"
@@ -451,14 +575,28 @@ class TrialStore:
 
     # -- helpers ------------------------------------------------------------------------------
     class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
+        """One write transaction; an SQLite failure becomes a one-line error naming its cause."""
+
+        def __init__(self, store: TrialStore) -> None:
+            self.store = store
 
         def __enter__(self) -> None:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.store.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise self.store.failure(error, "write to the trial store") from error
 
         def __exit__(self, kind: object, value: object, tb: object) -> None:
-            self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+            conn = self.store.conn
+            try:
+                conn.execute("COMMIT" if kind is None else "ROLLBACK")
+            except sqlite3.Error as error:
+                if kind is None:
+                    raise self.store.failure(error, "write to the trial store") from error
+            if isinstance(value, sqlite3.Error):
+                raise self.store.failure(value, "write to the trial store") from value
+            if kind is None:
+                self.store._check_wal()
 
     def _transaction(self) -> TrialStore._Tx:
-        return TrialStore._Tx(self.conn)
+        return TrialStore._Tx(self)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +66,21 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     yield mount
     for point in reversed(mounted):
         subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.fixture()
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``run`` in-process without Ray: the in-process dispatcher; returns init_ray's calls."""
+    from helpers import InlineCluster
+
+    from adaptive_eval import dispatch
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
+        calls.append(kw)
+
+    monkeypatch.setattr(dispatch, "init_ray", fake_init)
+    monkeypatch.setattr(dispatch, "Dispatcher", InlineCluster)
+    monkeypatch.setattr(InlineCluster, "on_poll", None)
+    return calls

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +146,23 @@ def killed_holder(code: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+class InlineCluster:
+    """Ray's place in ``run_campaign`` taken by the in-process dispatcher (fast CLI tests).
+    ``InlineCluster.on_poll``, when set, is called with the dispatcher before each poll."""
+
+    on_poll: Callable[[Any], None] | None = None
+
+    def __new__(cls, plans: Any, offsets: Any, **options: Any) -> Any:
+        from adaptive_eval.dispatch import InlineDispatcher
+
+        hook = cls.on_poll
+
+        class _Hooked(InlineDispatcher):
+            def poll(self, timeout: float) -> Any:
+                if hook is not None:
+                    hook(self)
+                return super().poll(timeout)
+
+        return _Hooked(plans, offsets)
