@@ -275,9 +275,7 @@ def render_console(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(
-    run_dir: Path, summary: dict[str, Any], store: TrialStore | None = None
-) -> None:
+def write_outputs(run_dir: Path, summary: dict[str, Any], store: TrialStore | None = None) -> None:
     """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
     ``store``: the run's store where the caller holds it open."""
     from adaptive_eval.provenance import collect
