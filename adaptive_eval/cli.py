@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -32,9 +33,64 @@ _NUMBER_LIST = re.compile(r"^-[0-9.]")
 
 def _parse_floats(text: str, what: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad or not values:
+        raise InputError(f"{what} must be finite numbers, got {text!r}")
+    return values
+
+
+def _parse_ints(text: str, what: str) -> list[int]:
+    values = _parse_floats(text, what)
+    if any(v != int(v) for v in values):
+        raise InputError(f"{what} must be whole numbers, got {text!r}")
+    return [int(v) for v in values]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_BAD_INPUT, f"adaptive-eval: error: {printable(message)} (see {self.prog} --help)\n"
+        )
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _npz_out(text: str) -> Path:
+    """The npz file an ``--out`` names (``.npz`` added as numpy would), checked before the run
+    is read: not a folder, under a folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise InputError(
+            f"is a folder; --out names the npz file to write, e.g. {path / 'trials.npz'}",
+            source=text,
+            field="--out",
+        )
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{parent} is not a folder", source=text, field="--out")
+    return path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -50,10 +106,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
+    from adaptive_eval.preflight import check_before_sampling
     from adaptive_eval.runner import check_engines
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
+    check_before_sampling(campaign)
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
@@ -218,6 +276,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     names = file.names("models", num_models, "model-")
     weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else [0.0, 1.0])
     check_categories(outcomes, len(weights), file=file, name=args.key)
+    if weights.max() == weights.min():
+        raise InputError(f"--weights are all {weights[0]:g}: every model would score the same")
     if args.weights and outcomes.size and int(outcomes.max()) < len(weights) - 1:
         raise InputError(
             f"--weights gives {len(weights)} categories (0..{len(weights) - 1}) but "
@@ -234,7 +294,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 args.prior_key,
                 f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}",
             )
-    ks = [int(k) for k in _parse_floats(args.k, "--k")] if args.k else [1]
+    ks = _parse_ints(args.k, "--k") if args.k else [1]
     bad = [k for k in ks if not 1 <= k <= num_trials]
     if bad:
         raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
@@ -261,12 +321,13 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from adaptive_eval.imports import import_files, parse_map
 
+    out = _npz_out(args.out)
     mapping = parse_map(args.map) if args.map else None
     result = import_files(args.format, [Path(f) for f in args.files], mapping, args.metric)
-    result.save(Path(args.out))
+    result.save(out)
     low, high = result.trials_per_cell
     print(
-        f"wrote {args.out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
+        f"wrote {out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
         f"trials), models {', '.join(result.models)}; trials per cell {low}..{high}"
     )
     for note in result.notes:
@@ -277,11 +338,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from adaptive_eval.export import export_run, save
 
+    out = _npz_out(args.out)
     exported = export_run(Path(args.run_dir))
-    save(exported, Path(args.out))
+    save(exported, out)
     low, high = int(exported.trials.min()), int(exported.trials.max())
     print(
-        f"wrote {args.out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
+        f"wrote {out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
         f"{exported.outcomes.shape[2]} trials of every cell; cells hold {low}..{high}); "
         f"{exported.dropped} later trial(s) kept only in 'recorded' (-1 = not sampled)"
     )
@@ -317,7 +379,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__)
+    parser = _Parser(prog="adaptive-eval", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -357,8 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     completions.add_argument("run_dir")
     completions.add_argument("--model", help="model name")
     completions.add_argument("--question", help="question id")
-    completions.add_argument("--trial", type=int, help="trial index")
-    completions.add_argument("--limit", type=int, default=20, help="at most N (0: all)")
+    completions.add_argument("--trial", type=_at_least(0), help="trial index")
+    completions.add_argument("--limit", type=_at_least(0), default=20, help="at most N (0: all)")
     completions.add_argument("--json", action="store_true", help="one JSON object per line")
     completions.set_defaults(func=cmd_completions)
 
@@ -408,7 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     nightly.add_argument("config")
     nightly.add_argument("--history", required=True, help="history folder (library, nights)")
     nightly.add_argument("--night", help="YYYY-MM-DD (default: today, UTC)")
-    nightly.add_argument("--keep", type=int, default=30, help="run folders of the last N nights")
+    nightly.add_argument(
+        "--keep", type=_at_least(1), default=30, help="run folders of the last N nights"
+    )
     nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     nightly.set_defaults(func=cmd_nightly)
 

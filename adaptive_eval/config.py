@@ -32,8 +32,31 @@ EXTENSIBLE_LIMITS = (
 )
 
 
+#: Bounds that keep a config inside what the run can do. Each is far above any real use: a value
+#: past it is a typo (``workers: 1e9``), or would overflow later, after sampling has started
+#: (``latency.per_batch_s: 1e308``, rubric weights whose squares overflow).
+MAX_WORKERS = 1024
+MAX_EMULATED_S = 86_400.0
+MAX_TRIALS_PER_QUESTION = 1_000_000
+MAX_ABS_WEIGHT = 1e6
+MAX_NAME = 200
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: ``seed: true`` is not the integer 1, ``workers: 2.5`` not 2; allow_inf_nan: no
+    # number may be .nan or .inf. (The YAML loader reads 1e-3 as a number, see load_yaml.)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def _plain_name(what: str, value: str) -> str:
+    """A name shown in tables and on terminals: not blank, no control characters."""
+    if not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    if not value.isprintable():
+        raise ValueError(f"{what} holds control characters: {value!r}")
+    if len(value) > MAX_NAME:
+        raise ValueError(f"{what} is {len(value)} characters long; at most {MAX_NAME}")
+    return value
 
 
 class LatencyModel(_Strict):
@@ -49,21 +72,28 @@ class LatencyModel(_Strict):
     identity).
     """
 
-    per_batch_s: float = Field(0.0, ge=0, description="Fixed seconds per batch.")
-    per_trial_s: float = Field(0.0, ge=0, description="Seconds per trial in the batch.")
-    per_token_s: float = Field(0.0, ge=0, description="Seconds per completion token.")
+    per_batch_s: float = Field(0.0, ge=0, le=MAX_EMULATED_S, description="Fixed s per batch.")
+    per_trial_s: float = Field(0.0, ge=0, le=MAX_EMULATED_S, description="Seconds per trial.")
+    per_token_s: float = Field(0.0, ge=0, le=60.0, description="Seconds per completion token.")
     tokens_median: float | None = Field(
         None,
         gt=0,
+        le=1e7,
         description="Heavy-tailed lengths: each trial's length (for its time only) is drawn "
         "from a lognormal with this median, seeded by the trial.",
     )
     tokens_p99_ratio: float = Field(
-        20.0, gt=1, description="p99 / median of the lognormal lengths (20: reasoning models)."
+        20.0,
+        gt=1,
+        le=1e6,
+        description="p99 / median of the lognormal lengths (20: reasoning models).",
     )
-    max_tokens: int | None = Field(None, ge=1, description="Cap on the drawn lengths.")
+    max_tokens: int | None = Field(None, ge=1, le=10**8, description="Cap on the drawn lengths.")
     engine_seqs: int | None = Field(
-        None, ge=1, description="Sequences the emulated engine decodes at once (max_num_seqs)."
+        None,
+        ge=1,
+        le=10**6,
+        description="Sequences the emulated engine decodes at once (max_num_seqs).",
     )
     feed: bool = Field(
         True,
@@ -82,12 +112,32 @@ class ModelEntry(_Strict):
     path: str | None = Field(None, description="Scenario/replay npz file or model directory.")
     key: str | None = Field(None, description="Array name in a replay npz (default 'outcomes').")
     name: str | None = Field(None, description="Display name (single-model backends).")
-    select: list[str] | None = Field(None, description="Subset of the file's models, by name.")
-    workers: int | None = Field(None, ge=1, description="Ray actors for this entry.")
+    select: list[str] | None = Field(
+        None, min_length=1, description="Subset of the file's models, by name."
+    )
+    workers: int | None = Field(
+        None, ge=1, le=MAX_WORKERS, description="Ray actors for this entry."
+    )
     latency: LatencyModel | None = Field(None, description="Simulated per-batch latency.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Backend-specific options (engine args, ...)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _shown_name(cls, name: str | None) -> str | None:
+        return None if name is None else _plain_name("name", name)
+
+    @field_validator("select")
+    @classmethod
+    def _distinct(cls, select: list[str] | None) -> list[str] | None:
+        if select is not None:
+            for name in select:
+                _plain_name("a selected name", name)
+            twice = sorted({name for name in select if select.count(name) > 1})
+            if twice:
+                raise ValueError(f"selects {twice[0]!r} twice")
+        return select
 
 
 class RubricConfig(_Strict):
@@ -101,13 +151,30 @@ class RubricConfig(_Strict):
         bad = [i for i, w in enumerate(weights) if not math.isfinite(w)]
         if bad:
             raise ValueError(f"weight {bad[0]} is {weights[bad[0]]}; weights must be finite")
+        big = [i for i, w in enumerate(weights) if abs(w) > MAX_ABS_WEIGHT]
+        if big:
+            raise ValueError(
+                f"weight {big[0]} is {weights[big[0]]:g}; weights are scores, keep them within "
+                f"+-{MAX_ABS_WEIGHT:g} (their squares are summed over every trial; the ranking "
+                "does not depend on their scale)"
+            )
+        if max(weights) == min(weights):
+            raise ValueError(
+                f"every weight is {weights[0]:g}: every model would score the same; give the "
+                "categories different weights"
+            )
         return weights
+
+    @property
+    def span(self) -> float:
+        """max - min of the weights: the range every score and difference lies in."""
+        return max(self.weights) - min(self.weights)
 
 
 class PluginSpec(_Strict):
     """A registered plug-in by name with keyword parameters: ``{name: ci_width, width: 0.05}``."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
     name: str
 
     def params(self) -> dict[str, Any]:
@@ -122,7 +189,9 @@ class PriorConfig(_Strict):
 
     path: str = Field(description="npz with an (L, M, D) or (M, D) integer array of categories.")
     key: str = Field("outcomes", description="Array name in the npz.")
-    max_trials: int = Field(4, ge=0, description="Cap on D: prior trials kept per question.")
+    max_trials: int = Field(
+        4, ge=0, le=MAX_TRIALS_PER_QUESTION, description="Cap on D: prior trials kept per question."
+    )
 
 
 class PolicyConfig(_Strict):
@@ -146,7 +215,7 @@ class PolicyConfig(_Strict):
         "each decided pair is.",
     )
     min_trials_per_question: int = Field(2, ge=1)
-    max_trials_per_question: int = Field(400, ge=1)
+    max_trials_per_question: int = Field(400, ge=1, le=MAX_TRIALS_PER_QUESTION)
     allocation: PluginRef = Field(
         "track_and_stop",
         description="Allocation policy name or spec: track_and_stop (default; lower-bound "
@@ -161,7 +230,7 @@ class PolicyConfig(_Strict):
         None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled."
     )
     round_trials: int = Field(
-        256, ge=1, description="Minimum trials planned per round (amortises dispatch)."
+        256, ge=1, le=10**9, description="Minimum trials planned per round (amortises dispatch)."
     )
     prior: PriorConfig | None = None
 
@@ -185,6 +254,7 @@ class BaselineConfig(_Strict):
     fixed_n: int | None = Field(
         None,
         ge=1,
+        le=MAX_TRIALS_PER_QUESTION,
         description="Trials per question of the fixed-N run compared "
         "against (default 80; a replay's N if smaller).",
     )
@@ -194,20 +264,28 @@ class ExecutionConfig(_Strict):
     ray_address: str | None = Field(
         None, description="Ray cluster address; null starts a local one."
     )
-    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster.")
-    workers: int = Field(2, ge=1, description="Default actors per backend entry.")
-    batch_size: int = Field(64, ge=1, description="Trials per batch sent to a worker.")
-    in_flight_per_worker: int = Field(2, ge=1, description="Batches queued at each worker.")
+    num_cpus: int | None = Field(
+        None, ge=1, le=65_536, description="CPUs of the local Ray cluster."
+    )
+    workers: int = Field(2, ge=1, le=MAX_WORKERS, description="Default actors per backend entry.")
+    batch_size: int = Field(64, ge=1, le=10**6, description="Trials per batch sent to a worker.")
+    in_flight_per_worker: int = Field(
+        2, ge=1, le=1024, description="Batches queued at each worker."
+    )
     rounds_in_flight: int = Field(
         2,
         ge=1,
+        le=64,
         description="Planned rounds ahead of the posterior (the fixed "
         "pipelining lag that keeps decisions deterministic).",
     )
-    max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
+    max_batch_retries: int = Field(
+        3, ge=0, le=1000, description="Re-dispatches of a failing batch."
+    )
     prefetch_trials: int = Field(
         0,
         ge=0,
+        le=10**8,
         description="Speculative trials generated ahead of the plans (0: none): the next "
         "trials of the cells the latest round planned, recorded only once a round plans them, "
         "so that engines stay busy while a round's longest completions finish. Never changes "
@@ -216,6 +294,7 @@ class ExecutionConfig(_Strict):
     gpu_slots: int | None = Field(
         None,
         ge=1,
+        le=MAX_WORKERS,
         description="Worker slots shared by all models of swappable "
         "backends (vllm): more models than GPUs are "
         "time-shared, loading one model per slot at a time.",
@@ -252,9 +331,9 @@ class DatasetConfig(_Strict):
 class SamplingConfig(_Strict):
     """Sampling parameters shared by generating backends (the paper's defaults)."""
 
-    temperature: float = Field(0.6, ge=0)
+    temperature: float = Field(0.6, ge=0, le=100)
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(32768, ge=1)
+    max_tokens: int = Field(32768, ge=1, le=10**8)
     logprobs: bool = Field(True, description="Ask for completion token log-probabilities.")
     prompt_logprobs: bool = Field(True, description="Ask for prompt token log-probabilities.")
     ignore_eos: bool = Field(False, description="Generate max_tokens always (benchmarks).")
@@ -270,7 +349,7 @@ class OutputConfig(_Strict):
 
 class CampaignConfig(_Strict):
     name: str
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     models: list[ModelEntry] = Field(min_length=1)
     rubric: RubricConfig
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -291,6 +370,11 @@ class CampaignConfig(_Strict):
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _shown_name(cls, name: str) -> str:
+        return _plain_name("the campaign name", name)
 
     def resolve_path(self, path: str) -> Path:
         candidate = Path(path).expanduser()
@@ -469,6 +553,13 @@ def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = Fal
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
+# YAML 1.2 numbers: PyYAML (YAML 1.1) reads 1e-3 and 1.0e9 as strings, which the schema would
+# then refuse as text; every other YAML tool reads them as numbers.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def load_yaml(text: str, source: str) -> Any:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adaptive_eval import markdown as md
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
 from adaptive_eval.storage import atomic_write
@@ -137,10 +138,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
     saved = summary["compute_saved"]
     base = summary["baseline"]
     lines = [
-        f"# Campaign `{summary['name']}`",
+        f"# Campaign {md.code(summary['name'])}",
         "",
-        f"Stopped: **{summary['stop_reason']}** ({summary['stop_detail']}).  ",
-        f"Ranking confidence {summary['confidence']}; prior: {summary['prior']}.",
+        f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  ",
+        f"Ranking confidence {summary['confidence']}; prior: {md.text(summary['prior'])}.",
         "",
         *_decision_lines(summary.get("decision_rules") or {}),
         "## Ranking",
@@ -157,7 +158,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"| {m['rank']} | {m['rank_no_ties']} | {m['name']} | {m['mu']:.4f} | "
+            f"| {m['rank']} | {m['rank_no_ties']} | {md.text(m['name'])} | {m['mu']:.4f} | "
             f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
             f"{estimate:.4f} | {freq} | {m['avg']:.4f} | {m['trials']} |"
         )
@@ -173,7 +174,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
         spent = p.get("alpha_spent")
         decided = p.get("decided_at_round")
         lines.append(
-            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {p['decision']} | {p['rule'] or ''} | "
+            f"| {md.text(p['a'])} | {md.text(p['b'])} | {p['z']:.3f} | {p['decision']} | "
+            f"{md.text(p['rule'] or '')} | "
             f"{'' if boundary is None else f'{boundary:.3f}'} | "
             f"{'' if spent is None else f'{spent:.2e}'} | "
             f"{'' if decided is None else decided} |"
@@ -211,7 +213,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if summary.get("provenance"):
         from adaptive_eval.provenance import markdown
 
-        lines += markdown(summary["provenance"])
+        lines += markdown(summary["provenance"], md.text, md.code)
     return "\n".join(lines)
 
 
@@ -222,7 +224,7 @@ def _decision_lines(rules: dict[str, Any]) -> list[str]:
     lines = [
         "## Decisions",
         "",
-        f"Rules: {', '.join(rules.get('rules', []))}; error control: "
+        f"Rules: {md.text(', '.join(rules.get('rules', [])))}; error control: "
         f"**{rules.get('error_control')}** (error budget per adjacent pair "
         f"{rules.get('pair_alpha', 0):.2e}). {rules.get('statistic', '')}  ",
         f"Prior in the test: {rules.get('prior_in_test', '')}",

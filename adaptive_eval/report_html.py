@@ -91,6 +91,9 @@ def _figure(width: float, height: float) -> tuple[Figure, Any]:
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"
+    # Labels are names from the user's files: "$\frac" must be drawn as typed, not parsed as
+    # math text (which failed the whole page after the campaign had run).
+    plt.rcParams["text.parse_math"] = False
     fig, ax = plt.subplots(figsize=(width, height))
     return fig, ax
 
@@ -340,11 +343,12 @@ def render(
             f"{svg}</figure>"
         )
     if provenance is not None:
+        from adaptive_eval.markdown import plain
         from adaptive_eval.provenance import markdown
 
         items = "".join(
             f"<li>{html.escape(line[2:])}</li>"
-            for line in markdown(provenance)
+            for line in markdown(provenance, plain, plain)
             if line.startswith("- ")
         )
         parts.append(f"<h2>Provenance</h2><ul id='provenance'>{items}</ul>")

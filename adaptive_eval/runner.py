@@ -20,9 +20,10 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
+from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.redact import without_secrets
 from adaptive_eval.report import render_console, summarize, write_outputs
-from adaptive_eval.storage import atomic_write
+from adaptive_eval.storage import atomic_write, storage_error
 from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
@@ -74,7 +75,10 @@ def prepare_run_dir(run_dir: Path) -> RunLock:
     """Create the run directory (after every input was checked) and take its lock."""
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(error, run_dir, "create the run directory") from error
     return RunLock(run_dir).acquire()
 
 
@@ -282,6 +286,7 @@ def run_campaign(
     from adaptive_eval.dispatch import Dispatcher, init_ray
 
     campaign = build_campaign(config)  # every input is validated before Ray starts
+    check_before_sampling(campaign)
     check_engines(campaign)
     lock = prepare_run_dir(run_dir)
     try:

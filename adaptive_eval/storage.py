@@ -27,6 +27,8 @@ from adaptive_eval.errors import AdaptiveEvalError, InputError
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_ONLY = frozenset({errno.EROFS})
 _DENIED = frozenset({errno.EACCES, errno.EPERM})
+#: The path itself is wrong: the user's input (exit 2).
+_BAD_PATH = frozenset({errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ENOENT, errno.ELOOP})
 
 
 class DiskFull(AdaptiveEvalError):
@@ -97,6 +99,8 @@ def storage_error(error: OSError | sqlite3.Error, path: Path, doing: str) -> Ada
         )
     if code in _DENIED:
         return ReadOnlyStorage(f"cannot {doing}: permission denied", source=str(path))
+    if isinstance(error, OSError) and code in _BAD_PATH:
+        return InputError(f"cannot {doing}: {error.strerror}", source=str(path))
     reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
     return AdaptiveEvalError(f"{path}: cannot {doing}: {reason}")
 

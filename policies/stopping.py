@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from adaptive_eval.policy import CampaignView, StoppingRule
@@ -112,8 +114,8 @@ def pairs_settled() -> StoppingRule:
 
 @stopping_rules.register("ci_width")
 def ci_width(width: float) -> StoppingRule:
-    if width <= 0:
-        raise ValueError(f"width must be > 0, got {width}")
+    if not (math.isfinite(width) and width > 0):  # `width <= 0` let .nan through
+        raise ValueError(f"width must be a finite number > 0, got {width}")
     return CiWidth(width)
 
 
