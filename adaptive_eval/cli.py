@@ -107,6 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
     from adaptive_eval.preflight import check_before_sampling
+    from adaptive_eval.redact import scrub
     from adaptive_eval.runner import check_engines
 
     config = load_config(args.config, args.set)
@@ -143,7 +144,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine
         lines.append(f"  warning: {error}")
-    print("\n".join(lines))
+    print(scrub("\n".join(lines)))
     return 0
 
 
@@ -519,8 +520,11 @@ def _run_dir(args: argparse.Namespace) -> str | None:
 
 
 def _say(prefix: str, message: object) -> None:
-    """One line on stderr; control characters (ANSI escapes) are shown, never sent raw."""
-    print(f"adaptive-eval: {prefix}{printable(str(message))}", file=sys.stderr)
+    """One line on stderr: credentials redacted, control characters (ANSI escapes) shown as
+    escapes, never sent raw."""
+    from adaptive_eval.redact import scrub
+
+    print(f"adaptive-eval: {prefix}{printable(scrub(str(message)))}", file=sys.stderr)
 
 
 def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:

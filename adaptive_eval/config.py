@@ -459,7 +459,7 @@ def _raise_validation(error: ValidationError, source: str) -> None:
     if first["type"] == "extra_forbidden":
         message = f"unknown key (value {shown})"
     else:
-        message = f"{first['msg']} (got {shown})"
+        message = f"{first['msg'].removeprefix('Value error, ')} (got {shown})"
     extra = len(error.errors()) - 1
     if extra:
         message += f"; and {extra} more error(s)"

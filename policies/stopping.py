@@ -130,4 +130,7 @@ def max_trials(n: int) -> StoppingRule:
 def budget(
     trials: int | None = None, tokens: int | None = None, wall_clock_s: float | None = None
 ) -> StoppingRule:
+    for name, value in (("trials", trials), ("tokens", tokens), ("wall_clock_s", wall_clock_s)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
     return Budget(trials, tokens, wall_clock_s)
