@@ -166,6 +166,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from adaptive_eval.store import StoreError, TrialStore
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / TrialStore.FILENAME).exists():
+        raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
+    store = TrialStore(run_dir, readonly=True)  # SQLite's integrity check runs on open
+    try:
+        if not store.has_chain:
+            raise StoreError(
+                "has no digest chain: it was recorded by a release before the chain existed; "
+                "`adaptive-eval report` on it builds one (changes made before then cannot be "
+                "detected)",
+                source=str(run_dir),
+            )
+        sealed = store.verify_chain()
+        recorded, planned = store.count_trials(), len(store.rounds())
+    finally:
+        store.close()
+    print(
+        f"{run_dir}: the digest chain of {sealed} round(s) matches the {recorded} recorded "
+        f"trials; {planned - sealed} round(s) still missing trials are not sealed yet"
+    )
+    return 0
+
+
 def cmd_completions(args: argparse.Namespace) -> int:
     from adaptive_eval.store import TrialStore
 
@@ -337,16 +363,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from adaptive_eval.export import export_run, save
+    from adaptive_eval.export import export_run
 
     out = _npz_out(args.out)
-    exported = export_run(Path(args.run_dir))
-    save(exported, out)
-    low, high = int(exported.trials.min()), int(exported.trials.max())
+    exported = export_run(Path(args.run_dir), out)
     print(
-        f"wrote {out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
-        f"{exported.outcomes.shape[2]} trials of every cell; cells hold {low}..{high}); "
-        f"{exported.dropped} later trial(s) kept only in 'recorded' (-1 = not sampled)"
+        f"wrote {out}: outcomes {exported.shape} (the first N = {exported.shape[2]} trials of "
+        f"every cell; cells hold {exported.fewest}..{exported.most}); {exported.dropped} later "
+        "trial(s) kept only in 'recorded' (-1 = not sampled)"
     )
     return 0
 
@@ -415,6 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the path of the rewritten report.html (plots) instead of the summary",
     )
     report.set_defaults(func=cmd_report)
+
+    verify = sub.add_parser(
+        "verify", help="check a run's store: SQLite's integrity check and the digest chain"
+    )
+    verify.add_argument("run_dir")
+    verify.set_defaults(func=cmd_verify)
 
     completions = sub.add_parser("completions", help="print stored completions of a run")
     completions.add_argument("run_dir")

@@ -148,11 +148,26 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         )
     try:
         store.check_ranges(campaign.num_models, campaign.num_questions, campaign.num_categories)
+        _check_chain(store)
     except StoreError:
         store.close()
         raise
     _record_limits(store, config, run_dir)
     return store, str(store.get_meta("campaign_id")), True
+
+
+def _check_chain(store: TrialStore) -> None:
+    """Verify the store's digest chain (a changed trial is refused, naming its round); a store
+    written before the chain existed gets one, and a note saying so."""
+    if store.has_chain:
+        store.verify_chain()
+        return
+    built = store.build_chain()
+    store.notes.append(
+        f"{store.path}: recorded before the digest chain existed; built it from the "
+        f"{built} complete round(s) as they are now (a change made before today cannot be "
+        "detected; every later one is)"
+    )
 
 
 def _terminal_width(stream: IO[str]) -> int:
@@ -272,6 +287,8 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
         "worker_utilisation": stats.utilisation(),
         "model_loads": stats.loads,
         "load_s": stats.load_s,
+        "request_retries": stats.request_retries,
+        "request_retry_reasons": dict(stats.retry_reasons),
     }
 
 
@@ -381,6 +398,8 @@ def _run_opened(
         getattr(log, level)(kind, **payload)
 
     store.on_event = on_event
+    for note in store.notes:
+        log.warning("digest_chain_built", message=note)
     try:
         execution = config.execution
         log.info(
@@ -486,6 +505,8 @@ def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
     if not resumed:
         store.close()
         raise InputError("holds no recorded campaign", source=str(run_dir))
+    for note in store.notes:
+        print(f"adaptive-eval: note: {note}", file=sys.stderr)
     kept = _kept_from_run(store, run_dir)
     try:
         controller = Controller(campaign, store, _NoDispatch(), SilentLog())

@@ -8,7 +8,9 @@ recovery and de-duplication; SQLite already has both, and the write rate (a tran
 batch, tens per second) is far below what it sustains.
 
 Besides trials the store keeps each round's plan (the per-cell trial counts the allocation
-asked for), so that a resumed run knows exactly which work was in flight, and the decision log.
+asked for), so that a resumed run knows exactly which work was in flight, the decision log, and
+the digest chain of the complete rounds (:mod:`adaptive_eval.chain`), checked on resume, by
+``report`` and by ``adaptive-eval verify``.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ from typing import IO, Any
 
 import numpy as np
 
+from adaptive_eval import chain
 from adaptive_eval.errors import AdaptiveEvalError, InputError
 from adaptive_eval.storage import free_bytes, is_read_only, storage_error
 from adaptive_eval.types import BatchResult, Trial
 
 #: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has
-#: the version-1 tables.
-SCHEMA_VERSION = 1
+#: the version-1 tables; version 2 adds the digest chain (built on the first writable open of
+#: an older store).
+SCHEMA_VERSION = 2
 _TABLES = ("meta", "rounds", "trials", "completions", "events")
 
 _SCHEMA = """
@@ -55,7 +59,7 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, kind TEXT NOT NULL,
     payload TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS trials_by_round ON trials(round);
-"""
+""" + chain.TABLE
 
 RECOVERY_HINT = (
     "restore trials.sqlite from a backup, or salvage its readable rows with "
@@ -144,6 +148,17 @@ def reading(run_dir: Path, store: TrialStore | None = None) -> Iterator[TrialSto
         opened.close()
 
 
+@dataclass
+class _Chain:
+    """Where the digest chain stands: trials planned and recorded per round, and the rounds
+    sealed so far (0..sealed-1, the last one's digest)."""
+
+    planned: dict[int, int]
+    recorded: dict[int, int]
+    sealed: int
+    last: str
+
+
 @dataclass(frozen=True)
 class RoundCounts:
     """One round's recorded trials aggregated per (model, question, category) cell."""
@@ -187,6 +202,11 @@ class TrialStore:
         #: Set by the run: where the store reports what it noticed (see :meth:`_check_wal`).
         self.on_event: StoreEvents | None = None
         self._wal_inode: int | None = None
+        self._chain: _Chain | None = None
+        #: Whether the store holds a digest chain (False: written by a release before it).
+        self.has_chain = True
+        #: What the store's users should tell the user about it (a chain built on open).
+        self.notes: list[str] = []
         try:
             self.conn = self._connect()
         except sqlite3.Error as error:
@@ -264,6 +284,7 @@ class TrialStore:
         if tables and not tables >= set(_TABLES):
             missing = ", ".join(sorted(set(_TABLES) - tables))
             raise self.damaged(f"lacks the table(s) {missing}")
+        self.has_chain = not tables or "digests" in tables
         if readonly:
             return
         self._set_up(fsync)
@@ -379,6 +400,57 @@ class TrialStore:
                 "INSERT INTO rounds(round, shape, plan, planned_at) VALUES (?, ?, ?, ?)",
                 (round_index, json.dumps(list(plan.shape)), blob, time.time()),
             )
+        if self._chain is not None:
+            self._chain.planned[round_index] = int(plan.sum())
+
+    # -- the digest chain ---------------------------------------------------------------------
+    def _chain_state(self) -> _Chain:
+        if self._chain is None:
+            planned = {index: int(plan.sum()) for index, plan in enumerate(self.rounds())}
+            rows = self.conn.execute("SELECT round, digest FROM digests ORDER BY round").fetchall()
+            self._chain = _Chain(
+                planned, self.trials_per_round(), len(rows), rows[-1][1] if rows else ""
+            )
+        return self._chain
+
+    def _seal_ready(self) -> int:
+        """Seal every complete round after the sealed ones, in order (inside a transaction);
+        how many were sealed."""
+        state = self._chain_state()
+        sealed = 0
+        while state.recorded.get(state.sealed, 0) >= state.planned.get(state.sealed, 0) > 0:
+            digest, count = chain.round_digest(self.conn, state.sealed, state.last)
+            self.conn.execute(
+                "INSERT INTO digests(round, digest, trials, sealed_at) VALUES (?, ?, ?, ?)",
+                (state.sealed, digest, count, time.time()),
+            )
+            state.sealed, state.last = state.sealed + 1, digest
+            sealed += 1
+        return sealed
+
+    def build_chain(self) -> int:
+        """Seal the complete rounds of a store written before the digest chain existed (its
+        first writable open); how many rounds. Changes made to them before cannot be seen."""
+        with self._transaction():
+            built = self._seal_ready()
+            self._put_meta({"digest_chain_built": {"at": time.time(), "rounds": built}})
+        self.has_chain = True
+        return built
+
+    def verify_chain(self) -> int:
+        """Recompute the chain; the rounds it covers. A mismatch is a :class:`StoreError`
+        naming the first bad round."""
+        state = self._chain_state()
+        found, checked = chain.first_mismatch(self.conn, state.planned, state.recorded)
+        if found is not None:
+            raise StoreError(
+                f"the trial store's round {found.round} does not match its digest: {found.why} "
+                f"(rounds 0..{found.round - 1} match). A trial recorded in round {found.round} "
+                "was changed, added or removed outside adaptive-eval; restore trials.sqlite "
+                "from a backup, or start afresh with a new --out",
+                source=str(self.path),
+            )
+        return checked
 
     def rounds(self) -> list[np.ndarray]:
         out = []
@@ -441,6 +513,7 @@ class TrialStore:
         now = time.time()
         added: list[int] = []
         with self._transaction():
+            state = self._chain_state()
             for result in results:
                 before = self.conn.total_changes
                 self.conn.executemany(
@@ -469,6 +542,7 @@ class TrialStore:
                     ],
                 )
                 added.append(self.conn.total_changes - before)
+                state.recorded[result.round] = state.recorded.get(result.round, 0) + added[-1]
                 extra = [
                     (
                         t.model,
@@ -488,6 +562,7 @@ class TrialStore:
                         "VALUES (?,?,?,?,?)",
                         extra,
                     )
+            self._seal_ready()  # in the transaction that completed the round
         return added
 
     def trial_arrays(self) -> TrialArrays:

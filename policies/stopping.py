@@ -115,7 +115,7 @@ def pairs_settled() -> StoppingRule:
 @stopping_rules.register("ci_width")
 def ci_width(width: float) -> StoppingRule:
     if not (math.isfinite(width) and width > 0):  # `width <= 0` let .nan through
-        raise ValueError(f"width must be a finite number > 0, got {width}")
+        raise ValueError(f"width must be > 0, got {width}")
     return CiWidth(width)
 
 

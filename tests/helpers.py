@@ -165,4 +165,4 @@ class InlineCluster:
                     hook(self)
                 return super().poll(timeout)
 
-        return _Hooked(plans, offsets)
+        return _Hooked(plans, offsets, on_event=options.get("on_event") or (lambda *e: None))

@@ -18,7 +18,7 @@ from helpers import (
 
 from adaptive_eval.cli import main
 from adaptive_eval.runner import report_run
-from adaptive_eval.store import RunLock, StoreError, TrialStore
+from adaptive_eval.store import SCHEMA_VERSION, RunLock, StoreError, TrialStore
 from adaptive_eval.testing.bigstore import write_big_run
 
 
@@ -166,7 +166,7 @@ def test_schema_version_is_recorded_and_a_newer_one_refused(
 ) -> None:
     _, run_dir = finished_run
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         conn.execute("PRAGMA user_version = 7")
     err = _report_error(run_dir, capsys)
     assert "schema version 7" in err
