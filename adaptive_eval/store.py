@@ -42,7 +42,8 @@ from adaptive_eval.types import BatchResult, Trial
 SCHEMA_VERSION = 2
 _TABLES = ("meta", "rounds", "trials", "completions", "events")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, shape TEXT NOT NULL, plan BLOB NOT NULL, planned_at REAL);
@@ -59,7 +60,9 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, kind TEXT NOT NULL,
     payload TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS trials_by_round ON trials(round);
-""" + chain.TABLE
+"""
+    + chain.TABLE
+)
 
 RECOVERY_HINT = (
     "restore trials.sqlite from a backup, or salvage its readable rows with "
