@@ -76,6 +76,8 @@ def _at_least(low: int) -> Callable[[str], int]:
 def _npz_out(text: str) -> Path:
     """The npz file an ``--out`` names (``.npz`` added as numpy would), checked before the run
     is read: not a folder, under a folder."""
+    from adaptive_eval.storage import nearest_existing
+
     path = Path(text)
     if path.is_dir():
         raise InputError(
@@ -85,9 +87,7 @@ def _npz_out(text: str) -> Path:
         )
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = nearest_existing(path.parent)
     if not parent.is_dir():
         raise InputError(f"{parent} is not a folder", source=text, field="--out")
     return path

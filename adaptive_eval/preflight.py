@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
-from pathlib import Path
 
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.redact import REDACTED, redacted_fields
-from adaptive_eval.storage import is_read_only
+from adaptive_eval.storage import is_read_only, nearest_existing
 
 #: The tables of a trial library (adaptive_eval.library.SCHEMA).
 LIBRARY_TABLES = frozenset({"cells", "trials"})
@@ -70,17 +69,11 @@ def _check_library(config: CampaignConfig) -> None:
             )
         folder = path.parent
     else:
-        folder = _nearest_existing(path.parent)
+        folder = nearest_existing(path.parent)
         if not folder.is_dir():
             raise refuse(f"cannot be created: {folder} is not a folder")
     if is_read_only(folder):
         raise refuse(f"cannot be written: {folder} is read-only (the run adds its trials there)")
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 __all__ = ["check_before_sampling"]

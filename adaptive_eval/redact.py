@@ -90,29 +90,26 @@ def _secret_text(value: str) -> str:
 def redact(data: Any) -> Any:
     """A copy of ``data`` (mappings, lists, scalars) with every credential replaced by
     :data:`REDACTED`: values under a secret key, URL passwords, ``Bearer`` values."""
-    if isinstance(data, dict):
-        return {
-            key: REDACTED if is_secret_key(str(key)) and data[key] is not None else redact(value)
-            for key, value in data.items()
-        }
-    if isinstance(data, list):
-        return [redact(item) for item in data]
-    if isinstance(data, str):
-        return _secret_text(data)
-    return data
+    return _cleaned(data, drop_keys=False)
 
 
 def without_secrets(data: Any) -> Any:
     """A copy of ``data`` with credential keys left out and credentials in values redacted:
     what a run's identity is made of, so that its fingerprint never depends on a key."""
+    return _cleaned(data, drop_keys=True)
+
+
+def _cleaned(data: Any, drop_keys: bool) -> Any:
     if isinstance(data, dict):
-        return {
-            key: without_secrets(value)
-            for key, value in data.items()
-            if not is_secret_key(str(key))
-        }
+        out = {}
+        for key, value in data.items():
+            if not is_secret_key(str(key)):
+                out[key] = _cleaned(value, drop_keys)
+            elif not drop_keys:
+                out[key] = None if value is None else REDACTED
+        return out
     if isinstance(data, list):
-        return [without_secrets(item) for item in data]
+        return [_cleaned(item, drop_keys) for item in data]
     if isinstance(data, str):
         return _secret_text(data)
     return data

@@ -39,8 +39,9 @@ class ReadOnlyStorage(InputError):
     """The folder given is on a read-only file system, or not writable by this user (exit 2)."""
 
 
-def _existing(path: Path) -> Path:
-    """``path`` or its nearest existing ancestor (what statvfs and access can be asked about)."""
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest existing ancestor (what statvfs and access can be asked about,
+    and what decides whether ``path`` can be created)."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -50,7 +51,7 @@ def _existing(path: Path) -> Path:
 def free_bytes(path: Path) -> int | None:
     """Bytes this user may still write on the file system holding ``path`` (None: unknown)."""
     try:
-        stat = os.statvfs(_existing(path))
+        stat = os.statvfs(nearest_existing(path))
     except OSError:
         return None
     return stat.f_bavail * stat.f_frsize
@@ -59,7 +60,7 @@ def free_bytes(path: Path) -> int | None:
 def is_read_only(path: Path) -> bool:
     """Whether the file system holding ``path`` is mounted read-only, or its folder is not
     writable by this user."""
-    where = _existing(path)
+    where = nearest_existing(path)
     try:
         if os.statvfs(where).f_flag & os.ST_RDONLY:
             return True
@@ -171,5 +172,6 @@ __all__ = [
     "atomic_write",
     "free_bytes",
     "is_read_only",
+    "nearest_existing",
     "storage_error",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,17 @@ def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Contro
 
 def load(path: Path, overrides: list[str] | None = None) -> CampaignConfig:
     return load_config(path, overrides)
+
+
+def trials_in(store: Path) -> int:
+    """Trials recorded in a store file (0 while it cannot be read: not created yet)."""
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+            count = int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+        conn.close()
+        return count
+    except sqlite3.Error:
+        return 0
 
 
 def ledger(run_dir: Path, columns: str = LEDGER_COLUMNS) -> list[tuple[Any, ...]]:

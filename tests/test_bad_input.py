@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    mimic_success,
+    run_inline,
+    trials_in,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
@@ -672,13 +679,6 @@ def finished(inputs: Path) -> Path:
     return inputs / "run"
 
 
-def _ledger(run_dir: Path) -> int:
-    with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
-        count = int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
-    conn.close()
-    return count
-
-
 @pytest.mark.parametrize("case", COMMAND_CASES)
 def test_a_bad_command_line_is_refused_in_one_line(
     case: Command,
@@ -688,11 +688,11 @@ def test_a_bad_command_line_is_refused_in_one_line(
     no_ray: list[Any],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    recorded = _ledger(finished)
+    recorded = trials_in(finished / "trials.sqlite")
     line = _refused(case.argv(inputs, finished, tmp_path), capsys)
     assert case.expect in line, line
     assert not no_ray, "Ray must not start"
-    assert _ledger(finished) == recorded
+    assert trials_in(finished / "trials.sqlite") == recorded
     _no_trials(tmp_path)
     assert not (tmp_path / "h" / "runs").exists()
 

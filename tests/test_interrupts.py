@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import InlineCluster, base_config, mimic_success, write_config, write_scenario
+from helpers import (
+    InlineCluster,
+    base_config,
+    mimic_success,
+    trials_in,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.cli import main
 
@@ -52,21 +59,13 @@ def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
     return [str(CLI), "run", str(config), "--out", str(run_dir)], run_dir
 
 
-def _recorded(run_dir: Path) -> int:
-    try:
-        with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-
-
 def _started(command: list[str], run_dir: Path) -> subprocess.Popen[str]:
     """The command in a session of its own, once it has recorded some trials."""
     process = subprocess.Popen(
         command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 240
-    while _recorded(run_dir) < 16:
+    while trials_in(run_dir / "trials.sqlite") < 16:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the run recorded no trials in 240 s"
         time.sleep(0.2)
