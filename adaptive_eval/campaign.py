@@ -23,6 +23,15 @@ from adaptive_eval.registry import allocators, backends, pair_rules, stopping_ru
 
 DEFAULT_FIXED_N = 80
 DEFAULT_PAIR_RULE = "group_sequential"
+#: Which decision rules a run was recorded under, beyond what its config names: part of the
+#: identity, so a run recorded under earlier rules refuses to resume under these (and says so)
+#: instead of mixing two rules in one campaign.
+DECISION_RULES = (
+    "2: Holm step-down over the adjacent pairs under error_control ranking; futility stops "
+    "(policy.futility, from 8 trials per question); group_sequential with shorter horizons "
+    "(horizons=3, ratio=4, cap_share=0.5, shortest=16); per-trial variance centred on the "
+    "model's pooled score"
+)
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         "config": config.identity([plan.execution_options for plan in plans]),
         "files": [plan.files for plan in plans],
         "prior": prior_hash,
+        "decision_rules": DECISION_RULES,
     }
     fingerprint = fingerprint_of(identity)
     return Campaign(

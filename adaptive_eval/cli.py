@@ -1,4 +1,4 @@
-"""``adaptive-eval run | validate | report | score | completions``.
+"""The ``adaptive-eval`` command line (``adaptive-eval --help`` lists every command).
 
 Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure, 130 interrupted.
 No traceback reaches the console: an unexpected error prints one line and the path of a log
@@ -26,6 +26,7 @@ from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, trace
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+SET_HELP = "override a config field, e.g. --set policy.confidence=0.99"
 #: Options whose value may start with "-" (a list of numbers such as ``-0.5,0,1``).
 _NUMBER_LIST_OPTIONS = ("--weights", "--k")
 _NUMBER_LIST = re.compile(r"^-[0-9.]")
@@ -108,11 +109,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.preflight import check_before_sampling
     from adaptive_eval.redact import scrub
-    from adaptive_eval.runner import check_engines
+    from adaptive_eval.runner import check_engines, check_local_placement
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
     check_before_sampling(campaign)
+    check_local_placement(campaign, planned_only=True)  # a run that could never start
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
@@ -162,7 +164,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         print(run_dir / FILENAME)
         return 0
-    print(json.dumps(summary, indent=2) if args.json else render_console(summary))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif "comparison" in summary:  # a compare folder: its verdict, as compare printed it
+        from adaptive_eval.compare import render
+
+        print(render_console(summary) + "\n\n" + render(summary["comparison"]))
+    else:
+        print(render_console(summary))
     return 0
 
 
@@ -350,7 +359,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     out = _npz_out(args.out)
     mapping = parse_map(args.map) if args.map else None
-    result = import_files(args.format, [Path(f) for f in args.files], mapping, args.metric)
+    result = import_files(
+        args.format, [Path(f) for f in args.files], mapping, args.metric, args.filter
+    )
     result.save(out)
     low, high = result.trials_per_cell
     print(
@@ -380,7 +391,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
 
     config = load_config(args.config, args.set)
-    summary = run_compare(config, args.candidate, Path(args.out), quiet=args.quiet)
+    summary = run_compare(
+        config, args.candidate, Path(args.out), margin=args.margin, quiet=args.quiet
+    )
     result = summary["comparison"]
     print(json.dumps(result, indent=2) if args.json else render(result))
     code: int = result["exit_code"]
@@ -404,35 +417,35 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="adaptive-eval", description=__doc__)
+    parser = _Parser(prog="adaptive-eval", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run or resume a campaign")
-    run.add_argument("config")
+    run.add_argument("config", help="campaign config (YAML)")
     run.add_argument("--out", required=True, help="run directory (resumed if it exists)")
     run.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field, e.g. --set policy.confidence=0.99",
+        help=SET_HELP,
     )
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
     run.add_argument("--quiet", action="store_true", help="only warnings on the console")
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a config and print the plan")
-    validate.add_argument("config")
-    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    validate.add_argument("config", help="campaign config (YAML)")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     validate.set_defaults(func=cmd_validate)
 
     report = sub.add_parser(
         "report", help="rebuild summary.json, report.md and report.html from a run's store"
     )
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="run folder (of run, compare or a night)")
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
-    report.add_argument("--json", action="store_true")
+    report.add_argument("--json", action="store_true", help="print summary.json to stdout")
     report.add_argument(
         "--html",
         action="store_true",
@@ -443,11 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify", help="check a run's store: SQLite's integrity check and the digest chain"
     )
-    verify.add_argument("run_dir")
+    verify.add_argument("run_dir", help="run folder")
     verify.set_defaults(func=cmd_verify)
 
     completions = sub.add_parser("completions", help="print stored completions of a run")
-    completions.add_argument("run_dir")
+    completions.add_argument("run_dir", help="run folder")
     completions.add_argument("--model", help="model name")
     completions.add_argument("--question", help="question id")
     completions.add_argument("--trial", type=_at_least(0), help="trial index")
@@ -456,19 +469,28 @@ def build_parser() -> argparse.ArgumentParser:
     completions.set_defaults(func=cmd_completions)
 
     score = sub.add_parser("score", help="score a recorded (L, M, N) outcome tensor offline")
-    score.add_argument("file")
+    score.add_argument("file", help="npz with an (L, M, N) integer outcome array")
     score.add_argument("--key", default="outcomes", help="array name (default outcomes)")
     score.add_argument("--weights", help="comma-separated rubric weights (default 0,1)")
     score.add_argument("--prior", help="npz with prior outcomes R0, (M, D) or (L, M, D)")
-    score.add_argument("--prior-key", default="outcomes")
-    score.add_argument("--confidence", type=float, default=0.95)
+    score.add_argument(
+        "--prior-key", default="outcomes", help="array name in the prior npz (default outcomes)"
+    )
+    score.add_argument(
+        "--confidence", type=float, default=0.95, help="credible-interval level (default 0.95)"
+    )
     score.add_argument("--k", help="comma-separated k for Pass@k (default 1)")
-    score.add_argument("--json", action="store_true")
+    score.add_argument("--json", action="store_true", help="print the scores as JSON")
     score.set_defaults(func=cmd_score)
     imp = sub.add_parser(
         "import", help="read lm-eval-harness or inspect_ai logs into an (L, M, N) outcome npz"
     )
-    imp.add_argument("--format", required=True, choices=["lm-eval", "inspect"])
+    imp.add_argument(
+        "--format",
+        required=True,
+        choices=["lm-eval", "inspect"],
+        help="the harness that wrote them",
+    )
     imp.add_argument("files", nargs="+", help="samples_*.jsonl files or .eval/.json logs")
     imp.add_argument("--out", required=True, help="npz to write (replay / prior / score input)")
     imp.add_argument(
@@ -481,16 +503,29 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--metric", help="lm-eval metric key (default exact_match, acc, ...) or inspect scorer"
     )
+    imp.add_argument(
+        "--filter",
+        metavar="NAME",
+        help="lm-eval filter whose scores to read when the files hold several (lm-eval writes "
+        "one line per document and filter, e.g. gsm8k's strict-match and flexible-extract)",
+    )
     imp.set_defaults(func=cmd_import)
 
     compare = sub.add_parser(
         "compare",
         help="place a candidate among the incumbents (exit 0 not worse, 3 worse, 4 undecided)",
     )
-    compare.add_argument("config")
+    compare.add_argument("config", help="campaign config listing candidate and incumbents")
     compare.add_argument("--candidate", required=True, help="the model to place")
+    compare.add_argument(
+        "--margin",
+        type=float,
+        help="non-inferiority margin: pass (exit 0) once the candidate is shown not worse than "
+        "every incumbent by more than this, fail (exit 3) once shown worse by more than this "
+        "against one (default: compare.margin in the config, else better/worse/equivalent)",
+    )
     compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
-    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.add_argument("--quiet", action="store_true", help="only warnings on the console")
     compare.set_defaults(func=cmd_compare)
@@ -498,21 +533,26 @@ def build_parser() -> argparse.ArgumentParser:
     nightly = sub.add_parser(
         "nightly", help="one night of a scheduled run: reuse, rank, alert (exit 3 on an alert)"
     )
-    nightly.add_argument("config")
+    nightly.add_argument("config", help="campaign config (YAML)")
     nightly.add_argument("--history", required=True, help="history folder (library, nights)")
     nightly.add_argument("--night", help="YYYY-MM-DD (default: today, UTC)")
     nightly.add_argument(
         "--keep", type=_at_least(1), default=30, help="run folders of the last N nights"
     )
-    nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     nightly.set_defaults(func=cmd_nightly)
 
     export = sub.add_parser(
         "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
     )
-    export.add_argument("run_dir")
+    export.add_argument("run_dir", help="run folder")
     export.add_argument("--out", required=True, help="npz to write")
     export.set_defaults(func=cmd_export)
+    commands = "\n".join(
+        f"  {action.dest:<12} {action.help}"
+        for action in sub._choices_actions  # the subcommands with their help, in order
+    )
+    parser.description = f"Commands:\n{commands}\n\n" + (__doc__ or "").split("\n", 2)[2]
     return parser
 
 

@@ -10,11 +10,19 @@ chose: by default the error-controlled ``group_sequential``), asked about (candi
 on the campaign's view. Only models still in an undecided pair with
 the candidate (and the candidate) get trials.
 
+With a non-inferiority ``margin`` (``--margin``, or ``compare.margin`` in the config) each
+comparison is instead the one-sided test of :mod:`adaptive_eval.noninferiority`: ``pass`` (not
+worse than the incumbent by more than the margin) or ``fail`` (a regression), error-controlled
+like the pair rules; the run stops once every comparison passed or any failed.
+
 Exit codes (:func:`exit_code`): 0 the candidate is not worse than any incumbent (better or
-equivalent within the rope), 3 worse than at least one (a regression), 4 some pair undecided at
-the budget or cap; 2 bad input, 1 failure. ``summary.json`` gains ``comparison``:
-``{candidate, verdicts: [{incumbent, decision, z, trials}], exit_code}``, with ``decision`` one
-of ``better``, ``worse``, ``equivalent``, ``undecided`` (the candidate's side).
+equivalent within the rope; with a margin: passed against every one), 3 worse than at least one
+(a regression; with a margin: failed against one), 4 some comparison undecided at the budget or
+cap; 2 bad input, 1 failure. ``summary.json`` gains ``comparison``: ``{candidate, margin,
+verdicts: [{incumbent, decision, z, boundary, decided_at_round, trials}], exit_code, meaning}``,
+with ``decision`` one of ``better``, ``worse``, ``equivalent``, ``undecided`` (the candidate's
+side), or with a margin ``pass``, ``fail``, ``undecided``. The run goes through the same set-up
+as ``run`` (run-folder lock, ``ray.log``, progress), and ``adaptive-eval report`` rebuilds it.
 """
 
 from __future__ import annotations
@@ -29,18 +37,34 @@ import numpy as np
 from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, fingerprint_of
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
+from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
 from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of, even_plan
+from adaptive_eval.report import COMPARE_EXIT_MEANING
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
 EXIT_NOT_WORSE = 0
 EXIT_REGRESSION = 3
 EXIT_UNDECIDED = 4
+#: What each exit code says, for the console and the reports.
+MEANING = COMPARE_EXIT_MEANING
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateVerdict:
+    """The candidate against one incumbent, from the candidate's side."""
+
+    incumbent: int
+    decision: str  # better / worse / equivalent / undecided; with a margin pass / fail / undecided
+    z: float
+    boundary: float | None = None
+    look: int | None = None  # the round it was decided in
+    reason: str | None = None
 
 
 def verdicts(
     view: CampaignView, rules: tuple[PairRule, ...], candidate: int
-) -> list[tuple[int, str, float]]:
-    """(incumbent, the candidate's verdict, z) for every incumbent, by the campaign's rules.
+) -> list[CandidateVerdict]:
+    """The candidate's verdict against every incumbent, by the campaign's rules.
 
     The rules see the whole campaign view with the real model indices, so a sequential rule
     keeps one state per (candidate, incumbent) pair, shared with the controller's own calls in
@@ -64,7 +88,16 @@ def verdicts(
             gap, spread = view.pair_stat(candidate, incumbent)
             z = abs(gap) / spread if spread > 0 else 0.0
             decision = PairDecision.undecided(candidate, incumbent, z)
-        out.append((incumbent, _side(decision, candidate), decision.z))
+        out.append(
+            CandidateVerdict(
+                incumbent,
+                _side(decision, candidate),
+                decision.z,
+                decision.boundary,
+                decision.look,
+                getattr(decision, "reason", None),
+            )
+        )
     return out
 
 
@@ -79,33 +112,53 @@ def _side(decision: PairDecision, candidate: int) -> str:
 
 
 def exit_code(decisions: list[str]) -> int:
-    if "worse" in decisions:
+    if "worse" in decisions or FAIL in decisions:
         return EXIT_REGRESSION
     if "undecided" in decisions:
         return EXIT_UNDECIDED
     return EXIT_NOT_WORSE
 
 
+@dataclasses.dataclass
+class Judge:
+    """Verdicts on every (candidate, incumbent) pair: by the campaign's pair rules, or by the
+    non-inferiority test when a margin is given."""
+
+    rules: tuple[PairRule, ...]
+    candidate: int
+    margin: NonInferiority | None = None
+
+    def __call__(self, view: CampaignView) -> list[CandidateVerdict]:
+        if self.margin is None:
+            return verdicts(view, self.rules, self.candidate)
+        return [
+            CandidateVerdict(v.incumbent, v.decision, v.z, v.boundary, v.look)
+            for v in self.margin.verdicts(view)
+        ]
+
+
 class CandidatePlaced(StoppingRule):
-    """Stop once every (candidate, incumbent) pair is settled; need only their models."""
+    """Stop once every (candidate, incumbent) pair is settled (with a margin: also at the first
+    failed comparison, which decides the gate); need only their models."""
 
     name = "candidate_placed"
 
-    def __init__(self, rules: tuple[PairRule, ...], candidate: int) -> None:
-        self.rules = rules
-        self.candidate = candidate
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
-        found = verdicts(view, self.rules, self.candidate)
-        if all(v != "undecided" for _, v, _ in found):
+        found = self.judge(view)
+        if self.judge.margin is not None and any(v.decision == FAIL for v in found):
+            return Stop(StopReason.GOAL_MET, "the candidate failed a non-inferiority comparison")
+        if all(v.decision != "undecided" for v in found):
             return Stop(StopReason.GOAL_MET, "every pair with the candidate is settled")
         return None
 
     def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         mask = np.zeros(view.num_models, dtype=bool)
-        for incumbent, verdict, _ in verdicts(view, self.rules, self.candidate):
-            if verdict == "undecided":
-                mask[[incumbent, self.candidate]] = True
+        for verdict in self.judge(view):
+            if verdict.decision == "undecided":
+                mask[[verdict.incumbent, self.judge.candidate]] = True
         return mask
 
 
@@ -126,8 +179,11 @@ class NeededOnly:
         return even_plan(view, chosen, round_trials, None)
 
 
-def compare_campaign(config: CampaignConfig, candidate: str) -> Campaign:
-    """The config's campaign, steered to place ``candidate`` among the other models."""
+def compare_campaign(
+    config: CampaignConfig, candidate: str, margin: float | None = None
+) -> tuple[Campaign, Judge]:
+    """The config's campaign, steered to place ``candidate`` among the other models, and the
+    judge of its comparisons. ``margin`` (else ``compare.margin``) asks for non-inferiority."""
     campaign = build_campaign(config)
     if candidate not in campaign.names:
         raise InputError(
@@ -137,38 +193,70 @@ def compare_campaign(config: CampaignConfig, candidate: str) -> Campaign:
         )
     if campaign.num_models < 2:
         raise InputError("compare needs at least one incumbent beside the candidate")
+    if margin is None and config.compare is not None:
+        margin = config.compare.margin
+    if margin is not None and not margin > 0:
+        raise InputError(f"--margin must be > 0, got {margin}", source=config.source)
     index = campaign.names.index(candidate)
-    rules: list[StoppingRule] = [CandidatePlaced(campaign.pair_rules, index)]
+    gate = None
+    if margin is not None:
+        gate = NonInferiority(index, margin, look_schedule(campaign.pair_rules))
+    judge = Judge(campaign.pair_rules, index, gate)
+    rules: list[StoppingRule] = [CandidatePlaced(judge)]
     budget = budget_rule(config)
     if budget is not None:
         rules.append(budget)
-    identity = {**campaign.identity, "compare": {"candidate": candidate}}
+    steering: dict[str, Any] = {"candidate": candidate}
+    if margin is not None:
+        steering["margin"] = margin
+    identity = {**campaign.identity, "compare": steering}
     fingerprint = fingerprint_of(identity)
-    return dataclasses.replace(
+    steered = dataclasses.replace(
         campaign,
+        pair_rules=tuple(_per_comparison(rule) for rule in campaign.pair_rules),
         stopping=any_of(*rules),
         allocator=NeededOnly(),
         identity=identity,
         fingerprint=fingerprint,
     )
+    return steered, judge
 
 
-def comparison(campaign: Campaign, view: CampaignView, candidate: str) -> dict[str, Any]:
+def _per_comparison(rule: PairRule) -> PairRule:
+    """The rule without Holm's step-down over the adjacent pairs of the ranking: a comparison's
+    family is the candidate's pairs, each at its Bonferroni share."""
+    if dataclasses.is_dataclass(rule) and any(
+        f.name == "step_down" for f in dataclasses.fields(rule)
+    ):
+        return dataclasses.replace(rule, step_down=False)  # type: ignore[type-var]
+    return rule
+
+
+def comparison(
+    campaign: Campaign, view: CampaignView, candidate: str, judge: Judge
+) -> dict[str, Any]:
     index = campaign.names.index(candidate)
-    found = verdicts(view, campaign.pair_rules, index)
-    rows = [
-        {
-            "incumbent": campaign.names[incumbent],
-            "decision": verdict,
-            "z": float(z),
-            "trials": int(view.trials[[index, incumbent]].sum()),
+    found = judge(view)
+    rows = []
+    for verdict in found:
+        row: dict[str, Any] = {
+            "incumbent": campaign.names[verdict.incumbent],
+            "decision": verdict.decision,
+            "z": float(verdict.z),
+            "boundary": None if verdict.boundary is None else float(verdict.boundary),
+            "decided_at_round": verdict.look,
+            "trials": int(view.trials[[index, verdict.incumbent]].sum()),
         }
-        for incumbent, verdict, z in found
-    ]
+        if verdict.reason is not None:
+            row["reason"] = verdict.reason
+        rows.append(row)
+    code = exit_code([v.decision for v in found])
     return {
         "candidate": candidate,
+        "margin": None if judge.margin is None else judge.margin.margin,
         "verdicts": rows,
-        "exit_code": exit_code([verdict for _, verdict, _ in found]),
+        "exit_code": code,
+        "meaning": MEANING[code],
     }
 
 
@@ -177,61 +265,53 @@ def run_compare(
     candidate: str,
     run_dir: Path,
     *,
+    margin: float | None = None,
     dispatcher: Callable[[Campaign], Any] | None = None,
     console: IO[str] | None = None,
     quiet: bool = True,
 ) -> dict[str, Any]:
-    """Run (or resume) the comparison in ``run_dir``; write summary.json and the reports."""
+    """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
+    progress); write summary.json and the reports. ``dispatcher`` replaces Ray (tests)."""
     from adaptive_eval.controller import Controller
-    from adaptive_eval.logs import open_event_log
-    from adaptive_eval.report import write_outputs
-    from adaptive_eval.runner import build_summary, open_run_dir
+    from adaptive_eval.runner import run_campaign
 
-    campaign = compare_campaign(config, candidate)
-    store, campaign_id, resumed = open_run_dir(campaign, run_dir)
-    log, handle = open_event_log(run_dir, campaign_id, "warning" if quiet else "info", console)
-    try:
-        if dispatcher is None:
-            from adaptive_eval.dispatch import Dispatcher, init_ray
+    campaign, judge = compare_campaign(config, candidate, margin)
 
-            execution = config.execution
-            init_ray(execution.ray_address, execution.num_cpus)
-            port: Any = Dispatcher(
-                campaign.plans,
-                campaign.offsets,
-                in_flight_per_worker=execution.in_flight_per_worker,
-                max_batch_retries=execution.max_batch_retries,
-                shared_slots=execution.gpu_slots,
-            )
-        else:
-            port = dispatcher(campaign)
-        from adaptive_eval.library import attach
+    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+        return {"comparison": comparison(campaign, controller.view(), candidate, judge)}
 
-        port = attach(campaign, store, port, campaign_id)  # the trial library, if any
-        controller = Controller(campaign, store, port, log)
-        try:
-            controller.run()
-        finally:
-            if hasattr(port, "shutdown"):
-                port.shutdown()
-        result = comparison(campaign, controller.view(), candidate)
-        summary = build_summary(
-            campaign, controller, campaign_id, extra={"resumed": resumed, "comparison": result}
-        )
-        write_outputs(run_dir, summary)
-        return summary
-    finally:
-        store.close()
-        handle.close()
+    replaced: dict[str, Any] = {}
+    if dispatcher is not None:
+        factory = dispatcher
+
+        def no_ray(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        def inline(*args: Any, **kwargs: Any) -> Any:
+            return factory(campaign)
+
+        replaced = {"init_ray": no_ray, "dispatcher_class": inline}
+    return run_campaign(
+        config,
+        run_dir,
+        console=console,
+        quiet=quiet,
+        campaign=campaign,
+        finish=finish,
+        **replaced,
+    )
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [f"candidate {result['candidate']}:"]
+    margin = result.get("margin")
+    test = f" (non-inferiority, margin {margin})" if margin is not None else ""
+    lines = [f"candidate {result['candidate']}{test}:"]
     for row in result["verdicts"]:
+        decided = row.get("decided_at_round")
+        when = "" if decided is None else f", decided at round {decided}"
         lines.append(
             f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}, "
-            f"{row['trials']} trials)"
+            f"{row['trials']} trials{when})"
         )
-    meaning = {0: "not worse than any incumbent", 3: "a regression", 4: "undecided"}
-    lines.append(f"exit code {result['exit_code']}: {meaning[result['exit_code']]}")
+    lines.append(f"exit code {result['exit_code']}: {MEANING[result['exit_code']]}")
     return "\n".join(lines)

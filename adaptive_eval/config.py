@@ -214,6 +214,15 @@ class PolicyConfig(_Strict):
         "decided adjacent pair at once) is right with probability >= confidence; `pair` = "
         "each decided pair is.",
     )
+    futility: float = Field(
+        0.2,
+        ge=0,
+        lt=0.5,
+        description="Futility threshold: an undecided pair whose predictive probability of "
+        "being settled by max_trials_per_question is below it stops drawing trials and is "
+        "reported undecided with the trials per question it would need (0: never). "
+        "Non-binding: it cannot add an error.",
+    )
     min_trials_per_question: int = Field(2, ge=1)
     max_trials_per_question: int = Field(400, ge=1, le=MAX_TRIALS_PER_QUESTION)
     allocation: PluginRef = Field(
@@ -347,6 +356,18 @@ class OutputConfig(_Strict):
     )
 
 
+class CompareConfig(_Strict):
+    """Settings of ``adaptive-eval compare`` (a candidate against incumbents, a CI gate)."""
+
+    margin: float | None = Field(
+        None,
+        gt=0,
+        description="Non-inferiority margin: the gate passes a candidate shown not worse than "
+        "each incumbent by more than this (on the rubric score), fails one shown worse by more; "
+        "null: settle better / worse / equivalent with the pair rules. --margin overrides it.",
+    )
+
+
 class CampaignConfig(_Strict):
     name: str
     seed: int = Field(0, ge=0, le=2**63 - 1)
@@ -366,6 +387,9 @@ class CampaignConfig(_Strict):
         None,
         description="Trial library (SQLite file or folder) shared across runs: cells it holds "
         "are reused before sampling, new trials are added. Default off.",
+    )
+    compare: CompareConfig | None = Field(
+        None, description="Settings of `adaptive-eval compare` (ignored by the other commands)."
     )
 
     #: Where the config was read from; paths resolve against its folder.
@@ -394,7 +418,8 @@ class CampaignConfig(_Strict):
         is drawn or how it is judged, so raising them on resume extends the same campaign.
         """
         data = self.model_dump(
-            mode="json", exclude={"execution", "output", "source", "budget", "library"}
+            mode="json",
+            exclude={"execution", "output", "source", "budget", "library", "compare"},
         )
         data["policy"].pop("max_trials_per_question", None)
         # The pipelining lag decides which posterior each round is planned from.
@@ -452,18 +477,21 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 
 def _raise_validation(error: ValidationError, source: str) -> None:
-    first = error.errors()[0]
-    field = _location(tuple(first["loc"])) or "<root>"
-    value = first.get("input")
-    shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
-    if first["type"] == "extra_forbidden":
-        message = f"unknown key (value {shown})"
-    else:
-        message = f"{first['msg'].removeprefix('Value error, ')} (got {shown})"
-    extra = len(error.errors()) - 1
-    if extra:
-        message += f"; and {extra} more error(s)"
-    raise InputError(message, source=source, field=field) from None
+    """One line naming every invalid field with its value (not only the first)."""
+    found = []
+    for item in error.errors():
+        field = _location(tuple(item["loc"])) or "<root>"
+        value = item.get("input")
+        shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+        if item["type"] == "extra_forbidden":
+            found.append((field, f"unknown key (value {shown})"))
+        else:
+            found.append((field, f"{item['msg'].removeprefix('Value error, ')} (got {shown})"))
+    if len(found) == 1:
+        ((field, message),) = found
+        raise InputError(message, source=source, field=field) from None
+    listed = "; ".join(f"{field}: {message}" for field, message in found)
+    raise InputError(f"{len(found)} errors: {listed}", source=source) from None
 
 
 def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:

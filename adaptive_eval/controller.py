@@ -81,6 +81,7 @@ class Controller:
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
         self._wanted = np.ones(len(campaign.names), dtype=bool)  # models the latest plan served
+        self._warmed: set[str] = set()  # phases whose first slow call (table building) was seen
         target = self.config.execution.prefetch_trials
         self.prefetcher = (
             Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
@@ -213,7 +214,10 @@ class Controller:
         # Goal and budget stops are re-checked on every round, including those drained after
         # the stop, so the final report never says "settled" over undecided pairs.
         latched = self.stop is not None and self.stop.reason in LATCHED_STOPS
-        stop = self.stop if latched else self.campaign.stopping.should_stop(view, decisions)
+        # Asked every round, latched or not: rules that test sequentially inside (compare's
+        # verdicts) then see the same looks in a run and in its offline re-read.
+        checked = self.campaign.stopping.should_stop(view, decisions)
+        stop = self.stop if latched else checked
         self._warn_if_slow("decide", started)
         self._log_changes(decisions, stop)
         self.decisions, self.stop = decisions, stop
@@ -278,6 +282,7 @@ class Controller:
             self.elapsed_s,
             rope=policy.rope,
             error_control=policy.error_control,
+            futility=policy.futility,
         )
 
     def allocate(self, view: CampaignView) -> np.ndarray:
@@ -345,8 +350,20 @@ class Controller:
 
     def _warn_if_slow(self, phase: str, started: float) -> None:
         spent = time.perf_counter() - started
-        if spent > SLOW_POLICY_S:
-            self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+        if spent <= SLOW_POLICY_S:
+            return
+        if phase not in self._warmed:
+            # A phase's first slow call builds the rules' tables (boundaries, caches) once per
+            # run: expected, logged to events.jsonl only. Later slow calls are the policy's.
+            self._warmed.add(phase)
+            self.log.info("policy_warmup", phase=phase, seconds=round(spent, 4))
+            return
+        self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+
+    @property
+    def wanted(self) -> np.ndarray:
+        """Models the latest plan served (the stopping rules' needs, and models below min)."""
+        return self._wanted
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:
@@ -375,8 +392,18 @@ class Controller:
     def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
         names = self.campaign.names
         before = {frozenset((d.a, d.b)): d.verdict for d in self.decisions}
+        futile_before = {frozenset((d.a, d.b)) for d in self.decisions if d.futile}
         changed = False
         for d in decisions:
+            if d.futile and frozenset((d.a, d.b)) not in futile_before:
+                self._emit(
+                    "pair_futile",
+                    a=names[d.a],
+                    b=names[d.b],
+                    z=round(d.z, 4),
+                    trials_needed_per_question=d.projected,
+                    trials_used=self.state.trials_used,
+                )
             old = before.get(frozenset((d.a, d.b)), Verdict.UNDECIDED)
             if d.verdict is not old and (d.settled or old.settled):
                 changed = True
@@ -387,6 +414,9 @@ class Controller:
                     z=round(d.z, 4),
                     decision=d.verdict.value,
                     rule=d.rule,
+                    # The rule's own round: a pair settled before it became adjacent in the
+                    # ordering is logged now, but was decided then (as summary.json says).
+                    decided_at_round=d.look,
                     trials_used=self.state.trials_used,
                 )
         if changed:

@@ -23,7 +23,7 @@ from typing import Any
 
 from adaptive_eval import interrupts
 from adaptive_eval.backends.base import BackendPlan, Worker
-from adaptive_eval.errors import BackendError, ClusterError
+from adaptive_eval.errors import BackendError, ClusterError, InputError
 from adaptive_eval.types import Batch, BatchResult
 
 RESTART_PROBE_INTERVAL_S = 0.5
@@ -441,6 +441,109 @@ def stop_ray() -> None:
     _session_is_ours = False
 
 
+#: Ray's resource names for the actor options that reserve them.
+_RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU"}
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """``count`` worker actors of one kind (a config entry, or the shared slots) and what each
+    reserves from Ray."""
+
+    label: str
+    count: int
+    each: dict[str, float]
+
+
+def _reserved(actor_options: dict[str, Any]) -> dict[str, float]:
+    out = {
+        resource: float(actor_options[option])
+        for option, resource in _RESOURCE_OPTIONS.items()
+        if actor_options.get(option)
+    }
+    for name, amount in (actor_options.get("resources") or {}).items():
+        out[str(name)] = float(amount)
+    return out
+
+
+def worker_requests(
+    plans: Sequence[BackendPlan], shared_slots: int | None = None
+) -> list[WorkerRequest]:
+    """The worker actors a campaign's dispatcher starts, as it starts them."""
+    swappable = [bool(shared_slots) and plan.swappable for plan in plans]
+    out = [
+        WorkerRequest(
+            f"models[{index}] ({plan.backend})", plan.workers, _reserved(plan.actor_options)
+        )
+        for index, plan in enumerate(plans)
+        if not swappable[index]
+    ]
+    if any(swappable):
+        largest = max(
+            (plan.actor_options for plan, shared in zip(plans, swappable, strict=True) if shared),
+            key=lambda o: (o.get("num_gpus", 0), o.get("num_cpus", 0)),
+        )
+        out.append(WorkerRequest("execution.gpu_slots", shared_slots or 1, _reserved(largest)))
+    return out
+
+
+def check_placement(
+    requests: Sequence[WorkerRequest],
+    available: dict[str, float],
+    largest_node: dict[str, float] | None = None,
+    *,
+    cluster: str = "the Ray cluster",
+    source: str | None = None,
+) -> None:
+    """Refuse (exit 2) workers that the cluster can never place.
+
+    Ray waits for room forever: a worker that cannot be placed would hang the run's start-up
+    with nothing on the console. Checked: the total each resource needs against what the
+    cluster has, and the largest single worker against the largest node.
+    """
+    totals: dict[str, float] = {}
+    for request in requests:
+        for resource, amount in request.each.items():
+            totals[resource] = totals.get(resource, 0.0) + request.count * amount
+    for resource, needed in sorted(totals.items()):
+        have = float(available.get(resource, 0.0))
+        if needed > have + 1e-9:
+            parts = ", ".join(
+                f"{r.label} {r.count} x {r.each[resource]:g}"
+                for r in requests
+                if r.each.get(resource)
+            )
+            unit = f"{resource}s" if resource in _RESOURCE_OPTIONS.values() else resource
+            raise InputError(
+                f"the workers need {needed:g} {unit} ({parts}) but {cluster} has {have:g}, so "
+                "they could never all start; lower the workers (models[].workers, "
+                f"execution.workers, execution.gpu_slots) or give the cluster more {unit}"
+                + (" (execution.num_cpus)" if resource == "CPU" else ""),
+                source=source,
+            )
+    for request in requests if largest_node is not None else ():
+        assert largest_node is not None
+        for resource, amount in request.each.items():
+            have = float(largest_node.get(resource, 0.0))
+            if amount > have + 1e-9:
+                raise InputError(
+                    f"one {request.label} worker needs {amount:g} {resource} but the largest "
+                    f"node of {cluster} has {have:g}, so it could never start",
+                    source=source,
+                )
+
+
+def cluster_capacity(ray: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """(the connected cluster's total resources, the largest alive node's resources)."""
+    total = {str(k): float(v) for k, v in ray.cluster_resources().items()}
+    largest: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive", True):
+            for name, amount in (node.get("Resources") or {}).items():
+                largest[name] = max(largest.get(name, 0.0), float(amount))
+    return total, largest
+
+
 class Dispatcher:
     """Routes batches to the actors of the backend that serves their model."""
 
@@ -467,6 +570,7 @@ class Dispatcher:
         self._attempts: dict[int, int] = {}
         self._probes: dict[Any, _Slot] = {}
         self._slots: list[_Slot] = []
+        check_placement(worker_requests(plans, shared_slots), *cluster_capacity(ray))
         remote = ray.remote(WorkerActor)
         # The worker factories are pinned here for the dispatcher's lifetime, so that Ray can
         # rebuild a restarted actor from them.

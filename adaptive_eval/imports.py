@@ -12,7 +12,8 @@ Formats read (the shapes the harnesses document; fixtures in ``tests/fixtures``)
   file lies in (the harness names it after the model); each file of one (model, task) is one
   trial of every document in it, in date order (so N runs with different seeds give N trials).
   A task's ``repeats`` are reduced to one score per document by the harness's filter, so they are
-  one trial, not N.
+  one trial, not N. The harness writes one line per (document, filter) (gsm8k: ``strict-match``
+  and ``flexible-extract``): with several filters in the files, ``--filter NAME`` chooses one.
 - ``inspect``: inspect_ai eval logs, ``.json`` (``{"eval": {"task", "model", ...}, "samples":
   [...]}``) or ``.eval`` (a zip with ``header.json`` and ``samples/<id>_epoch_<n>.json``). Each
   sample is one (``id``, ``epoch``); epochs are the trials (epoch e is trial e - 1) and the
@@ -109,8 +110,33 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, record
 
 
-def read_lm_eval(paths: Iterable[Path], metric: str | None = None) -> list[Score]:
-    """Scores of lm-eval ``samples_<task>_<date>.jsonl`` files (see the module docstring)."""
+def lm_eval_filters(paths: Iterable[Path]) -> list[str]:
+    """The filters (``filter`` field) the files' lines were written under, sorted."""
+    found = {str(r["filter"]) for path in paths for _, r in _jsonl(path) if "filter" in r}
+    return sorted(found)
+
+
+def read_lm_eval(
+    paths: Iterable[Path], metric: str | None = None, filter_name: str | None = None
+) -> list[Score]:
+    """Scores of lm-eval ``samples_<task>_<date>.jsonl`` files (see the module docstring).
+
+    lm-eval writes one line per (document, filter) (gsm8k: ``strict-match`` and
+    ``flexible-extract``); a trial is one filter's score, so with several filters in the files
+    ``filter_name`` must choose one.
+    """
+    paths = list(paths)
+    filters = lm_eval_filters(paths)
+    if filter_name is None and len(filters) > 1:
+        raise InputError(
+            f"the files hold {len(filters)} filters ({', '.join(filters)}): lm-eval writes one "
+            "line per document and filter; choose one with --filter NAME"
+        )
+    if filter_name is not None and filter_name not in filters:
+        raise InputError(
+            f"--filter {filter_name!r} is not in the files (filters found: "
+            f"{', '.join(filters) or 'none'})"
+        )
     runs: dict[tuple[str, str], list[tuple[str, Path]]] = defaultdict(list)
     for path in paths:
         match = _SAMPLES_NAME.match(path.name)
@@ -125,6 +151,8 @@ def read_lm_eval(paths: Iterable[Path], metric: str | None = None) -> list[Score
     for (model, task), files in sorted(runs.items()):
         for trial, (_, path) in enumerate(sorted(files)):
             for number, record in _jsonl(path):
+                if filter_name is not None and record.get("filter") != filter_name:
+                    continue
                 if "doc_id" not in record:
                     raise InputError(f"line {number}: no doc_id", source=str(path))
                 key = metric or next((m for m in LM_EVAL_METRICS if m in record), None)
@@ -288,12 +316,22 @@ def _natural(text: str) -> tuple[Any, ...]:
 
 
 def import_files(
-    fmt: str, paths: Sequence[Path], mapping: Mapping[float | str, int] | None, metric: str | None
+    fmt: str,
+    paths: Sequence[Path],
+    mapping: Mapping[float | str, int] | None,
+    metric: str | None,
+    filter_name: str | None = None,
 ) -> Imported:
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if filter_name is not None and fmt != "lm-eval":
+        raise InputError(f"--filter applies to --format lm-eval, not {fmt}")
     for path in paths:
         if not path.is_file():
             raise InputError("file not found", source=str(path))
-    scores = read_lm_eval(paths, metric) if fmt == "lm-eval" else read_inspect(paths, metric)
+    scores = (
+        read_lm_eval(paths, metric, filter_name)
+        if fmt == "lm-eval"
+        else read_inspect(paths, metric)
+    )
     return to_tensor(scores, mapping)

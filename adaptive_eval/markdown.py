@@ -33,8 +33,3 @@ def code(value: object) -> str:
     fence = "`" * (longest + 1)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
-
-
-def plain(value: object) -> str:
-    """``value`` unchanged (where the caller escapes for another format, such as HTML)."""
-    return str(value)

@@ -15,7 +15,8 @@ campaign's rules want. A night then checks itself against the previous night:
 
 - ``score_drop``: a model (by name) whose score went down, decided by the campaign's own pair
   rules (``campaign.pair_rules`` via :func:`~adaptive_eval.policy.decide_pairs`) on a two-model
-  view: last night's posterior of the model against tonight's;
+  view: last night's posterior of the model against tonight's. Scores are the unbiased estimate
+  the rules decide on (Bayes@N is kept beside it: it moves with the trials a night drew);
 - ``ranking_flip``: a pair settled one way last night and the other way tonight.
 
 Any alert makes the exit code 3 and writes ``alert.json`` and ``alert.md`` in the night's folder.
@@ -132,12 +133,16 @@ def score_drops(
         if decision.verdict in (Verdict.A_GT_B, Verdict.B_GT_A):
             winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
             if winner == 0:
+                # The unbiased estimate, what the rule decided on: Bayes@N moves with the
+                # number of trials a night drew, not only with the model.
                 alerts.append(
                     {
                         "kind": "score_drop",
                         "model": name,
-                        "before": float(view.mu[0]),
-                        "now": float(view.mu[1]),
+                        "before": float(view.theta[0]),
+                        "now": float(view.theta[1]),
+                        "bayes_before": float(view.mu[0]),
+                        "bayes_now": float(view.mu[1]),
                         "z": float(decision.z),
                         "rule": decision.rule,
                     }
@@ -177,7 +182,12 @@ def _night_record(
         "sampled": library.get("sampled", summary["trials_used"]),
         "reused": library.get("reused", 0),
         "ranking": [
-            {k: m[k] for k in ("name", "rank", "mu", "sigma", "trials")} for m in summary["models"]
+            {
+                k: m[k]
+                for k in ("name", "rank", "estimate", "estimate_se", "mu", "sigma", "trials")
+                if k in m
+            }
+            for m in summary["models"]
         ],
         "alerts": alerts,
     }
@@ -188,7 +198,7 @@ def _alert_markdown(record: dict[str, Any]) -> str:
     for alert in record["alerts"]:
         if alert["kind"] == "score_drop":
             lines.append(
-                f"- **{md.text(alert['model'])}** score dropped: {alert['before']:.4f} -> "
+                f"- **{md.text(alert['model'])}** score dropped: estimate {alert['before']:.4f} -> "
                 f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
             )
         else:
@@ -197,6 +207,16 @@ def _alert_markdown(record: dict[str, Any]) -> str:
                 f"{md.text(alert['before'])} was ahead, now {md.text(alert['now'])}"
             )
     return "\n".join(lines) + "\n"
+
+
+def score(model: dict[str, Any]) -> float:
+    """A night's score of a model: the unbiased estimate (Bayes@N in records that predate it)."""
+    return float(model.get("estimate", model["mu"]))
+
+
+def spread(model: dict[str, Any]) -> float:
+    """The standard error of :func:`score`."""
+    return float(model.get("estimate_se", model["sigma"]))
 
 
 def _summary_markdown(records: list[dict[str, Any]]) -> str:
@@ -209,12 +229,12 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             f"Sampled {record['sampled']} trials, reused {record['reused']}; stopped on "
             f"{record['stop_reason']}.",
             "",
-            "| rank | model | mu | sigma | trials |",
-            "|---:|---|---:|---:|---:|",
+            "| rank | model | estimate | se | Bayes@N mu | sigma | trials |",
+            "|---:|---|---:|---:|---:|---:|---:|",
         ]
         lines += [
-            f"| {m['rank']} | {md.text(m['name'])} | {m['mu']:.4f} | {m['sigma']:.4f} | "
-            f"{m['trials']} |"
+            f"| {m['rank']} | {md.text(m['name'])} | {score(m):.4f} | {spread(m):.4f} | "
+            f"{m['mu']:.4f} | {m['sigma']:.4f} | {m['trials']} |"
             for m in record["ranking"]
         ]
         lines.append("")

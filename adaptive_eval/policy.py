@@ -56,6 +56,9 @@ class CampaignView:
     cell_gpu_s: np.ndarray | None = None
     rope: float | None = None
     error_control: str = "ranking"
+    #: Predictive probability of settling by the cap below which an open pair is futile
+    #: (``policy.futility``; 0: never).
+    futility: float = 0.0
 
     @property
     def num_models(self) -> int:

@@ -107,8 +107,8 @@ def markdown(
     code: Callable[[object], str] = lambda value: f"`{value}`",
 ) -> list[str]:
     """The provenance section of report.md. ``text`` and ``code`` place names and paths from
-    the user's files (:mod:`adaptive_eval.markdown`); report.html passes plain ones and escapes
-    the lines itself."""
+    the user's files (:mod:`adaptive_eval.markdown`); report.html keeps the defaults (plain
+    text, backtick spans), escapes the lines and turns the spans into ``<code>``."""
     lines = ["## Provenance", ""]
     lines.append(
         f"- Report written {provenance['written_utc']}; campaign seed {provenance['seed']}."

@@ -86,6 +86,9 @@ def summarize(
             "boundary": None if d.boundary is None else float(d.boundary),
             "alpha_spent": None if d.alpha is None else float(d.alpha),
             "decided_at_round": d.look,
+            "futile": d.futile,
+            "reason": d.reason,
+            "trials_needed_per_question": d.projected,
         }
         for d in decisions
     ]
@@ -162,23 +165,23 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
             f"{estimate:.4f} | {freq} | {m['avg']:.4f} | {m['trials']} |"
         )
-    lines += [
-        "",
-        "## Adjacent pairs",
-        "",
-        "| a | b | z | decision | rule | boundary on z | error budget spent | round |",
-        "|---|---|---:|---|---|---:|---:|---:|",
-    ]
-    for p in summary["pairs"]:
-        boundary = p.get("boundary")
-        spent = p.get("alpha_spent")
-        decided = p.get("decided_at_round")
+    comparison = summary.get("comparison")
+    if comparison is not None:  # compare settles only the candidate's pairs: show those
+        lines += ["", *comparison_lines(comparison)]
+    else:
+        lines += [
+            "",
+            "## Adjacent pairs",
+            "",
+            "| a | b | z | decision | rule | boundary on z | error budget spent | round |",
+            "|---|---|---:|---|---|---:|---:|---:|",
+        ]
+    for p in summary["pairs"] if comparison is None else []:
         lines.append(
-            f"| {md.text(p['a'])} | {md.text(p['b'])} | {p['z']:.3f} | {p['decision']} | "
+            f"| {md.text(p['a'])} | {md.text(p['b'])} | {p['z']:.3f} | {decision_text(p)} | "
             f"{md.text(p['rule'] or '')} | "
-            f"{'' if boundary is None else f'{boundary:.3f}'} | "
-            f"{'' if spent is None else f'{spent:.2e}'} | "
-            f"{'' if decided is None else decided} |"
+            f"{optional(p.get('boundary'), '.3f')} | {optional(p.get('alpha_spent'), '.2e')} | "
+            f"{optional(p.get('decided_at_round'))} |"
         )
     tokens = summary["tokens_used"]
     gpu = summary["gpu_s_used"]
@@ -215,6 +218,50 @@ def render_markdown(summary: dict[str, Any]) -> str:
 
         lines += markdown(summary["provenance"], md.text, md.code)
     return "\n".join(lines)
+
+
+def optional(value: Any, spec: str = "") -> str:
+    """A table cell: the value formatted with ``spec``, or empty where there is none."""
+    return "" if value is None else format(value, spec)
+
+
+def decision_text(pair: dict[str, Any]) -> str:
+    """A pair's decision, with the rule's reason where it gave one (e.g. why it is undecided)."""
+    reason = pair.get("reason")
+    return f"{pair['decision']} ({reason})" if reason else str(pair["decision"])
+
+
+#: What compare's exit codes say (:mod:`adaptive_eval.compare`).
+COMPARE_EXIT_MEANING = {0: "not worse than any incumbent", 3: "a regression", 4: "undecided"}
+
+
+def comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    """compare's verdict for report.md: the candidate, each incumbent's verdict, the exit code."""
+    margin = comparison.get("margin")
+    code = comparison["exit_code"]
+    test = (
+        f"non-inferiority with margin {margin} (pass: not worse than the incumbent by more "
+        "than the margin; fail: worse by more)"
+        if margin is not None
+        else "better / worse / equivalent by the campaign's pair rules"
+    )
+    lines = [
+        "## Comparison",
+        "",
+        f"Candidate **{md.text(comparison['candidate'])}** against {len(comparison['verdicts'])} "
+        f"incumbent(s); test: {test}.  ",
+        f"Exit code **{code}**: {comparison.get('meaning') or COMPARE_EXIT_MEANING.get(code, '')}.",
+        "",
+        "| incumbent | verdict | z | boundary on z | round decided | trials (both) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in comparison["verdicts"]:
+        lines.append(
+            f"| {md.text(row['incumbent'])} | {decision_text(row)} | {row['z']:.3f} | "
+            f"{optional(row.get('boundary'), '.3f')} | {optional(row.get('decided_at_round'))} | "
+            f"{row['trials']} |"
+        )
+    return [*lines, ""]
 
 
 def _decision_lines(rules: dict[str, Any]) -> list[str]:
@@ -259,7 +306,7 @@ def render_console(summary: dict[str, Any]) -> str:
         )
     out.append("")
     for p in summary["pairs"]:
-        out.append(f"  {p['a']} vs {p['b']}: {p['decision']} (z = {p['z']:.2f})")
+        out.append(f"  {p['a']} vs {p['b']}: {decision_text(p)} (z = {p['z']:.2f})")
     warning = (summary.get("decision_rules") or {}).get("warning")
     if warning:
         out += ["", f"warning: {warning}"]
@@ -272,7 +319,8 @@ def render_console(summary: dict[str, Any]) -> str:
             f", {_pct(saved['tokens_fraction'])} of tokens"
             if saved["tokens_fraction"] is not None
             else ""
-        ),
+        )
+        + _undecided_note(summary),
     ]
     return "\n".join(out)
 

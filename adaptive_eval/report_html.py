@@ -2,10 +2,12 @@
 
 Figures, each a ``<figure id=...>`` so tests and people can find them:
 
-- ``forest``: the ranking, posterior mean with its credible interval per model;
-- ``trials``: trials per model, beside the fixed-N baseline's per-model count;
-- ``heatmap``: trials per (model, question);
-- ``pairs``: z of every adjacent pair against the decision threshold, coloured by decision;
+- ``forest``: the ranking, the unbiased estimate (what decisions use) with its interval per
+  model, Bayes@N's posterior mean beside it, the groups the decisions settled shaded;
+- ``trials``: trials per model in rank order, beside the fixed-N baseline's per-model count;
+- ``heatmap``: trials per (model, question), models in rank order, questions by trials;
+- ``pairs``: z of every adjacent pair (compare: of every candidate-incumbent pair) against its
+  own boundary (the one it was tested against), coloured by decision;
 - ``compute``: trials recorded after each round against the fixed-N baseline, with the
   rounds on which a pair was decided marked;
 - ``history`` (nightly runs): each model's score over the nights, nights with an alert shaded.
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.stats import z_threshold
+from adaptive_eval.report import COMPARE_EXIT_MEANING, decision_text, optional
 from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
@@ -39,6 +41,10 @@ DECISION_COLOURS = {
     "b>a": "#2b8a3e",
     "equivalent": "#1971c2",
     "undecided": "#e8590c",
+    "better": "#2b8a3e",
+    "pass": "#2b8a3e",
+    "worse": "#c92a2a",
+    "fail": "#c92a2a",
 }
 
 
@@ -98,24 +104,63 @@ def _figure(width: float, height: float) -> tuple[Figure, Any]:
     return fig, ax
 
 
+def rank_groups(models: list[dict[str, Any]]) -> list[list[int]]:
+    """Runs of models (indices into ``models``, best first) sharing a decided rank."""
+    groups: list[list[int]] = []
+    for index, model in enumerate(models):
+        if groups and models[groups[-1][0]]["rank"] == model["rank"]:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
 def forest_plot(summary: dict[str, Any]) -> str:
-    models = summary["models"]  # best first
-    fig, ax = _figure(7, 0.35 * len(models) + 1.2)
+    models = summary["models"]  # best first, by the estimate
+    fig, ax = _figure(9, 0.35 * len(models) + 1.4)
     y = np.arange(len(models))[::-1]
-    mu = np.array([m["mu"] for m in models])
-    low = np.array([m["ci_low"] for m in models])
-    high = np.array([m["ci_high"] for m in models])
-    ax.errorbar(mu, y, xerr=[mu - low, high - mu], fmt="o", color="#1c7ed6", capsize=3)
+    estimate = np.array([m.get("estimate", m["mu"]) for m in models])
+    low = np.array([m.get("estimate_ci_low", m["ci_low"]) for m in models])
+    high = np.array([m.get("estimate_ci_high", m["ci_high"]) for m in models])
+    for shade, group in enumerate(rank_groups(models)):
+        if shade % 2 == 0:
+            band = ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
+            band.set_gid(f"settled-group-{shade}")
+    bars = ax.errorbar(
+        estimate,
+        y,
+        xerr=[estimate - low, high - estimate],
+        fmt="o",
+        color="#1c7ed6",
+        capsize=3,
+        label="estimate (decisions use it) and its interval",
+    )
+    bars.lines[0].set_gid("estimate")
+    (bayes,) = ax.plot(
+        [m["mu"] for m in models], y, "x", color="#868e96", label="Bayes@N posterior mean"
+    )
+    bayes.set_gid("bayes-at-n")
     ax.set_yticks(y, [f"{m['rank']}. {m['name']}" for m in models])
-    ax.set_xlabel(f"posterior mean score, {round(100 * summary['confidence'])}% credible interval")
+    ax.set_xlabel(
+        f"score, {round(100 * summary['confidence'])}% interval; shaded bands alternate between "
+        "the groups the decisions settled (same rank)"
+    )
     ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _svg(fig)
 
 
+def _in_rank_order(summary: dict[str, Any], data: RunData) -> list[int]:
+    """Rows of ``data`` in the summary's ranking order (best first)."""
+    row = {name: i for i, name in enumerate(data.models)}
+    return [row[m["name"]] for m in summary["models"] if m["name"] in row]
+
+
 def trials_plot(summary: dict[str, Any], data: RunData) -> str:
-    fig, ax = _figure(7, 0.35 * len(data.models) + 1.2)
-    totals = data.trials.sum(axis=1)
-    y = np.arange(len(data.models))[::-1]
+    order = _in_rank_order(summary, data)
+    fig, ax = _figure(9, 0.35 * len(order) + 1.2)
+    totals = data.trials[order].sum(axis=1)
+    y = np.arange(len(order))[::-1]
     ax.barh(y, totals, color="#74c0fc")
     baseline = summary["baseline"]["fixed_n"] * len(data.questions)
     ax.axvline(
@@ -124,39 +169,83 @@ def trials_plot(summary: dict[str, Any], data: RunData) -> str:
         linestyle="--",
         label=f"fixed N = {baseline // max(1, len(data.questions))}",
     )
-    ax.set_yticks(y, data.models)
-    ax.set_xlabel("trials per model")
+    ax.set_yticks(y, [data.models[i] for i in order])
+    ax.set_xlabel("trials per model (rank order, best first)")
     ax.legend(loc="lower right")
     return _svg(fig)
 
 
-def heatmap_plot(data: RunData) -> str:
+#: At most this many question labels under the heatmap; the rest are left unlabelled.
+HEATMAP_LABELS = 30
+
+
+def heatmap_plot(summary: dict[str, Any], data: RunData) -> str:
     import matplotlib.pyplot as plt
 
-    fig, ax = _figure(min(14, 2 + 0.12 * len(data.questions)), 0.3 * len(data.models) + 1.5)
-    image = ax.imshow(data.trials, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_yticks(np.arange(len(data.models)), data.models)
-    if len(data.questions) <= 40:
-        ax.set_xticks(np.arange(len(data.questions)), data.questions, rotation=90, fontsize=7)
-    ax.set_xlabel(f"question ({len(data.questions)})")
+    order = _in_rank_order(summary, data)
+    trials = data.trials[order]
+    columns = np.argsort(-trials.sum(axis=0), kind="stable")  # most-sampled questions first
+    # Wider for many questions (as many cells as the page shows); also the cheaper to draw.
+    fig, ax = _figure(max(9, min(14, 2 + 0.12 * len(columns))), 0.3 * len(order) + 1.8)
+    image = ax.imshow(trials[:, columns], aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(np.arange(len(order)), [data.models[i] for i in order])
+    step = max(1, -(-len(columns) // HEATMAP_LABELS))
+    ticks = np.arange(0, len(columns), step)
+    ax.set_xticks(ticks, [data.questions[columns[t]] for t in ticks], rotation=90, fontsize=7)
+    ax.set_xlabel(
+        f"question ({len(data.questions)}, most-sampled first"
+        + (f"; every {step}th labelled" if step > 1 else "")
+        + ")"
+    )
     plt.colorbar(image, ax=ax, label="trials")
     return _svg(fig)
 
 
+def pair_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pairs the page shows: compare's (candidate, incumbent) verdicts, else the adjacent
+    pairs of the ranking; each with ``label``, ``z``, ``boundary``, ``decision``."""
+    comparison = summary.get("comparison")
+    shown = (
+        [(comparison["candidate"], row["incumbent"], row) for row in comparison["verdicts"]]
+        if comparison is not None
+        else [(p["a"], p["b"], p) for p in summary["pairs"]]
+    )
+    return [
+        {
+            "label": f"{a} vs {b} ({row['decision']})",
+            "z": row["z"],
+            "boundary": row.get("boundary"),
+            "decision": row["decision"],
+        }
+        for a, b, row in shown
+    ]
+
+
 def pairs_plot(summary: dict[str, Any]) -> str:
-    pairs = summary["pairs"]
-    fig, ax = _figure(7, 0.35 * max(1, len(pairs)) + 1.2)
+    pairs = pair_rows(summary)
+    fig, ax = _figure(9, 0.4 * max(1, len(pairs)) + 1.2)
     y = np.arange(len(pairs))[::-1]
-    ax.barh(
+    drawn = ax.barh(
         y,
-        [p["z"] for p in pairs],
+        [abs(p["z"]) for p in pairs],
         color=[DECISION_COLOURS.get(p["decision"], "#868e96") for p in pairs],
     )
-    threshold = z_threshold(summary["confidence"])
-    ax.axvline(threshold, color="#495057", linestyle="--", label=f"z = {threshold:.3f}")
-    ax.set_yticks(y, [f"{p['a']} vs {p['b']} ({p['decision']})" for p in pairs])
-    ax.set_xlabel("z of the adjacent pair")
-    ax.legend(loc="lower right")
+    for index, bar in enumerate(drawn.patches):
+        bar.set_gid(f"pair-{index}")
+    bounded = [(index, p["boundary"]) for index, p in enumerate(pairs) if p["boundary"] is not None]
+    for count, (index, boundary) in enumerate(bounded):
+        (mark,) = ax.plot(
+            [boundary, boundary],
+            [y[index] - 0.45, y[index] + 0.45],
+            color="#212529",
+            linewidth=2.5,
+            label="the pair's own boundary" if count == 0 else None,
+        )
+        mark.set_gid(f"boundary-{index}")
+    ax.set_yticks(y, [p["label"] for p in pairs])
+    ax.set_xlabel("|z| of the pair; the black mark is the boundary it was tested against")
+    if bounded:
+        ax.legend(loc="lower right")
     return _svg(fig)
 
 
@@ -182,8 +271,10 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
 
 
 def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
-    """Each model's score over the nights (``nights.jsonl`` records), with its interval."""
+    """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
+
+    from adaptive_eval.nightly import score, spread
 
     half = float(norm.ppf((1 + confidence) / 2))
     fig, ax = _figure(7, 3.6)
@@ -191,7 +282,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     names = sorted({m["name"] for record in history for m in record["ranking"]})
     for name in names:
         points = [
-            (i, m["mu"], m["sigma"])
+            (i, score(m), spread(m))
             for i, record in enumerate(history)
             for m in record["ranking"]
             if m["name"] == name
@@ -204,7 +295,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     for i in alerts:
         ax.axvline(i, color="#c92a2a", alpha=0.3, linewidth=6)
     ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("posterior mean score")
+    ax.set_ylabel("estimate (what decisions use)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _svg(fig)
 
@@ -222,10 +313,56 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px;
 table { border-collapse: collapse; margin: 1rem 0; }
 td, th { border: 1px solid #dee2e6; padding: 0.25rem 0.6rem; text-align: right; }
 td:nth-child(3), th:nth-child(3) { text-align: left; }
-figure { margin: 1.5rem 0; } figure svg { max-width: 100%; height: auto; }
+figure { margin: 1.5rem 0; } figure svg { width: 100%; height: auto; }
 .note { color: #c92a2a; font-weight: 600; }
 .warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
+
+
+def _inline_code(text: str) -> str:
+    """Markdown's `code` spans as <code>, everything else escaped (no raw backticks)."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: plain text
+        return html.escape(text)
+    return "".join(
+        f"<code>{html.escape(part)}</code>" if index % 2 else html.escape(part)
+        for index, part in enumerate(parts)
+    )
+
+
+def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
+    """compare's verdict: the candidate, each incumbent's verdict and the exit code."""
+    if comparison is None:
+        return []
+    code = comparison["exit_code"]
+    margin = comparison.get("margin")
+    test = (
+        f"non-inferiority, margin {margin}"
+        if margin is not None
+        else "better / worse / equivalent by the pair rules"
+    )
+    rows = [
+        [
+            row["incumbent"],
+            decision_text(row),
+            f"{row['z']:.3f}",
+            optional(row.get("boundary"), ".3f"),
+            optional(row.get("decided_at_round")),
+            str(row["trials"]),
+        ]
+        for row in comparison["verdicts"]
+    ]
+    meaning = comparison.get("meaning") or COMPARE_EXIT_MEANING.get(code, "")
+    return [
+        "<h2>Comparison</h2>",
+        f"<p id='comparison'>Candidate <b>{html.escape(comparison['candidate'])}</b> "
+        f"against {len(rows)} incumbent(s) ({html.escape(test)}): <b>exit code {code}</b>, "
+        f"{html.escape(meaning)}.</p>",
+        _table(
+            ["incumbent", "verdict", "z", "boundary on z", "round decided", "trials (both)"],
+            rows,
+        ),
+    ]
 
 
 def _decision_html(rules: dict[str, Any]) -> list[str]:
@@ -288,7 +425,7 @@ def render(
                 p["a"],
                 p["b"],
                 f"{p['z']:.3f}",
-                p["decision"],
+                decision_text(p),
                 p.get("rule") or "",
                 "" if p.get("boundary") is None else f"{p['boundary']:.3f}",
                 "" if p.get("alpha_spent") is None else f"{p['alpha_spent']:.2e}",
@@ -298,10 +435,14 @@ def render(
         ],
     )
     figures = [
-        ("forest", "Ranking with credible intervals", forest_plot(summary)),
+        ("forest", "Ranking: estimates and their intervals", forest_plot(summary)),
         ("trials", "Trials per model", trials_plot(summary, data)),
-        ("heatmap", "Trials per model and question", heatmap_plot(data)),
-        ("pairs", "Adjacent pairs", pairs_plot(summary)),
+        ("heatmap", "Trials per model and question", heatmap_plot(summary, data)),
+        (
+            "pairs",
+            "Candidate against incumbents" if "comparison" in summary else "Adjacent pairs",
+            pairs_plot(summary),
+        ),
         ("compute", "Compute used over the run", compute_plot(summary, data)),
     ]
     if history:
@@ -332,10 +473,10 @@ def render(
         )
         + "</p>",
         *_decision_html(summary.get("decision_rules") or {}),
+        *_comparison_html(summary.get("comparison")),
         "<h2>Ranking</h2>",
         ranking,
-        "<h2>Adjacent pairs</h2>",
-        pairs,
+        *([] if "comparison" in summary else ["<h2>Adjacent pairs</h2>", pairs]),
     ]
     for ident, title, svg in figures:
         parts.append(
@@ -343,12 +484,11 @@ def render(
             f"{svg}</figure>"
         )
     if provenance is not None:
-        from adaptive_eval.markdown import plain
         from adaptive_eval.provenance import markdown
 
         items = "".join(
-            f"<li>{html.escape(line[2:])}</li>"
-            for line in markdown(provenance, plain, plain)
+            f"<li>{_inline_code(line[2:])}</li>"
+            for line in markdown(provenance)
             if line.startswith("- ")
         )
         parts.append(f"<h2>Provenance</h2><ul id='provenance'>{items}</ul>")

@@ -6,8 +6,9 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -199,41 +200,103 @@ def _write_config_copy(config: CampaignConfig, run_dir: Path) -> None:
     atomic_write(run_dir / "config.yaml", yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
-class _Progress:
-    """The one live status line: a tqdm bar over the trials planned so far.
+#: Seconds between status lines when the console is not a terminal (CI logs, files).
+STATUS_INTERVAL_S = 15.0
 
-    Its total grows with the plan (the campaign stops early by design, so the fixed-N count is
-    no total), it shows the undecided pairs and the trials saved to the store, and it is
-    created on the first recorded batch so its rate and ETA leave Ray's start-up out.
+
+class Progress:
+    """The run's progress: a tqdm bar on a terminal, a status line every ``interval_s``
+    seconds elsewhere (CI logs get a line, not minutes of silence).
+
+    The total is the cap-bound: the trials recorded and planned so far plus what the models the
+    stopping rules still need could take up to ``max_trials_per_question`` (and at most the
+    trial budget). The campaign cannot use more, so the bar never goes backwards and its ETA
+    (at the rate since the first recorded batch, so Ray's start-up is left out) is an upper
+    bound; the total only shrinks, as models are settled.
     """
 
-    def __init__(self, console: ConsoleLines, enabled: bool) -> None:
+    def __init__(
+        self,
+        console: ConsoleLines,
+        enabled: bool,
+        *,
+        interval_s: float = STATUS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console
-        self.enabled = enabled and console.isatty()
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.clock = clock
         self.bar: Any = None
+        self.total: int | None = None
+        self.done = 0
+        self._first: tuple[float, int] | None = None  # (time, trials) at the first call
+        self._last_line = 0.0
+
+    def bound(self, controller: Controller) -> int:
+        """Trials the campaign can still reach: planned so far plus the needed models' room."""
+        planned = controller.state.planned
+        room = controller.campaign.capacity[:, None] - planned
+        needed = np.asarray(controller.wanted, dtype=bool)
+        bound = int(planned.sum()) + int(np.clip(room[needed], 0, None).sum())
+        budget = controller.config.budget.trials
+        return bound if budget is None else min(bound, budget)
 
     def __call__(self, controller: Controller) -> None:
         if not self.enabled:
             return
+        now = self.clock()
+        self.done = max(self.done, controller.store.count_trials())
+        bound = self.bound(controller)
+        self.total = max(bound if self.total is None else min(self.total, bound), self.done)
+        undecided = sum(not d.settled for d in controller.decisions)
+        if self._first is None:
+            self._first = (now, self.done)
+            self._last_line = now
+        if self.console.isatty():
+            self._draw(undecided)
+        elif now - self._last_line >= self.interval_s:
+            self._last_line = now
+            self.console.write(self.status_line(now, undecided) + "\n")
+
+    def eta_s(self, now: float) -> float | None:
+        """Seconds to the cap-bound at the rate since the first call (None before a rate)."""
+        if self._first is None or self.total is None:
+            return None
+        start, trials = self._first
+        rate = (self.done - trials) / (now - start) if now > start else 0.0
+        return (self.total - self.done) / rate if rate > 0 else None
+
+    def status_line(self, now: float, undecided: int) -> str:
+        total = self.total or 0
+        share = f"{100 * self.done / total:.1f}%" if total else "n/a"
+        eta = self.eta_s(now)
+        return (
+            f"progress: {self.done:,} of at most {total:,} trials ({share}), "
+            f"{undecided} pair(s) undecided, "
+            + ("ETA n/a" if eta is None else f"at most {eta:.0f} s to go")
+        )
+
+    def _draw(self, undecided: int) -> None:
         if self.bar is None:
             from tqdm import tqdm
 
             stream = self.console.stream
             self.bar = tqdm(
-                total=0,
+                total=self.total,
+                initial=self.done,
                 unit="trial",
-                desc="sampling",
+                desc="sampling (of at most)",
                 # A terminal that reports no width (a bare pty) would get an empty bar.
                 dynamic_ncols=_terminal_width(stream) > 0,
                 file=stream,
             )
             self.console.bar_active = True
-        saved = controller.store.count_trials()
-        self.bar.total = max(int(controller.state.planned.sum()), saved)
-        self.bar.n = saved
-        undecided = sum(not d.settled for d in controller.decisions)
-        status = f"undecided pairs {undecided}, trials saved {saved}"
-        self.bar.set_postfix_str(status, refresh=False)
+        self.bar.total = self.total
+        self.bar.n = self.done
+        self.bar.set_postfix_str(
+            f"undecided pairs {undecided}, trials saved {self.done}", refresh=False
+        )
         self.bar.refresh()
 
     def close(self, finished: bool) -> None:
@@ -292,22 +355,79 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
     }
 
 
+def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> None:
+    """Refuse (exit 2), before Ray starts, workers a local cluster could never place.
+
+    Only CPUs are known before a local cluster starts (Ray finds the GPUs itself); a cluster
+    that is already up in this process, or one named by ``execution.ray_address``, is checked
+    by the dispatcher against what it reports. ``planned_only`` checks the local cluster the
+    config plans even so (``validate``, which starts nothing).
+    """
+    from adaptive_eval.dispatch import WorkerRequest, check_placement, worker_requests
+
+    execution = campaign.config.execution
+    if execution.ray_address or (_ray_running() and not planned_only):
+        return
+    cpus = execution.num_cpus or os.cpu_count() or 1
+    where = "execution.num_cpus" if execution.num_cpus else "this machine's CPU count"
+    requests = [
+        WorkerRequest(r.label, r.count, {"CPU": r.each["CPU"]})
+        for r in worker_requests(campaign.plans, execution.gpu_slots)
+        if r.each.get("CPU")
+    ]
+    check_placement(
+        requests,
+        {"CPU": float(cpus)},
+        cluster=f"the local Ray cluster ({where})",
+        source=campaign.config.source,
+    )
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")  # never import Ray only to learn that it is not running
+    return bool(ray is not None and ray.is_initialized())
+
+
+#: ``finish(campaign, controller)``: what a command adds to summary.json (compare's verdicts).
+Finish = Callable[[Campaign, Controller], dict[str, Any]]
+
+
 def run_campaign(
-    config: CampaignConfig, run_dir: Path, *, console: IO[str] | None = None, quiet: bool = False
+    config: CampaignConfig,
+    run_dir: Path,
+    *,
+    console: IO[str] | None = None,
+    quiet: bool = False,
+    campaign: Campaign | None = None,
+    finish: Finish | None = None,
+    init_ray: Any = None,
+    dispatcher_class: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) a campaign to its stop; write summary.json and report.md.
 
-    Every input is checked (config, files, engines) before anything is written to ``run_dir``;
-    the directory is then locked for the run's lifetime.
+    Every input is checked (config, files, engines, whether the workers fit the cluster) before
+    anything is written to ``run_dir``; the directory is then locked for the run's lifetime.
+    ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
+    ``finish``'s keys to the summary; ``init_ray`` and ``dispatcher_class`` replace Ray (tests).
     """
-    from adaptive_eval.dispatch import Dispatcher, init_ray
+    from adaptive_eval import dispatch
 
-    campaign = build_campaign(config)  # every input is validated before Ray starts
+    if campaign is None:
+        campaign = build_campaign(config)  # every input is validated before Ray starts
     check_before_sampling(campaign)
     check_engines(campaign)
+    check_local_placement(campaign)
     lock = prepare_run_dir(run_dir)
     try:
-        return _run_locked(campaign, run_dir, console, quiet, init_ray, Dispatcher)
+        return _run_locked(
+            campaign,
+            run_dir,
+            console,
+            quiet,
+            init_ray or dispatch.init_ray,
+            dispatcher_class or dispatch.Dispatcher,
+            finish,
+        )
     finally:
         lock.release()
 
@@ -358,6 +478,7 @@ def _run_locked(
     quiet: bool,
     init_ray: Any,
     dispatcher_class: Any,
+    finish: Finish | None = None,
 ) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     try:
@@ -372,6 +493,7 @@ def _run_locked(
                 quiet,
                 init_ray,
                 dispatcher_class,
+                finish,
             )
     finally:
         store.close()
@@ -387,12 +509,13 @@ def _run_opened(
     quiet: bool,
     init_ray: Any,
     dispatcher_class: Any,
+    finish: Finish | None = None,
 ) -> dict[str, Any]:
     config = campaign.config
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
     log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
-    progress = _Progress(lines, config.output.progress and not quiet)
+    progress = Progress(lines, config.output.progress and not quiet)
 
     def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
         getattr(log, level)(kind, **payload)
@@ -412,18 +535,26 @@ def _run_opened(
             prior=campaign.prior_note,
             ray_log=str(run_dir / RAY_LOG),
         )
-        try:
-            init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
-        except ClusterError as error:
-            raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
-        dispatcher = dispatcher_class(
-            campaign.plans,
-            campaign.offsets,
-            in_flight_per_worker=execution.in_flight_per_worker,
-            max_batch_retries=execution.max_batch_retries,
-            shared_slots=execution.gpu_slots,
-            on_event=on_event,
-        )
+
+        def start_workers() -> Any:
+            where = execution.ray_address or "a local cluster"
+            if not quiet:
+                lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
+            log.info("ray_starting", address=execution.ray_address)
+            try:
+                init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
+            except ClusterError as error:
+                raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
+            return dispatcher_class(
+                campaign.plans,
+                campaign.offsets,
+                in_flight_per_worker=execution.in_flight_per_worker,
+                max_batch_retries=execution.max_batch_retries,
+                shared_slots=execution.gpu_slots,
+                on_event=on_event,
+            )
+
+        dispatcher = StartOnDemand(start_workers)
         from adaptive_eval.library import attach
 
         port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
@@ -437,12 +568,10 @@ def _run_opened(
         if controller.prefetcher is not None:
             dispatch["prefetch"] = controller.prefetcher.summary()
         store.set_meta(dispatch=dispatch, resumed=resumed)
-        summary = build_summary(
-            campaign,
-            controller,
-            campaign_id,
-            extra={"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch},
-        )
+        extra = {"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch}
+        if finish is not None:
+            extra.update(finish(campaign, controller))
+        summary = build_summary(campaign, controller, campaign_id, extra=extra)
         write_outputs(run_dir, summary, store)
         log.info(
             "campaign_done",
@@ -453,6 +582,49 @@ def _run_opened(
         return summary
     finally:
         handle.close()
+
+
+class StartOnDemand:
+    """The dispatcher, started (Ray and its workers) when the first batch needs sampling.
+
+    Behind the trial library, a run whose every trial the library holds never starts Ray (a
+    night with nothing new to sample takes seconds, not Ray's start-up).
+    """
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self.inner: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.inner is not None
+
+    def submit(self, batches: list[Batch]) -> None:
+        if not batches:
+            return
+        if self.inner is None:
+            self.inner = self._start()
+        self.inner.submit(batches)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        return [] if self.inner is None else list(self.inner.poll(timeout))
+
+    def pending(self) -> int:
+        return 0 if self.inner is None else int(self.inner.pending())
+
+    @property
+    def num_workers(self) -> int:
+        return 0 if self.inner is None else int(self.inner.num_workers)
+
+    @property
+    def stats(self) -> Any:
+        from adaptive_eval.dispatch import DispatchStats
+
+        return DispatchStats() if self.inner is None else self.inner.stats
+
+    def shutdown(self) -> None:
+        if self.inner is not None and hasattr(self.inner, "shutdown"):
+            self.inner.shutdown()
 
 
 #: Summary keys only a run can know; ``report`` carries them over.
@@ -496,11 +668,39 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
     campaign = build_campaign(config)
     if not (run_dir / TrialStore.FILENAME).exists() and not _earlier_outputs(run_dir):
         raise InputError("holds no recorded campaign", source=str(run_dir))
+    finish: Finish | None = None
+    steering = _compare_steering(run_dir)
+    if steering is not None:  # a compare folder: the same steered campaign and its verdicts
+        from adaptive_eval.compare import compare_campaign, comparison
+
+        candidate = str(steering["candidate"])
+        if "margin" not in steering:
+            config = config.model_copy(update={"compare": None})
+        campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
+
+        def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+            return {"comparison": comparison(campaign, controller.view(), candidate, judge)}
+
     with RunLock(run_dir):
-        return _report_locked(campaign, run_dir)
+        return _report_locked(campaign, run_dir, finish)
 
 
-def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
+def _compare_steering(run_dir: Path) -> dict[str, Any] | None:
+    """What ``compare`` recorded of its candidate (and margin) in the run's identity, if any."""
+    if not (run_dir / TrialStore.FILENAME).exists():
+        return None
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        identity = store.get_meta("identity")
+    finally:
+        store.close()
+    steering = identity.get("compare") if isinstance(identity, dict) else None
+    return steering if isinstance(steering, dict) and "candidate" in steering else None
+
+
+def _report_locked(
+    campaign: Campaign, run_dir: Path, finish: Finish | None = None
+) -> dict[str, Any]:
     store, campaign_id, resumed = open_run_dir(campaign, run_dir)
     if not resumed:
         store.close()
@@ -520,16 +720,14 @@ def _report_locked(campaign: Campaign, run_dir: Path) -> dict[str, Any]:
             controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
         elif not store.get_meta("finished"):
             controller.stop = None
-        summary = build_summary(
-            campaign,
-            controller,
-            campaign_id,
-            extra={
-                **kept,
-                "elapsed_s": store.get_meta("elapsed_s"),
-                "finished": bool(store.get_meta("finished")),
-            },
-        )
+        extra = {
+            **kept,
+            "elapsed_s": store.get_meta("elapsed_s"),
+            "finished": bool(store.get_meta("finished")),
+        }
+        if finish is not None:
+            extra.update(finish(campaign, controller))
+        summary = build_summary(campaign, controller, campaign_id, extra=extra)
         write_outputs(run_dir, summary, store)
         return summary
     finally:

@@ -49,6 +49,8 @@ class SimPolicy:
     confidence: float = 0.95
     rope: float | None = 0.02
     error_control: str = "ranking"
+    futility: float = 0.2
+    pooled_variance: bool = True
     min_trials: int = 2
     max_trials: int = 400
     round_trials: int = 256
@@ -69,10 +71,39 @@ class SimResult:
         return int(self.trials.sum())
 
 
-def simulate(truth: Truth, policy: SimPolicy, rng: np.random.Generator) -> SimResult:
+#: Draws one round: (plan (L, M), trials planned before it (L, M), rng) -> (L, M, K) counts.
+Sampler = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
+
+
+def replay_sampler(outcomes: np.ndarray, num_categories: int) -> Sampler:
+    """Serve each cell's recorded outcomes (L, M, N) in order, as a replay backend does.
+
+    Trial ``t`` of a cell is ``outcomes[l, m, t]``; a plan past N is an error (cap the campaign
+    at N). Shuffle the cells' outcomes beforehand for a resampled replay.
+    """
+    cumulative = np.concatenate(
+        [
+            np.zeros((*outcomes.shape[:2], 1, num_categories), dtype=np.int64),
+            np.cumsum(outcomes[..., None] == np.arange(num_categories), axis=2),
+        ],
+        axis=2,
+    )  # (L, M, N + 1, K): category counts among each cell's first n trials
+    rows, cols = np.indices(outcomes.shape[:2])
+
+    def draw(plan: np.ndarray, before: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        after = before + plan
+        counts: np.ndarray = cumulative[rows, cols, after] - cumulative[rows, cols, before]
+        return counts
+
+    return draw
+
+
+def simulate(
+    truth: Truth, policy: SimPolicy, rng: np.random.Generator, sampler: Sampler | None = None
+) -> SimResult:
     num_models = truth.shape[0]
     prior = np.ones(truth.probs.shape)
-    state = RunState(prior, truth.weights)
+    state = RunState(prior, truth.weights, policy.pooled_variance)
     capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
     rules = policy.make_rules()
     names = truth.names or tuple(f"m{i}" for i in range(num_models))
@@ -86,6 +117,7 @@ def simulate(truth: Truth, policy: SimPolicy, rng: np.random.Generator) -> SimRe
             0.0,
             rope=policy.rope,
             error_control=policy.error_control,
+            futility=policy.futility,
         )
 
     decisions: tuple[PairDecision, ...] = ()
@@ -119,7 +151,10 @@ def simulate(truth: Truth, policy: SimPolicy, rng: np.random.Generator) -> SimRe
     plan_ahead()
     while state.applied_rounds < len(state.plans):
         plan = state.plans[state.applied_rounds]
-        state.apply_counts(rng.multinomial(plan, truth.probs))
+        if sampler is None:
+            state.apply_counts(rng.multinomial(plan, truth.probs))
+        else:
+            state.apply_counts(sampler(plan, state.trials, rng))
         decide()
         plan_ahead()
     theta, _, _ = state.estimate()

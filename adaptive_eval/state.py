@@ -15,7 +15,13 @@ from adaptive_eval.stats import sequential
 
 
 class RunState:
-    def __init__(self, prior: np.ndarray, weights: np.ndarray) -> None:
+    """``pooled_variance=False`` is the per-trial variance as it landed before (uniform target,
+    :func:`adaptive_eval.stats.sequential.variance_probabilities`), for the benchmarks only."""
+
+    def __init__(
+        self, prior: np.ndarray, weights: np.ndarray, pooled_variance: bool = True
+    ) -> None:
+        self.pooled_variance = pooled_variance
         num_models, num_questions, num_categories = (int(n) for n in prior.shape)
         self._shape = (num_models, num_questions, num_categories)
         self.prior = prior
@@ -96,8 +102,9 @@ class RunState:
         (:func:`adaptive_eval.stats.sequential.empirical_estimate`), once per applied round."""
         if self._estimate is None or self._estimate[0] != self.applied_rounds:
             nu = self.prior + self.counts
-            theta, se = sequential.empirical_estimate(self.counts, nu, self.weights)
-            variance = sequential.trial_variance(nu, self.weights)
+            pooled = self.pooled_variance
+            theta, se = sequential.empirical_estimate(self.counts, nu, self.weights, pooled)
+            variance = sequential.trial_variance(nu, self.weights, pooled)
             self._estimate = (self.applied_rounds, theta, se, variance)
         return self._estimate[1], self._estimate[2], self._estimate[3]
 
@@ -110,6 +117,7 @@ class RunState:
         elapsed_s: float,
         rope: float | None = None,
         error_control: str = "ranking",
+        futility: float = 0.0,
     ) -> CampaignView:
         mu, sigma = self.moments()
         theta, se, variance = self.estimate()
@@ -139,6 +147,7 @@ class RunState:
             cell_gpu_s=_frozen(gpu_s),
             rope=rope,
             error_control=error_control,
+            futility=futility,
         )
 
 

@@ -120,7 +120,9 @@ class PairDecision:
 
     ``z`` is the rule's statistic (|D| / s); ``boundary`` the value of the rule's boundary on
     ``|z|`` where it decided, ``alpha`` the error budget the pair had spent by then, ``look``
-    the round of the decision.
+    the round of the decision. An undecided pair that cannot be settled by the cap with
+    reasonable probability is ``futile`` (it draws no more trials for its own sake);
+    ``projected`` is then the trials per question it would need.
     """
 
     a: int
@@ -131,6 +133,8 @@ class PairDecision:
     boundary: float | None = None
     alpha: float | None = None
     look: int | None = None
+    futile: bool = False
+    projected: float | None = None
 
     @classmethod
     def resolved(
@@ -165,20 +169,48 @@ class PairDecision:
         flip = {Verdict.A_GT_B: Verdict.B_GT_A, Verdict.B_GT_A: Verdict.A_GT_B}
         verdict = flip.get(self.verdict, self.verdict)
         return PairDecision(
-            self.b, self.a, self.z, verdict, self.rule, self.boundary, self.alpha, self.look
+            self.b,
+            self.a,
+            self.z,
+            verdict,
+            self.rule,
+            self.boundary,
+            self.alpha,
+            self.look,
+            self.futile,
+            self.projected,
         )
 
     @classmethod
     def undecided(cls, a: int, b: int, z: float) -> PairDecision:
         return cls(a, b, z, Verdict.UNDECIDED, None)
 
+    @classmethod
+    def hopeless(cls, a: int, b: int, z: float, rule: str, projected: float | None) -> PairDecision:
+        """Undecided, and not expected to be settled by the cap (a futility stop)."""
+        return cls(a, b, z, Verdict.UNDECIDED, rule, None, None, None, True, projected)
+
     @property
     def settled(self) -> bool:
         return self.verdict.settled
 
+    @property
+    def open(self) -> bool:
+        """Undecided and still worth trials: neither settled nor futile."""
+        return not self.settled and not self.futile
+
+    @property
+    def reason(self) -> str | None:
+        """Why an undecided pair is left undecided, for reports (``None`` while it is open)."""
+        if not self.futile:
+            return None
+        need = "unboundedly many" if self.projected is None else f"about {self.projected:,.0f}"
+        return f"futile: cannot be settled by the cap (would need {need} trials per question)"
+
 
 class StopReason(enum.Enum):
     GOAL_MET = "goal_met"
+    FUTILITY = "futility"  # every pair settled or futile, at least one futile
     CI_WIDTH = "ci_width"
     MAX_TRIALS = "max_trials"
     TRIAL_BUDGET = "trial_budget"

@@ -1,4 +1,4 @@
-"""Core speed benchmarks (run by hand; figures go in the README).
+"""Core speed benchmarks (run by hand; figures go in docs/benchmarks.md).
 
     python benchmarks/bench_core.py ingest      # posterior ingest, trial outcomes per second
     python benchmarks/bench_core.py decide      # one decision step (posterior, pairs, policy)

@@ -38,12 +38,13 @@ from scipy.stats import norm
 
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
+from adaptive_eval.simulate import SimPolicy, Truth, replay_sampler, simulate, wrong_calls
 from adaptive_eval.stats import sequential as seq
 
 REPO = Path(__file__).resolve().parent.parent
 MIMICS = [0.2332, 0.2545, 0.3604, 0.3642, 0.3642, 0.4466, 0.5418, 0.5276, 0.608, 0.6213, 0.7327]
 EPSILON = 0.02
+DEFAULT_FUTILITY = 0.2
 
 
 def matched(rng: np.random.Generator, target: float, size: int, kappa: float) -> np.ndarray:
@@ -71,6 +72,25 @@ def categorical(scores: list[float], questions: int, seed: int) -> Truth:
     return Truth(np.stack(rows), np.array([0.0, 0.5, 1.0]))
 
 
+def sparse(scores: list[float], questions: int, solved: float = 0.6) -> Truth:
+    """Models near 0 whose few successes sit on a handful of questions (each model its own):
+    score t puts ``solved`` on ``round(t M / solved)`` questions and 0 elsewhere, the rest of
+    the mean on one more question. The hard case for a per-trial variance taken from the
+    model's pooled score: a question not yet solved looks like the model's many zeros."""
+    rows = []
+    for index, target in enumerate(scores):
+        p = np.zeros(questions)
+        mass = target * questions
+        start = (index * 5) % questions
+        full = int(mass // solved)
+        for j in range(full):
+            p[(start + j) % questions] = solved
+        p[(start + full) % questions] = mass - full * solved
+        rows.append(p)
+    success = np.stack(rows)
+    return Truth(np.stack([1 - success, success], axis=2), np.array([0.0, 1.0]))
+
+
 def suite(questions: int) -> dict[str, Truth]:
     hard = [0.05 + 0.016 * i for i in range(20)]
     hard[7] = hard[8] - 0.004  # a near tie
@@ -78,6 +98,17 @@ def suite(questions: int) -> dict[str, Truth]:
         "tie (2 models)": binary([0.5, 0.5], questions, 6.0, 1),
         "gap = eps": binary([0.51, 0.49], questions, 6.0, 2),
         "gap = eps/2": binary([0.505, 0.495], questions, 6.0, 3),
+        "gap 0.05 (2 models)": binary([0.525, 0.475], questions, 6.0, 9),
+        "gap 0.10 (2 models)": binary([0.55, 0.45], questions, 6.0, 10),
+        # Every adjacent gap about 3x rope: the cap (400) is far above what settling needs.
+        "12 models, gaps 3x rope": binary([0.17 + 0.06 * i for i in range(12)], questions, 4.0, 11),
+        # Near-zero models with concentrated successes: a true tie (0.02, 0.02), a gap exactly
+        # at the rope (0.04 vs 0.02), a pair inside it (0.01 vs 0).
+        "sparse successes near 0": sparse([0.06, 0.04, 0.02, 0.02, 0.01, 0.0], questions),
+        # Mostly near-ties (|gap| < rope), which no rule settles cheaply, and two clear gaps.
+        "8 models, near-ties": binary(
+            [0.40, 0.405, 0.413, 0.50, 0.508, 0.512, 0.62, 0.63], questions, 4.0, 12
+        ),
         "checkpoint vs 2 incumbents": binary([0.62, 0.605, 0.59], questions, 6.0, 4),
         "11 mimics, polarized (kappa 2)": binary(MIMICS, questions, 2.0, 5),
         "11 mimics, homogeneous (kappa 10)": binary(MIMICS, questions, 10.0, 6),
@@ -93,12 +124,17 @@ class Design:
     rule_params: tuple[tuple[str, object], ...] = ()
     alloc_params: tuple[tuple[str, object], ...] = ()
     error_control: str = "ranking"
+    futility: float = DEFAULT_FUTILITY
+    pooled_variance: bool = True
 
     @property
     def label(self) -> str:
         params = ",".join(f"{k}={v}" for k, v in self.rule_params)
-        return f"{self.rule}{f'({params})' if params else ''}+{self.allocator}" + (
-            "" if self.error_control == "ranking" else f" [{self.error_control}]"
+        return (
+            f"{self.rule}{f'({params})' if params else ''}+{self.allocator}"
+            + ("" if self.futility == DEFAULT_FUTILITY else f" futility={self.futility:g}")
+            + ("" if self.pooled_variance else " variance=uniform")
+            + ("" if self.error_control == "ranking" else f" [{self.error_control}]")
         )
 
     def rules(self) -> Callable[[], tuple[object, ...]]:
@@ -110,18 +146,70 @@ class Design:
         return make
 
 
+#: The rule as it landed before futility and step-down (Bonferroni over the L - 1 slots).
+LANDED = Design(
+    "group_sequential",
+    "track_and_stop",
+    (("step_down", False),),
+    futility=0.0,
+    pooled_variance=False,
+)
 DESIGNS = [
-    Design("naive_z", "pairwise"),
-    Design("group_sequential", "pairwise"),
+    Design("naive_z", "pairwise", futility=0.0),
+    LANDED,
+    # The cap's horizon only, with futility, step-down and the pooled variance.
+    Design("group_sequential", "track_and_stop", (("horizons", 1),)),
+    # The default: also tests at 1/4 and 1/16 of the cap's horizon (a union bound).
     Design("group_sequential", "track_and_stop"),
+    Design("group_sequential", "track_and_stop", futility=0.0),  # without futility
+    Design("group_sequential", "track_and_stop", (("step_down", False),)),  # without Holm
     Design("anytime", "track_and_stop"),
+    Design("group_sequential", "pairwise"),
     Design("group_sequential", "track_and_stop", (("spending", "obf"),)),
     # Flatter Hwang-Shih-DeCani spending than the default gamma = -4: lower early boundaries.
     Design("group_sequential", "track_and_stop", (("gamma", -2.0),)),
     Design("group_sequential", "track_and_stop", (("gamma", 1.0),)),
+    Design("group_sequential", "track_and_stop", futility=0.05),
     Design("group_sequential", "track_and_stop", error_control="pair"),
 ]
 SMALL_SUITE = ("tie", "gap", "checkpoint")
+
+
+def parse_design(label: str) -> Design:
+    """A design from its label, e.g. ``group_sequential(horizons=3)+track_and_stop futility=0.1
+    [pair]`` (designs are separated by ``;`` on the command line)."""
+    label = label.strip()
+    error_control = "ranking"
+    if label.endswith("]"):
+        label, _, control = label[:-1].rpartition("[")
+        error_control = control.strip()
+        label = label.strip()
+    pooled_variance = not label.endswith(" variance=uniform")
+    label = label.removesuffix(" variance=uniform")
+    futility = DEFAULT_FUTILITY
+    if " futility=" in label:
+        label, _, value = label.partition(" futility=")
+        futility = float(value)
+    rule_part, _, allocator = label.partition("+")
+    rule, _, params = rule_part.partition("(")
+    pairs = [p.split("=", 1) for p in params.rstrip(")").split(",") if p]
+    return Design(
+        rule,
+        allocator,
+        tuple((k, _literal(v)) for k, v in pairs),
+        error_control=error_control,
+        futility=futility,
+        pooled_variance=pooled_variance,
+    )
+
+
+def _literal(text: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(text, text)
 
 
 def policy_for(design: Design, cap: int, round_trials: int) -> SimPolicy:
@@ -131,25 +219,89 @@ def policy_for(design: Design, cap: int, round_trials: int) -> SimPolicy:
         allocator=allocators.build(design.allocator, dict(design.alloc_params)),
         rope=EPSILON,
         error_control=design.error_control,
+        futility=design.futility,
+        pooled_variance=design.pooled_variance,
         max_trials=cap,
         round_trials=round_trials,
     )
 
 
+Calls = list[tuple[int, int, bool]]
+
+
+def shuffled(outcomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each cell's recorded outcomes in a random order (a resampled replay, no replacement)."""
+    keys = rng.random(outcomes.shape)
+    return np.take_along_axis(outcomes, np.argsort(keys, axis=2), axis=2)
+
+
 def run_chunk(
-    args: tuple[Truth, Design, int, int, int, int],
-) -> list[tuple[list[tuple[int, int, bool]], int, bool]]:
-    truth, design, cap, round_trials, first, count = args
+    args: tuple[Truth, Design, int, int, int, int, np.ndarray | None],
+) -> list[tuple[Calls, int, bool, int]]:
+    """Seeded campaigns ``first .. first + count - 1``: (calls, trials, all settled, futile)."""
+    truth, design, cap, round_trials, first, count, outcomes = args
     policy = policy_for(design, cap, round_trials)
     scores = truth.scores
+    num_categories = truth.shape[2]
     out = []
     for rep in range(first, first + count):
-        result = simulate(truth, policy, np.random.default_rng(rep))
+        rng = np.random.default_rng(rep)
+        sampler = None
+        if outcomes is not None:
+            sampler = replay_sampler(shuffled(outcomes, rng), num_categories)
+        result = simulate(truth, policy, rng, sampler)
         wrong = wrong_calls(result.decisions, scores, EPSILON)
         settled = [d for d in result.decisions if d.settled]
         calls = [(min(d.a, d.b), max(d.a, d.b), w) for d, w in zip(settled, wrong, strict=True)]
-        out.append((calls, result.total_trials, all(d.settled for d in result.decisions)))
+        futile = sum(d.futile for d in result.decisions)
+        out.append((calls, result.total_trials, all(d.settled for d in result.decisions), futile))
     return out
+
+
+def one_look(
+    counts: np.ndarray, weights: np.ndarray, scores: np.ndarray, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed-N test: one look at (R, L, M, K) counts, the fixed-sample boundaries at the
+    pair's budget (two-sided ``alpha`` to resolve, one-sided TOST within the rope).
+
+    Returns per replicate the adjacent pairs decided and the wrong ones (against ``scores``).
+    """
+    nu = np.asarray(counts, dtype=np.float64) + 1.0
+    theta, se = seq.empirical_estimate(counts, nu, weights)
+    resolve, equivalent = float(norm.isf(alpha / 2)), float(norm.isf(alpha))
+    order = np.argsort(-theta, axis=1, kind="stable")
+    rows = np.arange(len(theta))
+    decided = np.zeros(len(theta), dtype=np.int64)
+    wrong = np.zeros(len(theta), dtype=np.int64)
+    for k in range(counts.shape[1] - 1):
+        a, b = order[:, k], order[:, k + 1]
+        d = theta[rows, a] - theta[rows, b]
+        spread = np.hypot(se[rows, a], se[rows, b])
+        resolved = d >= resolve * spread
+        same = ~resolved & (np.abs(d) + equivalent * spread < EPSILON)
+        true_gap = scores[a] - scores[b]
+        decided += resolved | same
+        wrong += (resolved & ~(true_gap > 1e-12)) | (same & ~(np.abs(true_gap) < EPSILON - 1e-12))
+    return decided, wrong
+
+
+def fixed_n_decisions(
+    truth: Truth, n: int, alpha: float, reps: int, outcomes: np.ndarray | None
+) -> tuple[float, float]:
+    """Mean pairs decided and mean wrong calls of the fixed-N test at N = n."""
+    rng = np.random.default_rng(777)
+    if outcomes is None:
+        counts = rng.multinomial(np.full((reps, *truth.shape[:2]), n), truth.probs)
+    else:
+        categories = np.arange(truth.shape[2])
+        counts = np.stack(
+            [
+                (shuffled(outcomes, rng)[..., :n, None] == categories).sum(axis=2)
+                for _ in range(reps)
+            ]
+        )
+    decided, wrong = one_look(counts, truth.weights, truth.scores, alpha)
+    return float(decided.mean()), float(wrong.mean())
 
 
 def true_variance(truth: Truth, scheme: str) -> np.ndarray:
@@ -203,7 +355,13 @@ def fixed_n_equal(truth: Truth, target: float, alpha: float, cap: int) -> int | 
 
 
 def evaluate(
-    name: str, truth: Truth, designs: list[Design], reps: int, cap: int, jobs: int
+    name: str,
+    truth: Truth,
+    designs: list[Design],
+    reps: int,
+    cap: int,
+    jobs: int,
+    outcomes: np.ndarray | None = None,
 ) -> list[dict[str, object]]:
     num_models, num_questions, _ = truth.shape
     # Rounds of one trial per cell (two for larger campaigns, as a real campaign's
@@ -214,7 +372,7 @@ def evaluate(
         started = time.perf_counter()
         chunk = max(1, math.ceil(reps / (jobs * 4)))
         tasks = [
-            (truth, design, cap, round_trials, first, min(chunk, reps - first))
+            (truth, design, cap, round_trials, first, min(chunk, reps - first), outcomes)
             for first in range(0, reps, chunk)
         ]
         if jobs > 1:
@@ -223,20 +381,31 @@ def evaluate(
         else:
             parts = [run_chunk(task) for task in tasks]
         results = [r for part in parts for r in part]
-        run_wrong = sum(any(w for _, _, w in calls) for calls, _, _ in results)
+        run_wrong = sum(any(w for _, _, w in calls) for calls, _, _, _ in results)
         per_pair: dict[tuple[int, int], int] = {}
-        for calls, _, _ in results:
+        for calls, _, _, _ in results:
             for a, b, w in calls:
                 per_pair[(a, b)] = per_pair.get((a, b), 0) + int(w)
         worst_pair, worst = max(per_pair.items(), key=lambda kv: kv[1], default=((0, 0), 0))
-        trials = np.array([t for _, t, _ in results], dtype=float)
-        decided = float(np.mean([d for _, _, d in results]))
-        correct_all = float(np.mean([d and not any(w for _, _, w in c) for c, _, d in results]))
+        trials = np.array([t for _, t, _, _ in results], dtype=float)
+        decided = float(np.mean([d for _, _, d, _ in results]))
+        pairs_decided = float(np.mean([len(c) for c, _, _, _ in results]))
+        wrong_calls_mean = float(np.mean([sum(w for _, _, w in c) for c, _, _, _ in results]))
+        futile = float(np.mean([f for _, _, _, f in results]))
+        correct_all = float(np.mean([d and not any(w for _, _, w in c) for c, _, d, _ in results]))
         alpha = 1 - 0.95
         pair_alpha = alpha / (num_models - 1) if design.error_control == "ranking" else alpha
         lb = lower_bound(truth, pair_alpha)
-        fixed_n = fixed_n_equal(truth, correct_all, pair_alpha, cap) if correct_all > 0 else None
+        fixed_n = None
+        if correct_all > 0 and outcomes is None:
+            fixed_n = fixed_n_equal(truth, correct_all, pair_alpha, cap)
         fixed_trials = None if fixed_n is None else fixed_n * num_models * num_questions
+        same_n = max(1, round(float(trials.mean()) / (num_models * num_questions)))
+        fixed_reps = min(reps, 200)
+        same_decided, same_wrong = fixed_n_decisions(
+            truth, same_n, pair_alpha, fixed_reps, outcomes
+        )
+        cap_decided, cap_wrong = fixed_n_decisions(truth, cap, pair_alpha, fixed_reps, outcomes)
         low, high = seq.wilson_interval(run_wrong, reps)
         plow, phigh = seq.wilson_interval(worst, reps)
         rows.append(
@@ -250,6 +419,16 @@ def evaluate(
                 "pair_wrong_max_ci": [plow, phigh],
                 "worst_pair": list(worst_pair),
                 "decided": decided,
+                "pairs_decided": pairs_decided,
+                "wrong_calls": wrong_calls_mean,
+                "futile": futile,
+                "fixed_same_n": same_n,
+                "fixed_same_decided": same_decided,
+                "fixed_same_wrong": same_wrong,
+                "fixed_cap_decided": cap_decided,
+                "fixed_cap_wrong": cap_wrong,
+                "fixed_cap_trials": cap * num_models * num_questions,
+                "x_fixed_cap": float(trials.mean()) / (cap * num_models * num_questions),
                 "all_right_and_decided": correct_all,
                 "trials": float(trials.mean()),
                 "trials_p90": float(np.percentile(trials, 90)),
@@ -272,7 +451,10 @@ def _line(row: dict[str, object]) -> str:
     return (
         f"{row['campaign']:<36} {row['design']:<38} wrong {row['run_wrong']:.3f} "
         f"[{ci[0]:.3f}, {ci[1]:.3f}] pair<= {row['pair_wrong_max']:.3f} "
-        f"decided {row['decided']:.2f} trials {row['trials']:>9.0f} "
+        f"decided {row['decided']:.2f} pairs {row['pairs_decided']:.1f} "
+        f"(fixed same {row['fixed_same_decided']:.1f}, cap {row['fixed_cap_decided']:.1f}) "
+        f"futile {row['futile']:.1f} trials {row['trials']:>9.0f} "
+        f"xCap {row['x_fixed_cap']:.2f} "
         f"xLB {'-' if x_lb is None else f'{x_lb:.2f}'} "
         f"xFixed {'-' if x_fixed is None else f'{x_fixed:.2f}'} "
         f"({row['seconds']:.0f}s)"
@@ -287,8 +469,9 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
     lines = [
         "| campaign | design | runs with a wrong call [95% CI] | worst pair | all settled "
-        "| trials | x LB | x fixed N |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| pairs decided (fixed N same compute / at cap) | futile | trials | x LB | x fixed N "
+        "| x cap |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         ci = row["run_wrong_ci"]
@@ -296,18 +479,35 @@ def markdown(rows: list[dict[str, object]]) -> str:
         lines.append(
             f"| {row['campaign']} | {row['design']} | {fmt(row['run_wrong'], 3)} "
             f"[{ci[0]:.3f}, {ci[1]:.3f}] | {fmt(row['pair_wrong_max'], 3)} | "
-            f"{fmt(row['decided'])} | {float(row['trials']):,.0f} | {fmt(row['x_lb'])} | "  # type: ignore[arg-type]
-            f"{fmt(row['x_fixed'])} |"
+            f"{fmt(row['decided'])} | {fmt(row['pairs_decided'], 1)} "
+            f"({fmt(row['fixed_same_decided'], 1)} / {fmt(row['fixed_cap_decided'], 1)}) | "
+            f"{fmt(row['futile'], 1)} | {float(row['trials']):,.0f} | {fmt(row['x_lb'])} | "  # type: ignore[arg-type]
+            f"{fmt(row['x_fixed'])} | {fmt(row['x_fixed_cap'])} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def scenario_truth(path: Path) -> Truth:
+    """A simulated backend's scenario: true category probabilities, weights 0 .. 1."""
+    with np.load(path) as data:
+        probs = np.asarray(data["probs"], dtype=np.float64)
+    return Truth(probs, np.linspace(0, 1, probs.shape[2]))
+
+
 def replay_truth(path: Path, key: str) -> tuple[Truth, np.ndarray]:
+    """The recorded outcomes and the truth they are judged against: the full published pool
+    (``correct_total / count_total``) where the file has it, else the recorded outcomes."""
     with np.load(path) as data:
         outcomes = np.asarray(data[key], dtype=np.int64)
-    num_categories = int(outcomes.max()) + 1
-    counts = np.stack([(outcomes == k).sum(axis=2) for k in range(num_categories)], axis=2)
-    probs = counts / counts.sum(axis=2, keepdims=True)
+        pool = None
+        if "correct_total" in data.files and "count_total" in data.files:
+            pool = data["correct_total"] / np.maximum(data["count_total"], 1)
+    num_categories = max(2, int(outcomes.max()) + 1)
+    if pool is not None and num_categories == 2:
+        probs = np.stack([1 - pool, pool], axis=2)
+    else:
+        counts = np.stack([(outcomes == k).sum(axis=2) for k in range(num_categories)], axis=2)
+        probs = counts / counts.sum(axis=2, keepdims=True)
     weights = np.linspace(0, 1, num_categories)
     return Truth(probs, weights), outcomes
 
@@ -329,19 +529,43 @@ def main() -> None:
     parser.add_argument(
         "--only", default=None, help="run campaigns whose name contains one of these (a,b)"
     )
-    parser.add_argument("--designs", default=None, help="comma-separated design labels")
-    parser.add_argument("--replay", type=Path, default=None)
+    parser.add_argument(
+        "--designs",
+        default=None,
+        help="design labels separated by ';', e.g. "
+        "'group_sequential(horizons=3)+track_and_stop;anytime+track_and_stop futility=0'",
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="recorded (L, M, N) outcome files; each cell's outcomes are served in a shuffled "
+        "order (no replacement), decisions judged against the full pool's means",
+    )
     parser.add_argument("--key", default="outcomes")
+    parser.add_argument(
+        "--scenario",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="simulated-backend scenario files (probs (L, M, K)), e.g. the demo's "
+        "configs/scenarios/llm_mimics.npz with --cap 80",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-sequential")
     args = parser.parse_args()
     designs = DESIGNS
     if args.designs:
-        wanted = set(args.designs.split(","))
-        designs = [d for d in DESIGNS if d.label in wanted]
+        designs = [parse_design(label) for label in args.designs.split(";")]
+    recorded: dict[str, np.ndarray] = {}
     if args.replay is not None:
-        truth, outcomes = replay_truth(args.replay, args.key)
-        campaigns = {f"replay {args.replay.name}": truth}
-        args.cap = min(args.cap, outcomes.shape[2])
+        campaigns = {}
+        for path in args.replay:
+            truth, served = replay_truth(path, args.key)
+            campaigns[f"replay {path.name}"] = truth
+            recorded[f"replay {path.name}"] = served
+    elif args.scenario is not None:
+        campaigns = {f"scenario {path.name}": scenario_truth(path) for path in args.scenario}
     else:
         campaigns = suite(args.questions)
     if args.only:
@@ -354,7 +578,9 @@ def main() -> None:
         reps = args.replicates
         if truth.shape[0] >= 10 and args.big_replicates is not None:
             reps = args.big_replicates
-        rows += evaluate(name, truth, designs, reps, args.cap, args.jobs)
+        outcomes = recorded.get(name)
+        cap = args.cap if outcomes is None else min(args.cap, outcomes.shape[2])
+        rows += evaluate(name, truth, designs, reps, cap, args.jobs, outcomes)
         (args.out / "sequential.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out / "sequential.md").write_text(markdown(rows))
     totals: dict[str, dict[str, float]] = {}

@@ -54,7 +54,7 @@ class Pairwise:
         # Pairs whose models are both at capacity cannot be served: skip them before the cap,
         # or a tie stuck at the cap would starve every other open pair.
         open_pairs = sorted(
-            (d for d in decisions if not d.settled and (room[d.a] or room[d.b])),
+            (d for d in decisions if d.open and (room[d.a] or room[d.b])),
             key=lambda d: d.z,
         )
         in_pairs = np.zeros(view.num_models, dtype=bool)
@@ -202,9 +202,7 @@ class TrackAndStop:
     ) -> np.ndarray:
         room = np.maximum(view.capacity[:, None] - view.planned, 0)
         has_room = room.sum(axis=1) > 0
-        open_pairs = [
-            (d.a, d.b) for d in decisions if not d.settled and (has_room[d.a] or has_room[d.b])
-        ]
+        open_pairs = [(d.a, d.b) for d in decisions if d.open and (has_room[d.a] or has_room[d.b])]
         in_pairs = np.zeros(view.num_models, dtype=bool)
         for a, b in open_pairs:
             in_pairs[[a, b]] = True

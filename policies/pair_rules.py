@@ -15,12 +15,27 @@ error budget ``alpha`` (``1 - confidence``, divided by the L - 1 slots under
 
 A decision, once made, is kept (the sequential test stopped).
 
+Two refinements make the rules cheaper without touching their error guarantee:
+
+* **Step-down** (``step_down``, default on; only under ``error_control: ranking``): Bonferroni
+  over the L - 1 adjacent slots keeps the budget of settled pairs locked away. Holm's step-down
+  hands it to the open pairs: with ``k`` adjacent pairs settled, each open pair is tested at
+  ``alpha / (L - 1 - k)`` (:func:`adaptive_eval.stats.sequential.holm_alpha`). The boundaries
+  grow monotonically smaller in ``alpha``, so a pair first crosses a true null's boundary only
+  while every true null is still open (Bartroff & Song 2014's sequential Holm argument).
+* **Futility** (``policy.futility``, default 0.05): a pair whose predictive probability of being
+  settled by the cap is below the threshold is reported undecided with the trials per question it
+  would need, and draws no more trials for its own sake. Non-binding: it is still tested at
+  every look on whatever data other pairs bring, and it keeps its error budget (it is not a
+  rejection), so the guarantee is unchanged.
+
 Not error-controlled, kept for comparison with the paper: ``naive_z`` (alias ``z_rank``) and
 ``rope`` test the posterior z after every round; the report warns when they are used.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -107,7 +122,8 @@ class _Look:
 
 @dataclass
 class _PairState:
-    looks_done: int = 0  # planned looks already used (group-sequential)
+    looks_done: int = 0  # planned looks already used (group-sequential, the cap's horizon)
+    shorter_looks: dict[int, int] = field(default_factory=dict)  # the same, shorter horizons
     decision: PairDecision | None = None  # kept once made, stated for (lo, hi)
     asked_round: int = -1
     answer: PairDecision | None = None  # what the pair was told in ``asked_round``
@@ -115,28 +131,52 @@ class _PairState:
 
 @dataclass
 class ConfidenceSequenceRule:
-    """Shared machinery: per-pair state, the TOST decision, keeping decisions once made."""
+    """Shared machinery: per-pair state, the TOST decision, keeping decisions once made,
+    Holm's step-down budget and the futility check."""
 
     epsilon: float | None = None  # None: the campaign's policy.rope
     error_control: str | None = None  # None: the campaign's policy.error_control
+    step_down: bool = True
+    futility: float | None = None  # None: the campaign's policy.futility
+    #: No futility stop before both models average this many trials per question: the
+    #: Gaussian projection to the cap is not to be trusted on a handful of trials.
+    futility_trials: int = 8
     name: str = "sequential"
     _pairs: dict[tuple[int, int], _PairState] = field(default_factory=dict, repr=False)
+    _level: tuple[int, float] = (-1, 0.0)  # (round, Holm's alpha for an open pair)
 
     @property
     def error_controlled(self) -> bool:
         return True
 
     def observe(self, view: CampaignView) -> None:
-        return None
+        """Holm's level for this round: the adjacent pairs already settled free their budget."""
+        alpha = view.pair_alpha(self.error_control)
+        control = self.error_control or view.error_control
+        if self.step_down and control == "ranking" and view.num_models > 2:
+            order = [int(i) for i in view.order]
+            settled = sum(
+                1
+                for a, b in itertools.pairwise(order)
+                if (state := self._pairs.get((min(a, b), max(a, b)))) is not None
+                and state.decision is not None
+            )
+            alpha = seq.holm_alpha(1.0 - view.confidence, view.num_models - 1, settled)
+        self._level = (view.round, alpha)
 
     def rope(self, view: CampaignView) -> float | None:
         return self.epsilon if self.epsilon is not None else view.rope
 
     def alpha(self, view: CampaignView) -> float:
-        return view.pair_alpha(self.error_control)
+        round_, level = self._level
+        return level if round_ == view.round else view.pair_alpha(self.error_control)
 
     def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
         """The boundaries if the pair is tested this round, else ``None``."""
+        raise NotImplementedError
+
+    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
+        """The (resolve, equivalent) boundaries on ``|z|`` with both models at the cap."""
         raise NotImplementedError
 
     def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
@@ -145,7 +185,7 @@ class ConfidenceSequenceRule:
         if state.asked_round != view.round:
             state.asked_round = view.round
             state.answer = state.decision or self._test(view, state, *key)
-            if state.decision is None:
+            if state.decision is None and state.answer is not None and state.answer.settled:
                 state.decision = state.answer
         answer = state.answer
         if answer is None:
@@ -153,23 +193,61 @@ class ConfidenceSequenceRule:
         return answer if (answer.a, answer.b) == (a, b) else answer.swapped()
 
     def _test(self, view: CampaignView, state: _PairState, a: int, b: int) -> PairDecision | None:
-        tested = self.look(view, state, a, b)
-        if tested is None:
-            return None
         gap, spread = view.pair_stat(a, b)
         if spread <= 0:
             return None
+        tested = self.look(view, state, a, b)
         z = abs(gap) / spread
-        if z >= tested.resolve:
+        epsilon = self.rope(view)
+        if tested is not None and z >= tested.resolve:
             return PairDecision.resolved(
                 a, b, z, gap > 0, self.name, tested.resolve, tested.spent, view.round
             )
-        epsilon = self.rope(view)
-        if epsilon is not None and abs(gap) + tested.equivalent * spread < epsilon:
+        if (
+            tested is not None
+            and epsilon is not None
+            and abs(gap) + tested.equivalent * spread < epsilon
+        ):
             return PairDecision.equivalent(
                 a, b, z, self.name, tested.equivalent, tested.spent, view.round
             )
+        return self._futile(view, a, b, gap, spread)
+
+    def _futile(
+        self, view: CampaignView, a: int, b: int, gap: float, spread: float
+    ) -> PairDecision | None:
+        """A hopeless pair as an undecided decision with the trials it would need, else None."""
+        threshold = self.futility if self.futility is not None else view.futility
+        spread_cap = capped_se(view, a, b)
+        if threshold <= 0 or spread_cap is None or spread_cap >= spread:
+            return None
+        if view.trials[[a, b]].mean(axis=1).min() < self.futility_trials:
+            return None
+        resolve, equivalent = self.final(view, a, b)
+        epsilon = self.rope(view)
+        chance = seq.settle_probability(gap, spread, spread_cap, resolve, equivalent, epsilon)
+        if chance >= threshold:
+            return None
+        per_question = float(view.trials[[a, b]].mean())
+        need = seq.trials_to_settle(gap, spread, per_question, resolve, equivalent, epsilon)
+        return PairDecision.hopeless(
+            a,
+            b,
+            abs(gap) / spread,
+            self.name,
+            need if math.isfinite(need) else None,
+        )
+
+
+def capped_se(view: CampaignView, a: int, b: int) -> float | None:
+    """Standard error of the pair's difference with both models at their cap on every question
+    (``None`` when the per-cell variances are unknown)."""
+    variance = view.cell_variance
+    if variance is None:
         return None
+    m = variance.shape[1]
+    capped = (variance[a].sum() / view.capacity[a] + variance[b].sum() / view.capacity[b]) / m**2
+    return float(math.sqrt(capped))
 
 
 @dataclass
@@ -203,6 +281,15 @@ class Anytime(ConfidenceSequenceRule):
         resolve = float(np.interp(log_info, *self.table(view, alpha)))
         equivalent = float(np.interp(log_info, *self.table(view, 2 * alpha)))
         return _Look(resolve, equivalent, alpha)
+
+    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
+        spread_cap = capped_se(view, a, b)
+        if spread_cap is None or spread_cap <= 0:
+            return math.inf, math.inf
+        log_info = -2 * math.log(spread_cap)
+        alpha = self.alpha(view)
+        resolve = float(np.interp(log_info, *self.table(view, alpha)))
+        return resolve, float(np.interp(log_info, *self.table(view, 2 * alpha)))
 
     def table(self, view: CampaignView, alpha: float) -> tuple[np.ndarray, np.ndarray]:
         """The boundary on a fine grid of log information (computed once per budget).
@@ -240,39 +327,88 @@ class GroupSequential(ConfidenceSequenceRule):
     now (``n / N_cap`` with equal counts). Looks are planned at ``looks`` fractions spaced
     geometrically from ``first_look`` to 1; a pair is tested once per look, on the first round
     its fraction reaches it (looks skipped in one jump spend nothing, which is conservative).
+
+    ``horizons > 1`` runs that many such tests side by side on the same data, with horizons
+    ``ratio^-j`` of the cap's information (``j = 0 .. horizons - 1``), the cap's test holding
+    ``cap_share`` of the budget and the shorter ones splitting the rest; a pair is decided when
+    any of them crosses. Each test is valid on its own and the budgets add up to the pair's
+    (a union bound), so a pair that settles at a tenth of the cap meets a boundary designed for
+    that horizon instead of the cap's O'Brien-Fleming-like early boundary. A shorter horizon is
+    used only if it holds at least ``shortest`` trials per question (at the pair's smaller
+    cap); with none left the cap's test keeps the whole budget. Which horizons a pair has is
+    fixed by the caps before any trial, so the union bound holds.
     """
 
     spending: str = "hsd"
     looks: int = 12
     first_look: float = 1 / 64
     gamma: float = -4.0
+    horizons: int = 3
+    ratio: float = 4.0
+    cap_share: float = 0.5
+    shortest: int = 16
     name: str = "group_sequential"
 
     def fractions(self) -> tuple[float, ...]:
         return _fractions(self.looks, self.first_look)
 
+    def shares(self, cap: float = math.inf) -> tuple[float, ...]:
+        """Budget share of each horizon, the cap's first, for a pair capped at ``cap`` trials
+        per question (shorter horizons below ``shortest`` trials are not used)."""
+        used = sum(1 for j in range(1, self.horizons) if cap / self.ratio**j >= self.shortest)
+        if used == 0:
+            return (1.0,)
+        rest = (1.0 - self.cap_share) / used
+        return (self.cap_share,) + (rest,) * used
+
+    def pair_shares(self, view: CampaignView, a: int, b: int) -> tuple[float, ...]:
+        return self.shares(float(min(view.capacity[a], view.capacity[b])))
+
     def information_fraction(self, view: CampaignView, a: int, b: int) -> float:
-        variance = view.cell_variance
         _, spread = view.pair_stat(a, b)
-        if variance is None or spread <= 0:
+        spread_cap = capped_se(view, a, b)
+        if spread_cap is None or spread <= 0:
             return 0.0
-        m = variance.shape[1]
-        capped = (
-            variance[a].sum() / view.capacity[a] + variance[b].sum() / view.capacity[b]
-        ) / m**2
-        return float(capped / spread**2)
+        return float(spread_cap**2 / spread**2)
+
+    def boundaries(self, alpha: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(resolve, equivalent) boundaries at every planned look for a budget ``alpha``."""
+        fractions = self.fractions()
+        resolve = seq.spending_boundaries(fractions, alpha, self.spending, self.gamma)
+        equivalent = seq.spending_boundaries(fractions, 2 * alpha, self.spending, self.gamma)
+        return resolve, equivalent
+
+    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
+        resolve, equivalent = self.boundaries(self.alpha(view) * self.pair_shares(view, a, b)[0])
+        return resolve[-1], equivalent[-1]
 
     def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
         fractions = self.fractions()
-        reached = int(np.searchsorted(fractions, self.information_fraction(view, a, b) + 1e-9))
-        if reached <= state.looks_done:
-            return None
-        state.looks_done = reached
+        fraction = self.information_fraction(view, a, b)
         alpha = self.alpha(view)
-        resolve = seq.spending_boundaries(fractions, alpha, self.spending, self.gamma)
-        equivalent = seq.spending_boundaries(fractions, 2 * alpha, self.spending, self.gamma)
-        spent = float(seq.spent_alpha(fractions[reached - 1], alpha, self.spending, self.gamma))
-        return _Look(resolve[reached - 1], equivalent[reached - 1], spent)
+        found: list[_Look] = []
+        for horizon, share in enumerate(self.pair_shares(view, a, b)):
+            done = state.looks_done if horizon == 0 else state.shorter_looks.get(horizon, 0)
+            scaled = fraction * self.ratio**horizon
+            reached = int(np.searchsorted(fractions, scaled + 1e-9))
+            if reached <= done:
+                continue
+            if horizon == 0:
+                state.looks_done = reached
+            else:
+                state.shorter_looks[horizon] = reached
+            resolve, equivalent = self.boundaries(alpha * share)
+            spent = float(
+                seq.spent_alpha(fractions[reached - 1], alpha * share, self.spending, self.gamma)
+            )
+            found.append(_Look(resolve[reached - 1], equivalent[reached - 1], spent))
+        if not found:
+            return None
+        return _Look(
+            min(f.resolve for f in found),
+            min(f.equivalent for f in found),
+            sum(f.spent for f in found),
+        )
 
 
 @lru_cache(maxsize=32)
@@ -280,11 +416,34 @@ def _fractions(looks: int, first_look: float) -> tuple[float, ...]:
     return seq.look_fractions(looks, first_look)
 
 
-def _check_common(epsilon: float | None, error_control: str | None) -> None:
+def _check_common(
+    epsilon: float | None,
+    error_control: str | None,
+    step_down: bool = True,
+    futility: float | None = None,
+    futility_trials: int = 8,
+) -> None:
     if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
     if error_control is not None and error_control not in ERROR_CONTROL:
         raise ValueError(f"error_control must be one of {ERROR_CONTROL}, got {error_control!r}")
+    if not isinstance(step_down, bool):
+        raise ValueError(f"step_down must be true or false, got {step_down!r}")
+    check_futility(futility)
+    if isinstance(futility_trials, bool) or not isinstance(futility_trials, int):
+        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials!r}")
+    if futility_trials < 0:
+        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials}")
+
+
+def check_futility(futility: float | None) -> None:
+    """A futility threshold is a probability in [0, 0.5) (0 turns futility stops off)."""
+    if futility is None:
+        return
+    if isinstance(futility, bool) or not isinstance(futility, int | float):
+        raise ValueError(f"futility must be a number in [0, 0.5), got {futility!r}")
+    if not (math.isfinite(futility) and 0 <= futility < 0.5):
+        raise ValueError(f"futility must be a number in [0, 0.5), got {futility}")
 
 
 @pair_rules.register("group_sequential")
@@ -295,8 +454,15 @@ def group_sequential(
     gamma: float = -4.0,
     epsilon: float | None = None,
     error_control: str | None = None,
+    step_down: bool = True,
+    futility: float | None = None,
+    futility_trials: int = 8,
+    horizons: int = 3,
+    ratio: float = 4.0,
+    cap_share: float = 0.5,
+    shortest: int = 16,
 ) -> PairRule:
-    _check_common(epsilon, error_control)
+    _check_common(epsilon, error_control, step_down, futility, futility_trials)
     if spending not in seq.SPENDING_FUNCTIONS:
         raise ValueError(f"spending must be one of {seq.SPENDING_FUNCTIONS}, got {spending!r}")
     if not isinstance(looks, int) or not 1 <= looks <= 64:
@@ -305,8 +471,30 @@ def group_sequential(
         raise ValueError(f"first_look must be in (0, 1], got {first_look}")
     if not (math.isfinite(gamma) and gamma != 0):
         raise ValueError(f"gamma must be a finite non-zero number, got {gamma}")
+    if isinstance(horizons, bool) or not isinstance(horizons, int) or not 1 <= horizons <= 8:
+        raise ValueError(f"horizons must be an integer in 1..8, got {horizons!r}")
+    if not (math.isfinite(ratio) and ratio > 1):
+        raise ValueError(f"ratio must be a number > 1, got {ratio}")
+    if not (math.isfinite(cap_share) and 0 < cap_share <= 1):
+        raise ValueError(f"cap_share must be in (0, 1], got {cap_share}")
+    if horizons > 1 and cap_share == 1:
+        raise ValueError("cap_share must be below 1 when horizons > 1 (no budget left for them)")
+    if isinstance(shortest, bool) or not isinstance(shortest, int) or shortest < 1:
+        raise ValueError(f"shortest must be an integer >= 1, got {shortest!r}")
     return GroupSequential(
-        epsilon, error_control, spending=spending, looks=looks, first_look=first_look, gamma=gamma
+        epsilon,
+        error_control,
+        step_down,
+        futility,
+        futility_trials,
+        spending=spending,
+        looks=looks,
+        first_look=first_look,
+        gamma=gamma,
+        horizons=horizons,
+        ratio=ratio,
+        cap_share=cap_share,
+        shortest=shortest,
     )
 
 
@@ -316,13 +504,15 @@ def anytime(
     grid: int = 8,
     epsilon: float | None = None,
     error_control: str | None = None,
+    step_down: bool = True,
+    futility: float | None = None,
 ) -> PairRule:
-    _check_common(epsilon, error_control)
+    _check_common(epsilon, error_control, step_down, futility)
     if tuned_sd is not None and not (math.isfinite(tuned_sd) and tuned_sd > 0):
         raise ValueError(f"tuned_sd must be > 0, got {tuned_sd}")
     if not isinstance(grid, int) or not 1 <= grid <= 32:
         raise ValueError(f"grid must be an integer in 1..32, got {grid!r}")
-    return Anytime(epsilon, error_control, tuned_sd=tuned_sd, grid=grid)
+    return Anytime(epsilon, error_control, step_down, futility, tuned_sd=tuned_sd, grid=grid)
 
 
 def _naive(confidence: float | None, looks: int, name: str) -> PairRule:

@@ -12,25 +12,34 @@ from adaptive_eval.types import PairDecision, Stop, StopReason
 
 
 class PairsSettled(StoppingRule):
-    """The ranking goal: every adjacent pair is resolved or equivalent."""
+    """The ranking goal: every adjacent pair is resolved or equivalent, or futile (cannot be
+    settled by the cap with reasonable probability; such a stop is reported as ``futility``)."""
 
     name = "pairs_settled"
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
-        if all(d.settled for d in decisions):
-            resolved = sum(d.verdict.value in ("a>b", "b>a") for d in decisions)
+        if any(d.open for d in decisions):
+            return None
+        resolved = sum(d.verdict.value in ("a>b", "b>a") for d in decisions)
+        equivalent = sum(d.verdict.value == "equivalent" for d in decisions)
+        futile = len(decisions) - resolved - equivalent
+        if futile == 0:
             return Stop(
                 StopReason.GOAL_MET,
                 f"all {len(decisions)} adjacent pairs settled "
-                f"({resolved} resolved, "
-                f"{len(decisions) - resolved} equivalent)",
+                f"({resolved} resolved, {equivalent} equivalent)",
             )
-        return None
+        return Stop(
+            StopReason.FUTILITY,
+            f"{resolved + equivalent} of {len(decisions)} adjacent pairs settled ({resolved} "
+            f"resolved, {equivalent} equivalent); {futile} cannot be settled by the cap "
+            "(futility)",
+        )
 
     def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         mask = np.zeros(view.num_models, dtype=bool)
         for d in decisions:
-            if not d.settled:
+            if d.open:
                 mask[[d.a, d.b]] = True
         return mask
 

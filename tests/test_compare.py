@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from helpers import load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.cli import main
 from adaptive_eval.compare import run_compare
+from adaptive_eval.config import CompareConfig
 from adaptive_eval.dispatch import InlineDispatcher
-from adaptive_eval.store import TrialStore
+from adaptive_eval.store import RunLock, StoreError, TrialStore
 
 INCUMBENTS = [0.3, 0.5, 0.7]
 QUESTIONS = 20
@@ -134,3 +136,122 @@ def test_cli_runs_a_regression_to_exit_3(
     )
     assert code == 3
     assert json.loads(capsys.readouterr().out)["exit_code"] == 3
+
+
+# -- issue 15, item 2: compare goes through run's set-up and its reports say the verdict ---------
+
+
+def test_compare_takes_the_run_folder_lock(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with RunLock(run_dir), pytest.raises(StoreError, match="in use by pid"):
+        run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+
+
+def test_compare_keeps_ray_output_and_shows_progress(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99))
+    console = io.StringIO()
+    run_compare(
+        load(path), "cand", tmp_path / "run", dispatcher=_inline, console=console, quiet=False
+    )
+    assert (tmp_path / "run" / "ray.log").exists()
+    assert "starting Ray" in console.getvalue()
+
+
+def test_report_rebuilds_a_compare_folder_with_the_verdict(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, success = incumbents
+    run_dir = tmp_path / "run"
+    result = _compare(_config(tmp_path, success[2]), run_dir)
+    assert main(["report", str(run_dir), "--json"]) == 0
+    rebuilt = json.loads(capsys.readouterr().out)
+    assert rebuilt["comparison"] == result
+    assert main(["report", str(run_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "candidate cand:" in printed and "exit code 0: not worse than any incumbent" in printed
+    report = (run_dir / "report.md").read_text()
+    assert "Candidate **cand**" in report and "Exit code **0**" in report
+    for incumbent, decision in _decisions(result).items():
+        assert f"| {incumbent} | {decision} |" in report
+    # Only the candidate's pairs: no incumbent-against-incumbent row.
+    assert "## Adjacent pairs" not in report and "| inc-50 | inc-30 |" not in report
+    html = (run_dir / "report.html").read_text()
+    assert "cand" in html and "exit code 0" in html.lower()
+
+
+def test_decided_at_round_is_the_pairs_own_round_in_summary_and_events(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    run_dir = tmp_path / "run"
+    result = _compare(_config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99)), run_dir)
+    assert all(v["decided_at_round"] is not None for v in result["verdicts"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    logged = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "pair_decision":
+            logged[frozenset((event["a"], event["b"]))] = event["decided_at_round"]
+    decided = [p for p in summary["pairs"] if p["decision"] != "undecided"]
+    assert decided
+    for pair in decided:
+        assert logged[frozenset((pair["a"], pair["b"]))] == pair["decided_at_round"]
+    for row in result["verdicts"]:  # the candidate's pairs that were adjacent: same round
+        key = frozenset(("cand", row["incumbent"]))
+        if key in logged:
+            assert logged[key] == row["decided_at_round"]
+
+
+# -- issue 15, item 3: the non-inferiority gate --------------------------------------------------
+
+MARGIN = 0.08
+
+
+def test_an_unchanged_candidate_passes_non_inferiority_early(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, success[2])  # the best incumbent, unchanged
+    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN, dispatcher=_inline)
+    result = summary["comparison"]
+    assert result["margin"] == MARGIN
+    assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "pass")
+    assert result["exit_code"] == 0
+    candidate = next(m for m in summary["models"] if m["name"] == "cand")
+    assert candidate["trials_per_question_max"] <= 120 // 2  # well before the cap of 120
+
+
+def test_a_candidate_worse_by_twice_the_margin_fails(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, np.clip(success[2] - 2 * MARGIN, 0.01, 1))
+    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN, dispatcher=_inline)
+    result = summary["comparison"]
+    assert _decisions(result)["inc-70"] == "fail"
+    assert result["exit_code"] == 3
+    assert summary["stop_reason"] == "goal_met"
+    candidate = next(m for m in summary["models"] if m["name"] == "cand")
+    assert candidate["trials_per_question_max"] < 120
+    assert "non-inferiority with margin 0.08" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_margin_from_the_config_and_a_bad_margin(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, success[2])
+    config = load(path).model_copy(update={"compare": CompareConfig(margin=MARGIN)})
+    summary = run_compare(config, "cand", tmp_path / "run", dispatcher=_inline)
+    assert summary["comparison"]["margin"] == MARGIN
+    args = ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "x")]
+    assert main([*args, "--margin", "-0.1"]) == 2
+    assert "--margin must be > 0, got -0.1" in capsys.readouterr().err

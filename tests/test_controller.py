@@ -135,7 +135,7 @@ def test_replay_exhaustion_stops_the_campaign(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     outcomes = (rng.random((2, 6, 8)) < 0.5).astype(np.int8)
     np.savez(tmp_path / "r.npz", outcomes=outcomes)
-    data = base_config("r.npz", rope=None)
+    data = base_config("r.npz", rope=None, futility=0)  # sample the tie to exhaustion
     data["models"] = [{"backend": "replay", "path": "r.npz"}]
     data["baseline"] = {}
     done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
@@ -240,6 +240,7 @@ def test_pairs_per_round_skips_pairs_stuck_at_capacity(tmp_path: Path) -> None:
         rope=None,
         max_trials_per_question=30,
         allocation={"name": "pairwise", "pairs_per_round": 1},
+        futility=0,  # the tie must stay open to the cap
     )
     done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
     # The 0.5/0.5 tie can never settle; the other open pairs must still get their trials.

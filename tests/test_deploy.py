@@ -26,6 +26,7 @@ import yaml
 
 from adaptive_eval.cli import build_parser
 from adaptive_eval.config import parse_config
+from adaptive_eval.nightly import EXIT_ALERT
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -252,23 +253,57 @@ def shell_commands(text: str) -> list[list[str]]:
     return [shlex.split(part) for part in re.split(r"&&|\|\||;", text) if part.strip()]
 
 
-def test_the_nightly_cronjob_submits_to_the_head_with_valid_flags() -> None:
+def test_the_nightly_cronjob_runs_the_nightly_workflow_on_the_head() -> None:
     (cron,) = by_kind("CronJob")
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["/bin/bash", "-c"]
     (line,) = container["args"]
-    (words,) = shell_commands(line)
-    assert words[:3] == ["ray", "job", "submit"]
-    assert "--no-wait" not in words  # waits for the job: its exit code is the Job's
-    split = words.index("--")
-    check_ray_command(words)  # the entrypoint after -- is its argument
-    entrypoint = words[split + 1 :]
+    commands = shell_commands(line)
+    (submit,) = [words for words in commands if words[0] == "ray"]
+    assert submit[:3] == ["ray", "job", "submit"]
+    assert "--no-wait" not in submit  # waits for the job
+    split = submit.index("--")
+    check_ray_command(submit)  # the entrypoint after -- is its argument
+    entrypoint = submit[split + 1 :]
     check_adaptive_eval(entrypoint)
-    address = words[words.index("--address") + 1]
+    # The nightly workflow: trial library, history and alerts, not a bare run.
+    assert entrypoint[:2] == ["adaptive-eval", "nightly"] and "--history" in entrypoint
+    address = submit[submit.index("--address") + 1]
     (cluster,) = by_kind("RayCluster")
     assert address == f"http://{cluster['metadata']['name']}-head-svc:8265"
-    # The entrypoint runs on the head: the config and the run folder must be mounted there.
+    # The pod exits with the nightly's own code (ray job submit says 1 for any failure).
+    job_id = submit[submit.index("--submission-id") + 1]
+    assert commands[-1] == ["python", "-m", "adaptive_eval.ray_job", address, job_id]
+    # The entrypoint runs on the head: the config and the history must be mounted there.
     assert_mounted_on_head(cluster["spec"], entrypoint)
+
+
+def test_an_alert_is_not_retried_by_the_jobs_backoff() -> None:
+    (cron,) = by_kind("CronJob")
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
+    container = job["template"]["spec"]["containers"][0]["name"]
+    fail_job = [r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    codes = {
+        code
+        for rule in fail_job
+        if rule["onExitCodes"]["operator"] == "In"
+        and rule["onExitCodes"].get("containerName") in (None, container)
+        for code in rule["onExitCodes"]["values"]
+    }
+    assert EXIT_ALERT in codes and 1 not in codes  # failures are still retried
+    assert job["backoffLimit"] >= 1
+
+
+def test_the_job_exit_code_is_the_entrypoints() -> None:
+    from types import SimpleNamespace
+
+    from adaptive_eval.ray_job import job_exit_code
+
+    assert job_exit_code(SimpleNamespace(driver_exit_code=3, status="FAILED")) == EXIT_ALERT
+    assert job_exit_code(SimpleNamespace(driver_exit_code=0, status="SUCCEEDED")) == 0
+    assert job_exit_code(SimpleNamespace(driver_exit_code=None, status="SUCCEEDED")) == 0
+    assert job_exit_code(SimpleNamespace(driver_exit_code=None, status="STOPPED")) == 1
 
 
 def test_a_wrong_flag_is_caught() -> None:
@@ -284,8 +319,9 @@ def assert_mounted_on_head(cluster_spec: dict[str, Any], entrypoint: list[str]) 
     head = cluster_spec["headGroupSpec"]["template"]["spec"]
     mounts = {m["mountPath"]: m["name"] for m in head["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in head["volumes"]}
-    config_path = entrypoint[entrypoint.index("run") + 1]
-    out = entrypoint[entrypoint.index("--out") + 1]
+    command = "nightly" if "nightly" in entrypoint else "run"
+    config_path = entrypoint[entrypoint.index(command) + 1]
+    out = entrypoint[entrypoint.index("--history" if command == "nightly" else "--out") + 1]
     config_dir, key = config_path.rsplit("/", 1)
     config_volume = volumes[mounts[config_dir]]
     (configmap,) = by_kind("ConfigMap")
@@ -338,6 +374,20 @@ def test_cluster_launcher_commands_parse() -> None:
             check_ray_command(words)
     assert any("--num-gpus=0" in c for c in config["head_start_ray_commands"])
     assert config["docker"]["image"] in IMAGES
+
+
+def test_the_cluster_launchers_documented_command_runs_a_command_on_the_head() -> None:
+    header = [
+        line.lstrip("# ")
+        for line in (DEPLOY / "ray" / "cluster.yaml").read_text().splitlines()
+        if line.startswith("#")
+    ]
+    text = " ".join(header)
+    (documented,) = re.findall(r"(ray exec \S+ '[^']+')", text)
+    words = shlex.split(documented)
+    check_ray_command(words)  # `ray exec CLUSTER_CONFIG CMD`
+    check_adaptive_eval(shlex.split(words[3]))
+    assert "ray submit deploy" not in text  # ray submit runs a script file, not a command
 
 
 # -- images and versions ------------------------------------------------------------------------

@@ -84,6 +84,9 @@ def test_raised_cap_continues_to_the_same_result(tmp_path: Path, scenario: Path)
         confidence=0.999,
         allocation={"name": "uniform", "trials_per_round": 4},
         max_trials_per_question=40,
+        # Futility depends on the cap (a raised cap reopens futile pairs), so a run that
+        # stopped on futility at 20 goes on differently from one capped at 40 from the start.
+        futility=0,
     )
     path = write_config(tmp_path / "c.yaml", data)
     reference = run_inline(load(path), tmp_path / "ref")

@@ -103,3 +103,44 @@ def test_import_cli_writes_an_npz_that_replay_runs(
         int(outcomes[m, q, t])
         for m, q, t in zip(replayed.model, replayed.question, replayed.trial, strict=True)
     ]
+
+
+# -- issue 15, item 6: lm-eval writes one line per (document, filter) ----------------------------
+
+
+def _two_filters(tmp_path: Path) -> list[Path]:
+    """The fixtures as gsm8k writes them: each document once per filter; flexible-extract
+    scores every document 1 (a different answer extraction), strict-match as recorded."""
+    out = []
+    for path in LM_EVAL:
+        target = tmp_path / path.parent.name / path.name
+        target.parent.mkdir(exist_ok=True)
+        lines = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            lines.append(json.dumps({**record, "filter": "strict-match"}))
+            lines.append(json.dumps({**record, "filter": "flexible-extract", "exact_match": 1.0}))
+        target.write_text("\n".join(lines) + "\n")
+        out.append(target)
+    return out
+
+
+def test_lm_eval_with_several_filters_asks_for_one_and_lists_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = _two_filters(tmp_path)
+    args = ["import", "--format", "lm-eval", *map(str, files), "--out", str(tmp_path / "o.npz")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "2 filters (flexible-extract, strict-match)" in err and "--filter NAME" in err
+    assert main([*args, "--filter", "exact"]) == 2
+    assert "filters found: flexible-extract, strict-match" in capsys.readouterr().err
+
+
+def test_lm_eval_filter_chooses_the_scores(tmp_path: Path) -> None:
+    files = _two_filters(tmp_path)
+    strict = import_files("lm-eval", files, None, None, "strict-match")
+    recorded = import_files("lm-eval", LM_EVAL, None, None)
+    assert strict.outcomes.tolist() == recorded.outcomes.tolist()
+    flexible = import_files("lm-eval", files, None, None, "flexible-extract")
+    assert flexible.outcomes.shape == strict.outcomes.shape and flexible.outcomes.min() == 1

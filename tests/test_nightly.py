@@ -159,3 +159,54 @@ def test_nightly_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "night 2026-03-02: sampled 0 trials" in capsys.readouterr().out
     assert (tmp_path / "history" / "runs" / "2026-03-02" / "report.html").exists()
     assert main(["nightly", str(path), "--history", history, "--night", "03/03/2026"]) == 2
+
+
+# -- issue 15, item 5: history compares the estimate; a night with nothing to sample skips Ray ---
+
+
+def _estimates(run_dir: Path) -> dict[str, float]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {m["name"]: m["estimate"] for m in summary["models"]}
+
+
+def test_history_and_alerts_compare_the_estimate_not_bayes_at_n(tmp_path: Path) -> None:
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    first = run_nightly(load(path), history, night="2026-04-01", runner=inline)
+    _checkpoint(tmp_path, 0.3)
+    second = run_nightly(load(path), history, night="2026-04-02", runner=inline)
+    for record, night in ((first, "2026-04-01"), (second, "2026-04-02")):
+        estimates = _estimates(history / "runs" / night)
+        assert {m["name"]: m["estimate"] for m in record["ranking"]} == estimates
+        assert all("mu" in m for m in record["ranking"])  # Bayes@N stays as a column
+    (drop,) = [a for a in second["alerts"] if a["kind"] == "score_drop"]
+    assert drop["before"] == pytest.approx(_estimates(history / "runs" / "2026-04-01")["ckpt"])
+    assert drop["now"] == pytest.approx(_estimates(history / "runs" / "2026-04-02")["ckpt"])
+    assert "| rank | model | estimate | se | Bayes@N mu |" in (history / "summary.md").read_text()
+
+
+def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the real runner: night 1 samples (inline workers stand in for Ray's), night 2
+    finds every trial in the library and must not start Ray at all."""
+    from adaptive_eval import dispatch
+
+    started: list[str] = []
+
+    def inline_workers(plans: Any, offsets: Any, **options: Any) -> InlineDispatcher:
+        started.append("workers")
+        return InlineDispatcher(plans, offsets)
+
+    monkeypatch.setattr(dispatch, "init_ray", lambda *a, **k: started.append("ray"))
+    monkeypatch.setattr(dispatch, "Dispatcher", inline_workers)
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    first = run_nightly(load(path), history, night="2026-05-01")
+    assert first["sampled"] > 0 and started == ["ray", "workers"]
+    started.clear()
+    second = run_nightly(load(path), history, night="2026-05-02")
+    assert second["sampled"] == 0 and second["reused"] == first["trials_used"]
+    assert started == []  # neither Ray nor a worker was started
+    events = (history / "runs" / "2026-05-02" / "events.jsonl").read_text()
+    assert "ray_starting" not in events

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -58,8 +59,9 @@ def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("html")
     write_scenario(root / "s.npz", mimic_success(SCORES, questions=12))
-    path = write_config(root / "c.yaml", base_config("s.npz"))
-    config = load(path, ["budget.trials=300"])
+    # No futility stop: the budget must be what ends it, with pairs undecided.
+    path = write_config(root / "c.yaml", base_config("s.npz", futility=0))
+    config = load(path, ["budget.trials=1200"])
     run_inline(config, root / "run")
     report_run(config, root / "run")  # writes summary.json, report.md, report.html
     return root / "run"
@@ -139,3 +141,85 @@ def test_report_cli_html_prints_the_page(run_dir: Path, capsys: pytest.CaptureFi
     assert main(["report", str(run_dir), "--html"]) == 0
     printed = capsys.readouterr().out.strip()
     assert Path(printed) == run_dir / "report.html" and Path(printed).stat().st_size > 10_000
+
+
+# -- issue 15, item 7: the page tells the truth at a glance ---------------------------------------
+
+
+def _figure_svg(text: str, ident: str) -> str:
+    start = text.index(f"<figure id='{ident}'>")
+    return text[start : text.index("</figure>", start)]
+
+
+def _path_x(svg: str, gid: str) -> list[float]:
+    """The x coordinates of the first path inside the element with id ``gid``."""
+    match = re.search(rf'<g id="{gid}">\s*<path d="([^"]+)"', svg)
+    assert match is not None, gid
+    numbers = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", match.group(1))]
+    return numbers[0::2]
+
+
+def test_each_pair_is_drawn_against_its_own_boundary(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    svg = _figure_svg((run_dir / "report.html").read_text(), "pairs")
+    assert "z = 1.645" not in svg  # no single threshold for pairs tested against others
+    resolved = 0
+    for index, pair in enumerate(summary["pairs"]):
+        if pair["boundary"] is None:
+            assert f'id="boundary-{index}"' not in svg
+            continue
+        mark = _path_x(svg, f"boundary-{index}")
+        assert mark[0] == pytest.approx(mark[1])  # a vertical mark on the pair's own bar
+        if pair["decision"] in ("a>b", "b>a"):  # settled by crossing it: the bar reaches it
+            resolved += 1
+            assert max(_path_x(svg, f"pair-{index}")) >= mark[0] - 0.01
+    assert resolved >= 1
+
+
+def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> None:
+    from adaptive_eval.report_html import rank_groups
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    svg = _figure_svg((run_dir / "report.html").read_text(), "forest")
+    assert 'id="estimate"' in svg and 'id="bayes-at-n"' in svg
+    assert "estimate (decisions use it)" in svg
+    groups = rank_groups(summary["models"])
+    assert len(groups) < len(summary["models"])  # some pairs are not settled: shared ranks
+    assert svg.count('id="settled-group-') == (len(groups) + 1) // 2
+
+
+def test_trials_are_in_rank_order(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    svg = _figure_svg((run_dir / "report.html").read_text(), "trials")
+    names = [m["name"] for m in summary["models"]]
+    positions = [svg.index(f">{name}<") for name in names]
+    assert positions == sorted(positions)  # labelled best first, like the forest plot
+    assert names != sorted(names)  # (the store's order would differ)
+
+
+def test_heatmap_is_sorted_and_sparsely_labelled() -> None:
+    from adaptive_eval.report_html import HEATMAP_LABELS, RunData, heatmap_plot
+
+    questions = [f"q{i:03d}" for i in range(120)]
+    trials = np.tile(np.arange(120), (2, 1))  # the last question is the most sampled
+    data = RunData(["a", "b"], questions, trials, np.array([240]), [])
+    svg = heatmap_plot({"models": [{"name": "b"}, {"name": "a"}]}, data)
+    labels = re.findall(r">(q\d{3})<", svg)
+    assert 0 < len(labels) <= HEATMAP_LABELS
+    assert labels[0] == "q119"  # most-sampled first
+
+
+def test_provenance_is_text_and_plots_use_the_page_width(run_dir: Path) -> None:
+    text = (run_dir / "report.html").read_text()
+    provenance = text[text.index("<ul id='provenance'>") :]
+    assert "`" not in provenance and "<code>" in provenance
+    assert "figure svg { width: 100%" in text
+
+
+def test_chromium_draws_the_boundaries_and_the_estimate(run_dir: Path) -> None:
+    url = (run_dir / "report.html").resolve().as_uri()
+    dom = _chromium("--dump-dom", url).stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    bounded = [i for i, p in enumerate(summary["pairs"]) if p["boundary"] is not None]
+    assert bounded and all(f'id="boundary-{i}"' in dom for i in bounded)
+    assert 'id="estimate"' in dom and "estimate (decisions use it)" in dom

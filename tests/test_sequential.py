@@ -308,11 +308,16 @@ def test_group_sequential_tests_once_per_look_and_keeps_decisions() -> None:
 
 def test_equivalence_uses_the_one_sided_boundary() -> None:
     counts = np.full((2, 30, 2), 200, dtype=np.int64)  # identical, 400 trials per question
-    rule = pair_rules.build("group_sequential")
+    rule = pair_rules.build("group_sequential", {"horizons": 1})
     decision = decide_pairs(make_view(counts, capacity=400), (rule,))[0]
     assert decision.verdict is Verdict.EQUIVALENT
     # At the last look (t = 1) the one-sided 5% OBF boundary is about the fixed-sample 1.645.
     assert decision.boundary == pytest.approx(1.65, abs=0.1)
+    # With the default shorter horizons the cap's test holds half the budget: about z_0.025.
+    split = pair_rules.build("group_sequential")
+    decision = decide_pairs(make_view(counts, capacity=400), (split,))[0]
+    assert decision.verdict is Verdict.EQUIVALENT
+    assert decision.boundary == pytest.approx(1.96, abs=0.1)
 
 
 # -- configuration errors ---------------------------------------------------------------------
@@ -366,7 +371,8 @@ def test_track_and_stop_serves_the_hard_pair_and_neyman_skips_saturated_question
     counts[2, :, 0] = 4
     counts[1, :10] = [0, 10]  # model 1: saturated on its first 10 questions
     v = make_view(counts)
-    decisions = decide_pairs(v, (pair_rules.build("group_sequential"),))
+    # The cap's horizon alone leaves (1, 2) open at 10 trials (the shorter ones settle it).
+    decisions = decide_pairs(v, (pair_rules.build("group_sequential", {"horizons": 1}),))
     plan = allocators.build("track_and_stop")(v, decisions, np.ones(3, dtype=bool), 256)
     assert plan[0].sum() < plan[1].sum() and plan[0].sum() < plan[2].sum()
     assert plan[1, :10].mean() < plan[1, 10:].mean()  # saturated questions get less

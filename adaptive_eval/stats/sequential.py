@@ -11,11 +11,12 @@ per-question empirical means (unbiased for any fixed counts) with the Bayesian p
 
     theta_i   = (1/M) sum_a xbar_ia,      xbar_ia = sum_k w_k n_iak / n_ia
     se_i^2    = (1/M^2) sum_a v_ia / n_ia,
-    v_ia      = sum_k p_iak w_k^2 - (sum_k p_iak w_k)^2,   p_iak = nu_iak / T_ia
+    v_ia      = sum_k p_iak w_k^2 - (sum_k p_iak w_k)^2,
 
-(nu = prior + counts, the posterior mean of the category probabilities). For a pair,
-``D = theta_a - theta_b``, ``s^2 = se_a^2 + se_b^2`` (models are sampled independently),
-``z = D / s`` and the information is ``I = 1 / s^2``.
+with ``p_iak`` the posterior mean of the category probabilities under a prior of ``K``
+pseudo-trials centred on the model's pooled frequencies (:func:`variance_probabilities`).
+For a pair, ``D = theta_a - theta_b``, ``s^2 = se_a^2 + se_b^2`` (models are sampled
+independently), ``z = D / s`` and the information is ``I = 1 / s^2``.
 
 **Boundaries.** Both rules give a confidence sequence ``D +- c * s`` for the true difference that
 covers it at every look with probability at least ``1 - alpha``. From it, with the region of
@@ -30,6 +31,15 @@ decision can be wrong, so one ``alpha`` bounds every error of the pair.
   ``alpha(t) = 4 - 4 Phi(z_{1-alpha/4} / sqrt(t))``, or Pocock type
   ``alpha log(1 + (e - 1) t)``), computed by the
   Armitage-McPherson-Rowe recursion.
+
+**Futility.** :func:`settle_probability` is the predictive probability that a pair is settled
+at the cap (Spiegelhalter, Freedman & Blackburn 1986; Jennison & Turnbull 2000, ch. 10); a pair
+below a threshold stops drawing trials. Futility only ever turns a possible decision into
+"undecided", so it cannot add an error (non-binding: the boundaries stay as designed).
+
+**Step-down.** :func:`holm_alpha` hands the budget of settled pairs to the open ones
+(Holm 1979; sequentially, Bartroff & Song 2014): with ``m`` hypotheses of which ``k`` are
+rejected, each open one is tested at ``alpha / (m - k)``.
 """
 
 from __future__ import annotations
@@ -48,32 +58,72 @@ FloatArray = NDArray[np.float64]
 SPENDING_FUNCTIONS = ("obf", "pocock", "hsd")
 
 
+def variance_probabilities(
+    counts: NDArray[np.int64] | FloatArray,
+    nu: NDArray[np.int64] | FloatArray,
+    pooled: bool = True,
+) -> FloatArray:
+    """Category probabilities per cell for the per-trial variance, (L, M, K).
+
+    The posterior mean under a Dirichlet prior of the same weight as the uniform one (``K``
+    pseudo-trials) but centred on the model's pooled category frequencies instead of ``1/K``:
+
+        p_iak = (nu_iak - 1 + K pi_ik) / T_ia,
+        pi_ik = (1 + sum_a (nu_iak - 1)) / (K + sum_a (T_ia - K))
+
+    (``nu = 1 + prior trials + counts``, ``T = sum_k nu``; ``pi`` is the model's pooled trials
+    under one uniform pseudo-trial per category, not one per question, which would pull it to
+    ``1/K`` on a benchmark of many questions). For a model whose pooled score is near 0 or 1
+    (most real benchmarks: most questions always or never solved), a question with no success
+    yet no longer gets the variance of a coin (``1/(n+2)`` per trial), which kept
+    such models sampling long after they were surely within the rope of each other; a question
+    with a success gets its own variance back at once. Only the variance uses it: the score
+    estimate stays the unbiased mean of per-question means. ``pooled=False`` gives the plain
+    posterior mean ``nu / T`` (the uniform target; the rule as it landed before, kept for the
+    benchmarks' comparison).
+
+    >>> p = variance_probabilities(np.array([[[10, 0], [9, 1]]]), np.array([[[11, 1], [10, 2]]]))
+    >>> [round(float(x), 4) for x in p[0, :, 1]]  # (0 + 2 * 2/22) / 12, (1 + 2 * 2/22) / 12
+    [0.0152, 0.0985]
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    nu = np.asarray(nu, dtype=np.float64)
+    if not pooled:
+        return np.asarray(nu / nu.sum(axis=-1, keepdims=True), dtype=np.float64)
+    num_categories = nu.shape[-1]
+    totals = (nu - 1.0).sum(axis=-2, keepdims=True) + 1.0
+    target = totals / totals.sum(axis=-1, keepdims=True)
+    pseudo = nu - 1.0 + num_categories * target
+    return np.asarray(pseudo / pseudo.sum(axis=-1, keepdims=True), dtype=np.float64)
+
+
 def empirical_estimate(
     counts: NDArray[np.int64] | FloatArray,
     nu: NDArray[np.int64] | FloatArray,
     weights: FloatArray,
+    pooled: bool = True,
 ) -> tuple[FloatArray, FloatArray]:
     """Per-model unbiased score and its standard error (see the module docstring).
 
     ``counts`` are the observed (L, M, K) category counts, ``nu`` the posterior Dirichlet
-    parameters (prior + counts). A question with no trial yet contributes its posterior mean and
-    the variance of a single trial (it only matters before the first look).
+    parameters (1 + prior trials + counts). The per-trial variance of a cell comes from
+    :func:`variance_probabilities`. A question with no trial yet contributes its posterior mean
+    and the variance of a single trial (it only matters before the first look).
 
     >>> counts = np.array([[[1, 3], [0, 2]]])
     >>> nu = counts + 1.0
     >>> theta, se = empirical_estimate(counts, nu, np.array([0.0, 1.0]))
     >>> float(theta[0])  # (3/4 + 2/2) / 2
     0.875
-    >>> round(float(se[0] ** 2), 6)  # ((2/6)(4/6)/4 + (1/4)(3/4)/2) / 4
-    0.037326
+    >>> round(float(se[0] ** 2), 5)  # ((3/4)(1/4)/4 + (7/8)(1/8)/2) / 4, pooled target 3/4
+    0.02539
     """
     counts = np.asarray(counts, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     n = counts.sum(axis=-1)
-    p = nu / nu.sum(axis=-1, keepdims=True)
-    mean_post = p @ w
-    var_trial = np.maximum(p @ (w * w) - mean_post**2, 0.0)
+    mean_post = (nu / nu.sum(axis=-1, keepdims=True)) @ w
+    var_trial = trial_variance_of(variance_probabilities(counts, nu, pooled), w)
     safe_n = np.maximum(n, 1.0)
     xbar = np.where(n > 0, (counts @ w) / safe_n, mean_post)
     num_questions = counts.shape[-2]
@@ -82,12 +132,18 @@ def empirical_estimate(
     return np.asarray(theta, dtype=np.float64), np.asarray(se, dtype=np.float64)
 
 
-def trial_variance(nu: NDArray[np.float64] | NDArray[np.int64], weights: FloatArray) -> FloatArray:
-    """Per-cell variance of one trial's score under the posterior mean probabilities, (L, M)."""
-    p = np.asarray(nu, dtype=np.float64)
-    p = p / p.sum(axis=-1, keepdims=True)
+def trial_variance_of(p: FloatArray, weights: FloatArray) -> FloatArray:
+    """Variance of one trial's score per cell, given the cells' category probabilities."""
     mean = p @ weights
     return np.asarray(np.maximum(p @ (weights * weights) - mean**2, 0.0), dtype=np.float64)
+
+
+def trial_variance(
+    nu: NDArray[np.float64] | NDArray[np.int64], weights: FloatArray, pooled: bool = True
+) -> FloatArray:
+    """Per-cell variance of one trial's score (L, M), with :func:`variance_probabilities`."""
+    nu = np.asarray(nu, dtype=np.float64)
+    return trial_variance_of(variance_probabilities(nu - 1.0, nu, pooled), weights)
 
 
 # -- anytime-valid normal mixture --------------------------------------------------------------
@@ -148,6 +204,83 @@ def mixture_rho(information: float, alpha: float) -> float:
     return float(math.exp(result.x))
 
 
+# -- futility and step-down -------------------------------------------------------------------
+
+
+def settle_probability(
+    difference: float,
+    se: float,
+    se_cap: float,
+    resolve: float,
+    equivalent: float,
+    epsilon: float | None,
+) -> float:
+    """Predictive probability that the pair is settled at the cap.
+
+    ``S(I) = D I`` is a Brownian motion with drift ``Delta`` in the information ``I = 1/s^2``.
+    With a flat prior the posterior of ``Delta`` is ``N(D, s^2)``; averaging the future path over
+    it, the difference at the cap (information ``1/s_cap^2``) is
+
+        D_cap ~ N(D, s^2 - s_cap^2),
+
+    and the pair is settled there when ``|D_cap| >= c s_cap`` (``c = resolve``, the final
+    two-sided boundary) or ``|D_cap| < eps - c' s_cap`` (``c' = equivalent``, TOST). Crossings
+    at earlier looks are not counted, so the probability is a slight underestimate (a futility
+    stop may come a little early; it can only lose a decision, never make a wrong one).
+
+    >>> round(settle_probability(0.0, 0.02, 0.01, 2.0, 1.7, None), 4)  # 2 P(N(0,3e-4) > 0.02)
+    0.2482
+    >>> settle_probability(0.0, 0.01, 0.01, 2.0, 1.7, 0.02)  # at the cap, inside the rope
+    1.0
+    """
+    spread = math.sqrt(max(se * se - se_cap * se_cap, 0.0))
+    edge = resolve * se_cap
+    inner = (epsilon or 0.0) - equivalent * se_cap
+
+    def below(x: float) -> float:  # P(D_cap < x); math.erfc: a scalar scipy call costs 30x
+        if spread == 0.0:
+            return 1.0 if difference < x else 0.0
+        return 0.5 * math.erfc((difference - x) / (spread * math.sqrt(2.0)))
+
+    settle = below(-edge) + (1.0 - below(edge))
+    if inner > 0:
+        settle += below(inner) - below(-inner)
+    return float(min(1.0, settle))
+
+
+def trials_to_settle(
+    difference: float,
+    se: float,
+    per_question: float,
+    resolve: float,
+    equivalent: float,
+    epsilon: float | None,
+) -> float:
+    """Projected trials per question at which the pair would be settled if ``D`` stayed put.
+
+    Information grows with the trials, ``I ~ n``, so the pair needs
+    ``n (c s / |D|)^2`` to resolve or ``n (c' s / (eps - |D|))^2`` to be shown equivalent
+    (whichever is smaller; ``inf`` at an exact tie without a rope).
+
+    >>> trials_to_settle(0.01, 0.01, 10, 3.0, 2.5, None)
+    90.0
+    """
+    gap = abs(difference)
+    needs = [per_question * (resolve * se / gap) ** 2] if gap > 0 else []
+    if epsilon and gap < epsilon:
+        needs.append(per_question * (equivalent * se / (epsilon - gap)) ** 2)
+    return float(min(needs, default=math.inf))
+
+
+def holm_alpha(alpha: float, hypotheses: int, rejected: int) -> float:
+    """Holm's step-down level for an open hypothesis: ``alpha / (m - k)``, at least ``alpha/m``.
+
+    >>> holm_alpha(0.05, 10, 0), holm_alpha(0.05, 10, 8), holm_alpha(0.05, 10, 12)
+    (0.005, 0.025, 0.05)
+    """
+    return alpha / max(1, hypotheses - max(0, rejected))
+
+
 # -- group-sequential alpha spending ------------------------------------------------------------
 
 
@@ -181,7 +314,7 @@ def spent_alpha(
     return np.asarray(np.minimum(out, alpha), dtype=np.float64)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def spending_boundaries(
     fractions: tuple[float, ...],
     alpha: float,

@@ -1,0 +1,131 @@
+"""Issue 15, item 8: progress that means something, on a terminal and in a CI log."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
+
+from adaptive_eval import controller as controller_module
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.controller import Controller
+from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.logs import ConsoleLines
+from adaptive_eval.report import render_console
+from adaptive_eval.runner import Progress, open_run_dir
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_controller(
+    planned: np.ndarray, wanted: list[bool], recorded: int, undecided: int = 2
+) -> Any:
+    """What Progress reads of a controller: the plan, the needed models, the recorded trials."""
+    return SimpleNamespace(
+        state=SimpleNamespace(planned=planned),
+        campaign=SimpleNamespace(capacity=np.array([10, 10, 10])),
+        wanted=np.array(wanted),
+        config=SimpleNamespace(budget=SimpleNamespace(trials=None)),
+        store=SimpleNamespace(count_trials=lambda: recorded),
+        decisions=[SimpleNamespace(settled=i >= undecided) for i in range(2)],
+    )
+
+
+def _steps() -> list[Any]:
+    """A campaign of 3 models x 4 questions, cap 10: models drop out, one comes back."""
+    planned = np.zeros((3, 4), dtype=np.int64)
+    out = []
+    for step, wanted in enumerate(
+        [[True] * 3, [True] * 3, [True, True, False], [True, False, False], [True, True, False]]
+    ):
+        planned = planned + np.array(wanted, dtype=np.int64)[:, None] * 2
+        out.append(fake_controller(planned.copy(), wanted, recorded=int(planned.sum()) - 4 * step))
+    return out
+
+
+def test_progress_total_is_the_cap_bound_and_never_goes_backwards() -> None:
+    progress = Progress(ConsoleLines(io.StringIO()), True, clock=FakeClock())
+    totals, fractions = [], []
+    for controller in _steps():
+        progress(controller)
+        assert progress.total is not None and progress.total >= progress.done
+        totals.append(progress.total)
+        fractions.append(progress.done / progress.total)
+    assert totals[0] == 3 * 4 * 10  # every model to the cap
+    assert totals == sorted(totals, reverse=True)  # shrinks as models settle, never grows
+    assert fractions == sorted(fractions)  # the bar only moves forward
+
+
+def test_eta_is_the_rate_to_the_bound() -> None:
+    clock = FakeClock()
+    progress = Progress(ConsoleLines(io.StringIO()), True, clock=clock)
+    planned = np.full((3, 4), 2)
+    progress(fake_controller(planned, [True] * 3, recorded=20))
+    clock.now = 10.0
+    progress(fake_controller(planned * 2, [True] * 3, recorded=40))
+    assert progress.eta_s(clock.now) == pytest.approx((120 - 40) / 2.0)
+
+
+def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
+    clock = FakeClock()
+    stream = io.StringIO()  # not a TTY: a CI log
+    progress = Progress(ConsoleLines(stream), True, interval_s=15, clock=clock)
+    for second, controller in zip([0, 5, 16, 20, 40], _steps(), strict=True):
+        clock.now = float(second)
+        progress(controller)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2  # at 16 s and 40 s
+    assert all(line.startswith("progress: ") and "of at most" in line for line in lines)
+    assert "ETA" not in lines[1] and "s to go" in lines[1]
+    quiet = io.StringIO()
+    silent = Progress(ConsoleLines(quiet), False, interval_s=0, clock=clock)
+    silent(_steps()[0])
+    assert quiet.getvalue() == ""
+
+
+def test_the_console_says_a_stop_left_pairs_undecided() -> None:
+    summary: dict[str, Any] = {
+        "name": "x",
+        "stop_reason": "budget",
+        "stop_detail": "trial budget spent",
+        "models": [],
+        "pairs": [{"a": "p", "b": "q", "decision": "undecided", "z": 0.5}],
+        "trials_used": 300,
+        "baseline": {"fixed_n": 80, "trials": 2640},
+        "compute_saved": {"trials_fraction": 0.886, "tokens_fraction": None},
+    }
+    text = render_console(summary)
+    assert "saved 88.6% of trials (stopped on budget with 1 pair(s) undecided)" in text
+
+
+def test_the_first_slow_policy_step_is_warm_up_not_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step counts as slow here: only the first of each phase is excused (it builds the
+    rules' tables); the warning still fires for the policy's later slow steps."""
+    monkeypatch.setattr(controller_module, "SLOW_POLICY_S", -1.0)
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]), names=["a", "b"])
+    config = load(write_config(tmp_path / "c.yaml", base_config("s.npz")))
+    campaign = build_campaign(config)
+    store, _, _ = open_run_dir(campaign, tmp_path / "run")
+    log = NullLog()
+    try:
+        Controller(campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), log).run()
+    finally:
+        store.close()
+    warmups = [kw["phase"] for level, event, kw in log.events if event == "policy_warmup"]
+    slow = [kw["phase"] for level, event, kw in log.events if event == "slow_policy"]
+    assert sorted(warmups) == ["allocate", "decide"]
+    assert all(level == "info" for level, event, _ in log.events if event == "policy_warmup")
+    assert slow  # later slow steps still warn
