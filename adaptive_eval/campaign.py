@@ -308,9 +308,11 @@ def _check_contents(config: CampaignConfig, plans: list[BackendPlan]) -> None:
 
 def _check_scale(config: CampaignConfig) -> None:
     """A rope (or a pair rule's epsilon) as wide as the weights' range makes every pair
-    "equivalent" without a single trial's say."""
+    "equivalent" without a single trial's say; a compare margin that wide passes any
+    candidate."""
     span = config.rubric.span
-    bounds = [("policy.rope", config.policy.rope)]
+    margin = config.compare.margin if config.compare is not None else None
+    bounds = [("policy.rope", config.policy.rope), ("compare.margin", margin)]
     for index, ref in enumerate(config.policy.pair_rules or []):
         _, params = _spec(ref)
         bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon")))

@@ -80,8 +80,9 @@ class Registry(Generic[T]):
                     field=field,
                 )
         try:
-            _check_types(factory, params)
             result: T = factory(**params)
+            # After the factory: its own message is the more specific one where it checks.
+            _check_types(factory, params)
         except (TypeError, ValueError) as error:
             raise InputError(
                 f"{self.kind} {name!r}: {error}", source=source, field=field
@@ -117,8 +118,8 @@ def _param_types(factory: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
 
 
 def _check_types(factory: Callable[..., Any], params: dict[str, Any]) -> None:
-    """Refuse a parameter value of the wrong type before the factory sees it (a factory's
-    ``width <= 0`` check lets .nan through; ``n: 2.7`` would become a fractional count)."""
+    """Refuse a parameter value of the wrong type that the factory let through (a
+    ``width <= 0`` check lets .nan pass; ``n: 2.7`` would become a fractional count)."""
     for name, adapter in _param_types(factory).items():
         if name not in params:
             continue

@@ -144,13 +144,13 @@ CONFIG_CASES = [
     case("rope-rule-negative", "epsilon must be", "policy.pair_rules=[{name: rope, epsilon: -1}]"),
     case(
         "looks-fraction",
-        "valid integer",
+        "looks must be an integer",
         "policy.pair_rules=[{name: group_sequential, looks: 2.5}]",
     ),
     case("looks-zero", "looks must be", "policy.pair_rules=[{name: group_sequential, looks: 0}]"),
     case(
         "first-look-nan",
-        "finite",
+        "first_look must be in (0, 1], got nan",
         "policy.pair_rules=[{name: group_sequential, first_look: .nan}]",
     ),
     case(
@@ -164,13 +164,25 @@ CONFIG_CASES = [
         "policy.pair_rules=[{name: group_sequential, epsilon: 1.5}]",
     ),
     case("naive-looks-bool", "valid integer", "policy.pair_rules=[{name: naive_z, looks: true}]"),
-    case("naive-confidence-inf", "finite", "policy.pair_rules=[{name: naive_z, confidence: .inf}]"),
+    case(
+        "naive-confidence-inf",
+        "confidence must be in (0.5, 1), got inf",
+        "policy.pair_rules=[{name: naive_z, confidence: .inf}]",
+    ),
     case("anytime-grid", "grid must be", "policy.pair_rules=[{name: anytime, grid: 0}]"),
     case("anytime-sd", "tuned_sd must be", "policy.pair_rules=[{name: anytime, tuned_sd: -1}]"),
     case("stopping-unknown", "unknown stopping rule 'nope'", "policy.stopping=[nope]"),
-    case("ci-width-nan", "finite", "policy.stopping=[{name: ci_width, width: .nan}]"),
+    case(
+        "ci-width-nan",
+        "width must be > 0, got nan",
+        "policy.stopping=[{name: ci_width, width: .nan}]",
+    ),
     case("ci-width-zero", "width must be > 0", "policy.stopping=[{name: ci_width, width: 0}]"),
-    case("ci-width-inf", "finite", "policy.stopping=[{name: ci_width, width: .inf}]"),
+    case(
+        "ci-width-inf",
+        "width must be > 0, got inf",
+        "policy.stopping=[{name: ci_width, width: .inf}]",
+    ),
     case("ci-width-missing", "width", "policy.stopping=[{name: ci_width}]"),
     case("max-trials-rule-zero", "n must be", "policy.stopping=[{name: max_trials, n: 0}]"),
     case(
@@ -229,6 +241,9 @@ CONFIG_CASES = [
     ),
     case("execution-unknown-key", "unknown key", "execution.unknown=1"),
     case("fsync-unknown", "'full' or 'normal'", "output.fsync=sometimes"),
+    case("compare-margin-config-nan", "finite", "compare={margin: .nan}"),
+    case("compare-margin-config-zero", "greater than 0", "compare={margin: 0}"),
+    case("compare-margin-config-range", "not below the range", "compare={margin: 1}"),
     case("keep-completions-text", "valid boolean", 'output.keep_completions="yes"'),
     case("progress-number", "valid boolean", "output.progress=1"),
     # -- top level -------------------------------------------------------------------------
@@ -627,6 +642,29 @@ COMMAND_CASES = [
         "invalid YAML",
         lambda i, r, t: ["report", str(r), "--config", str(i / "yaml-invalid.yaml")],
     ),
+    *[
+        command(
+            f"compare-margin-{name}",
+            expect,
+            lambda i, r, t, value=value: [
+                "compare",
+                str(i / "c.yaml"),
+                "--candidate",
+                "a",
+                "--margin",
+                value,
+                "--out",
+                str(t / "cmp"),
+            ],
+        )
+        for name, value, expect in (
+            ("nan", "nan", "--margin must be > 0, got nan"),
+            ("inf", "inf", "--margin must be > 0, got inf"),
+            ("negative", "-0.1", "--margin must be > 0, got -0.1"),
+            ("range", "1", "not below the range of the rubric weights"),
+            ("text", "x", "invalid float value"),
+        )
+    ],
     command(
         "compare-unknown-candidate",
         "'nope'",
