@@ -93,7 +93,8 @@ def test_ctrl_c_twice_exits_130_in_one_line_and_leaves_no_ray_process(tmp_path: 
     os.killpg(process.pid, signal.SIGINT)
     code, err = _ended(process)
     assert code == 130, err
-    assert err == "adaptive-eval: interrupted; run the same command again to resume\n"
+    assert _the_error(err) == "adaptive-eval: interrupted; run the same command again to resume"
+    assert "Segmentation" not in err and "Exception ignored" not in err
 
 
 @pytest.mark.slow
@@ -106,8 +107,8 @@ def test_a_run_killed_by_sigbus_says_so_in_one_line_and_leaves_no_ray_process(
     children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
     os.kill(int(children[0]), signal.SIGBUS)
     code, err = _ended(process)
-    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "SIGBUS" in err and "run the same command again to resume" in err
+    line = _the_error(err)
+    assert code == 1 and "SIGBUS" in line and "run the same command again to resume" in line
 
 
 def _the_error(err: str) -> str:
