@@ -311,17 +311,20 @@ def _check_scale(config: CampaignConfig) -> None:
     "equivalent" without a single trial's say; a compare margin that wide passes any
     candidate."""
     span = config.rubric.span
+    equivalent = "every pair would be declared equivalent"
     margin = config.compare.margin if config.compare is not None else None
-    bounds = [("policy.rope", config.policy.rope), ("compare.margin", margin)]
+    bounds = [
+        ("policy.rope", config.policy.rope, equivalent),
+        ("compare.margin", margin, "any candidate would pass"),
+    ]
     for index, ref in enumerate(config.policy.pair_rules or []):
         _, params = _spec(ref)
-        bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon")))
-    for field, value in bounds:
+        bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon"), equivalent))
+    for field, value, meaning in bounds:
         if isinstance(value, int | float) and value >= span:
             raise InputError(
-                f"{value:g} is not below the range of the rubric weights ({span:g}): every pair "
-                "would be declared equivalent; give a difference that matters on the weights' "
-                "scale",
+                f"{value:g} is not below the range of the rubric weights ({span:g}): {meaning}; "
+                "give a difference that matters on the weights' scale",
                 source=config.source,
                 field=field,
             )

@@ -37,8 +37,7 @@ def _parse_floats(text: str, what: str) -> list[float]:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    bad = [v for v in values if not math.isfinite(v)]
-    if bad or not values:
+    if not values or not all(math.isfinite(v) for v in values):
         raise InputError(f"{what} must be finite numbers, got {text!r}")
     return values
 
