@@ -215,6 +215,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
             field=f"{field}.backend",
         )
         plans.append(plan)
+    _check_contents(config, plans)
     question_ids = plans[0].question_ids
     for index, plan in enumerate(plans[1:], start=1):
         if plan.question_ids != question_ids:
@@ -226,6 +227,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
                 field=f"models[{index}]",
             )
     names = tuple(name for plan in plans for name in plan.models)
+    _check_scale(config)
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -282,6 +284,50 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         fingerprint,
         identity,
     )
+
+
+def _check_contents(config: CampaignConfig, plans: list[BackendPlan]) -> None:
+    """Every entry serves at least one model and one question, under names a table and a
+    terminal can show (a file's names are as much input as the config's)."""
+    for index, plan in enumerate(plans):
+        field = f"models[{index}]"
+        what = plan.describe or plan.backend
+        if not plan.models:
+            raise InputError(f"{what}: serves no model", source=config.source, field=field)
+        if not plan.question_ids:
+            raise InputError(f"{what}: has no questions", source=config.source, field=field)
+        for kind, names in (("model name", plan.models), ("question id", plan.question_ids)):
+            for name in names:
+                if not name.strip() or not name.isprintable():
+                    raise InputError(
+                        f"{what}: {kind} {name!r} is empty or holds control characters",
+                        source=config.source,
+                        field=field,
+                    )
+
+
+def _check_scale(config: CampaignConfig) -> None:
+    """A rope (or a pair rule's epsilon) as wide as the weights' range makes every pair
+    "equivalent" without a single trial's say; a compare margin that wide passes any
+    candidate."""
+    span = config.rubric.span
+    equivalent = "every pair would be declared equivalent"
+    margin = config.compare.margin if config.compare is not None else None
+    bounds = [
+        ("policy.rope", config.policy.rope, equivalent),
+        ("compare.margin", margin, "any candidate would pass"),
+    ]
+    for index, ref in enumerate(config.policy.pair_rules or []):
+        _, params = _spec(ref)
+        bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon"), equivalent))
+    for field, value, meaning in bounds:
+        if isinstance(value, int | float) and value >= span:
+            raise InputError(
+                f"{value:g} is not below the range of the rubric weights ({span:g}): {meaning}; "
+                "give a difference that matters on the weights' scale",
+                source=config.source,
+                field=field,
+            )
 
 
 def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> int:

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import re
+import sqlite3
 import sys
-import tempfile
 import time
-import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from adaptive_eval.errors import AdaptiveEvalError, InputError
+from adaptive_eval import interrupts
+from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, traceback_text
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -34,9 +34,63 @@ _NUMBER_LIST = re.compile(r"^-[0-9.]")
 
 def _parse_floats(text: str, what: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise InputError(f"{what} must be finite numbers, got {text!r}")
+    return values
+
+
+def _parse_ints(text: str, what: str) -> list[int]:
+    values = _parse_floats(text, what)
+    if any(v != int(v) for v in values):
+        raise InputError(f"{what} must be whole numbers, got {text!r}")
+    return [int(v) for v in values]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_BAD_INPUT, f"adaptive-eval: error: {printable(message)} (see {self.prog} --help)\n"
+        )
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _npz_out(text: str) -> Path:
+    """The npz file an ``--out`` names (``.npz`` added as numpy would), checked before the run
+    is read: not a folder, under a folder."""
+    from adaptive_eval.storage import nearest_existing
+
+    path = Path(text)
+    if path.is_dir():
+        raise InputError(
+            f"is a folder; --out names the npz file to write, e.g. {path / 'trials.npz'}",
+            source=text,
+            field="--out",
+        )
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    parent = nearest_existing(path.parent)
+    if not parent.is_dir():
+        raise InputError(f"{parent} is not a folder", source=text, field="--out")
+    return path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -52,10 +106,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
     from adaptive_eval.config import load_config
+    from adaptive_eval.preflight import check_before_sampling
+    from adaptive_eval.redact import scrub
     from adaptive_eval.runner import check_engines, check_local_placement
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
+    check_before_sampling(campaign)
     check_local_placement(campaign, planned_only=True)  # a run that could never start
     policy = config.policy
     lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
@@ -88,7 +145,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine
         lines.append(f"  warning: {error}")
-    print("\n".join(lines))
+    print(scrub("\n".join(lines)))
     return 0
 
 
@@ -114,6 +171,32 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(render_console(summary) + "\n\n" + render(summary["comparison"]))
     else:
         print(render_console(summary))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from adaptive_eval.store import StoreError, TrialStore
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / TrialStore.FILENAME).exists():
+        raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
+    store = TrialStore(run_dir, readonly=True)  # SQLite's integrity check runs on open
+    try:
+        if not store.has_chain:
+            raise StoreError(
+                "has no digest chain: it was recorded by a release before the chain existed; "
+                "`adaptive-eval report` on it builds one (changes made before then cannot be "
+                "detected)",
+                source=str(run_dir),
+            )
+        sealed = store.verify_chain()
+        recorded, planned = store.count_trials(), len(store.rounds())
+    finally:
+        store.close()
+    print(
+        f"{run_dir}: the digest chain of {sealed} round(s) matches the {recorded} recorded "
+        f"trials; {planned - sealed} round(s) still missing trials are not sealed yet"
+    )
     return 0
 
 
@@ -228,6 +311,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     names = file.names("models", num_models, "model-")
     weights = np.asarray(_parse_floats(args.weights, "--weights") if args.weights else [0.0, 1.0])
     check_categories(outcomes, len(weights), file=file, name=args.key)
+    if weights.max() == weights.min():
+        raise InputError(f"--weights are all {weights[0]:g}: every model would score the same")
     if args.weights and outcomes.size and int(outcomes.max()) < len(weights) - 1:
         raise InputError(
             f"--weights gives {len(weights)} categories (0..{len(weights) - 1}) but "
@@ -244,7 +329,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 args.prior_key,
                 f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}",
             )
-    ks = [int(k) for k in _parse_floats(args.k, "--k")] if args.k else [1]
+    ks = _parse_ints(args.k, "--k") if args.k else [1]
     bad = [k for k in ks if not 1 <= k <= num_trials]
     if bad:
         raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
@@ -271,14 +356,15 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from adaptive_eval.imports import import_files, parse_map
 
+    out = _npz_out(args.out)
     mapping = parse_map(args.map) if args.map else None
     result = import_files(
         args.format, [Path(f) for f in args.files], mapping, args.metric, args.filter
     )
-    result.save(Path(args.out))
+    result.save(out)
     low, high = result.trials_per_cell
     print(
-        f"wrote {args.out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
+        f"wrote {out}: outcomes {tuple(result.outcomes.shape)} (models x questions x "
         f"trials), models {', '.join(result.models)}; trials per cell {low}..{high}"
     )
     for note in result.notes:
@@ -287,15 +373,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from adaptive_eval.export import export_run, save
+    from adaptive_eval.export import export_run
 
-    exported = export_run(Path(args.run_dir))
-    save(exported, Path(args.out))
-    low, high = int(exported.trials.min()), int(exported.trials.max())
+    out = _npz_out(args.out)
+    exported = export_run(Path(args.run_dir), out)
     print(
-        f"wrote {args.out}: outcomes {tuple(exported.outcomes.shape)} (the first N = "
-        f"{exported.outcomes.shape[2]} trials of every cell; cells hold {low}..{high}); "
-        f"{exported.dropped} later trial(s) kept only in 'recorded' (-1 = not sampled)"
+        f"wrote {out}: outcomes {exported.shape} (the first N = {exported.shape[2]} trials of "
+        f"every cell; cells hold {exported.fewest}..{exported.most}); {exported.dropped} later "
+        "trial(s) kept only in 'recorded' (-1 = not sampled)"
     )
     return 0
 
@@ -331,9 +416,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="adaptive-eval", formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _Parser(prog="adaptive-eval", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -369,12 +452,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.set_defaults(func=cmd_report)
 
+    verify = sub.add_parser(
+        "verify", help="check a run's store: SQLite's integrity check and the digest chain"
+    )
+    verify.add_argument("run_dir", help="run folder")
+    verify.set_defaults(func=cmd_verify)
+
     completions = sub.add_parser("completions", help="print stored completions of a run")
     completions.add_argument("run_dir", help="run folder")
     completions.add_argument("--model", help="model name")
     completions.add_argument("--question", help="question id")
-    completions.add_argument("--trial", type=int, help="trial index")
-    completions.add_argument("--limit", type=int, default=20, help="at most N (0: all)")
+    completions.add_argument("--trial", type=_at_least(0), help="trial index")
+    completions.add_argument("--limit", type=_at_least(0), default=20, help="at most N (0: all)")
     completions.add_argument("--json", action="store_true", help="one JSON object per line")
     completions.set_defaults(func=cmd_completions)
 
@@ -446,7 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     nightly.add_argument("config", help="campaign config (YAML)")
     nightly.add_argument("--history", required=True, help="history folder (library, nights)")
     nightly.add_argument("--night", help="YYYY-MM-DD (default: today, UTC)")
-    nightly.add_argument("--keep", type=int, default=30, help="run folders of the last N nights")
+    nightly.add_argument(
+        "--keep", type=_at_least(1), default=30, help="run folders of the last N nights"
+    )
     nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     nightly.set_defaults(func=cmd_nightly)
 
@@ -491,47 +582,97 @@ def _join_number_lists(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _error_log(args: argparse.Namespace) -> Path:
-    """Where an unexpected error's traceback goes: the run directory if there is one."""
-    run_dir = getattr(args, "out", None) or getattr(args, "run_dir", None)
-    if run_dir and Path(run_dir).is_dir():
-        return Path(run_dir) / "error.log"
-    folder = Path(tempfile.gettempdir()) / "adaptive-eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"error-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+def _run_dir(args: argparse.Namespace) -> str | None:
+    """The run (or history) folder the command works in, if it has one."""
+    found = getattr(args, "out", None) or getattr(args, "run_dir", None)
+    return found or getattr(args, "history", None)
+
+
+def _say(prefix: str, message: object) -> None:
+    """One line on stderr: credentials redacted, control characters (ANSI escapes) shown as
+    escapes, never sent raw."""
+    from adaptive_eval.redact import scrub
+
+    print(f"adaptive-eval: {prefix}{printable(scrub(str(message)))}", file=sys.stderr)
 
 
 def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
-    summary = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    from adaptive_eval.errorlog import write_error_log
+    from adaptive_eval.redact import scrub
+
+    summary = scrub(f"{type(error).__name__}: {error}").splitlines()[0][:300]
+    header = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval " + scrub(
+        " ".join(sys.argv[1:])
+    )
     try:
-        path = _error_log(args)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval ")
-            handle.write(" ".join(sys.argv[1:]) + "\n")
-            handle.write("".join(traceback.format_exception(error)))
+        path = write_error_log(_run_dir(args), header, scrub(traceback_text(error)))
         where = f"; the traceback is in {path}"
     except OSError as log_error:
         where = f" (and the traceback could not be saved: {log_error.strerror})"
-    print(f"adaptive-eval: unexpected error: {summary}{where}", file=sys.stderr)
+    _say("unexpected error: ", f"{summary}{where}")
+
+
+def _storage_failure(error: OSError | sqlite3.Error, args: argparse.Namespace) -> int | None:
+    """Exit code after naming a storage failure (full disk, read-only file system) in one
+    line; None when ``error`` is not one (it is then an unexpected error)."""
+    from adaptive_eval.storage import storage_error
+
+    run_dir = _run_dir(args)
+    name = getattr(error, "filename", None) if isinstance(error, OSError) else None
+    path = Path(name or (Path(run_dir) / "trials.sqlite" if run_dir else "."))
+    failure = storage_error(error, path, f"write {path.name}")
+    if type(failure) is AdaptiveEvalError:  # no cause found: not a storage failure
+        return None
+    return _fail(failure)
+
+
+def _fail(error: AdaptiveEvalError) -> int:
+    if isinstance(error, InputError):
+        _say("error: ", error)
+        return EXIT_BAD_INPUT
+    _say("failed: ", error)
+    return EXIT_FAILED
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    try:
+        code: int = args.func(args)
+        return code
+    except AdaptiveEvalError as error:
+        return _fail(error)
+    except (OSError, sqlite3.Error) as error:
+        code_or_none = _storage_failure(error, args)
+        if code_or_none is not None:
+            return code_or_none
+        _report_unexpected(args, error)
+        return EXIT_FAILED
+    except Exception as error:  # the last line of defence: one line, traceback to a file
+        _report_unexpected(args, error)
+        return EXIT_FAILED
+
+
+def _stop_ray() -> None:
+    if "adaptive_eval.dispatch" not in sys.modules:
+        return  # this command never started Ray
+    from adaptive_eval.dispatch import stop_ray
+
+    try:
+        stop_ray()
+    except KeyboardInterrupt:  # the first Ctrl-C landed here, at the very end: finish the stop
+        stop_ray()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_number_lists(sys.argv[1:] if argv is None else argv))
+    previous = interrupts.install()  # the first Ctrl-C stops; the clean-up runs to its end
     try:
-        code: int = args.func(args)
-        return code
-    except InputError as error:
-        print(f"adaptive-eval: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except AdaptiveEvalError as error:
-        print(f"adaptive-eval: failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _run_command(args)
     except KeyboardInterrupt:
-        print("adaptive-eval: interrupted; run the same command again to resume", file=sys.stderr)
+        print(interrupts.INTERRUPTED_LINE, file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as error:  # the last line of defence: one line, traceback to a file
-        _report_unexpected(args, error)
-        return EXIT_FAILED
+    finally:
+        _stop_ray()
+        interrupts.restore(previous)
 
 
 if __name__ == "__main__":

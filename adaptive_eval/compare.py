@@ -28,6 +28,7 @@ as ``run`` (run-folder lock, ``ray.log``, progress), and ``adaptive-eval report`
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -195,8 +196,14 @@ def compare_campaign(
         raise InputError("compare needs at least one incumbent beside the candidate")
     if margin is None and config.compare is not None:
         margin = config.compare.margin
-    if margin is not None and not margin > 0:
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise InputError(f"--margin must be > 0, got {margin}", source=config.source)
+    if margin is not None and margin >= config.rubric.span:
+        raise InputError(
+            f"--margin {margin:g} is not below the range of the rubric weights "
+            f"({config.rubric.span:g}): any candidate would pass",
+            source=config.source,
+        )
     index = campaign.names.index(candidate)
     gate = None
     if margin is not None:

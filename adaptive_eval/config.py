@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.redact import redact, remember, without_secrets
 
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
 #: trials a cell may get) without changing any recorded trial. Rounds are planned from the
@@ -31,8 +32,31 @@ EXTENSIBLE_LIMITS = (
 )
 
 
+#: Bounds that keep a config inside what the run can do. Each is far above any real use: a value
+#: past it is a typo (``workers: 1e9``), or would overflow later, after sampling has started
+#: (``latency.per_batch_s: 1e308``, rubric weights whose squares overflow).
+MAX_WORKERS = 1024
+MAX_EMULATED_S = 86_400.0
+MAX_TRIALS_PER_QUESTION = 1_000_000
+MAX_ABS_WEIGHT = 1e6
+MAX_NAME = 200
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: ``seed: true`` is not the integer 1, ``workers: 2.5`` not 2; allow_inf_nan: no
+    # number may be .nan or .inf. (The YAML loader reads 1e-3 as a number, see load_yaml.)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def _plain_name(what: str, value: str) -> str:
+    """A name shown in tables and on terminals: not blank, no control characters."""
+    if not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    if not value.isprintable():
+        raise ValueError(f"{what} holds control characters: {value!r}")
+    if len(value) > MAX_NAME:
+        raise ValueError(f"{what} is {len(value)} characters long; at most {MAX_NAME}")
+    return value
 
 
 class LatencyModel(_Strict):
@@ -48,21 +72,28 @@ class LatencyModel(_Strict):
     identity).
     """
 
-    per_batch_s: float = Field(0.0, ge=0, description="Fixed seconds per batch.")
-    per_trial_s: float = Field(0.0, ge=0, description="Seconds per trial in the batch.")
-    per_token_s: float = Field(0.0, ge=0, description="Seconds per completion token.")
+    per_batch_s: float = Field(0.0, ge=0, le=MAX_EMULATED_S, description="Fixed s per batch.")
+    per_trial_s: float = Field(0.0, ge=0, le=MAX_EMULATED_S, description="Seconds per trial.")
+    per_token_s: float = Field(0.0, ge=0, le=60.0, description="Seconds per completion token.")
     tokens_median: float | None = Field(
         None,
         gt=0,
+        le=1e7,
         description="Heavy-tailed lengths: each trial's length (for its time only) is drawn "
         "from a lognormal with this median, seeded by the trial.",
     )
     tokens_p99_ratio: float = Field(
-        20.0, gt=1, description="p99 / median of the lognormal lengths (20: reasoning models)."
+        20.0,
+        gt=1,
+        le=1e6,
+        description="p99 / median of the lognormal lengths (20: reasoning models).",
     )
-    max_tokens: int | None = Field(None, ge=1, description="Cap on the drawn lengths.")
+    max_tokens: int | None = Field(None, ge=1, le=10**8, description="Cap on the drawn lengths.")
     engine_seqs: int | None = Field(
-        None, ge=1, description="Sequences the emulated engine decodes at once (max_num_seqs)."
+        None,
+        ge=1,
+        le=10**6,
+        description="Sequences the emulated engine decodes at once (max_num_seqs).",
     )
     feed: bool = Field(
         True,
@@ -81,12 +112,32 @@ class ModelEntry(_Strict):
     path: str | None = Field(None, description="Scenario/replay npz file or model directory.")
     key: str | None = Field(None, description="Array name in a replay npz (default 'outcomes').")
     name: str | None = Field(None, description="Display name (single-model backends).")
-    select: list[str] | None = Field(None, description="Subset of the file's models, by name.")
-    workers: int | None = Field(None, ge=1, description="Ray actors for this entry.")
+    select: list[str] | None = Field(
+        None, min_length=1, description="Subset of the file's models, by name."
+    )
+    workers: int | None = Field(
+        None, ge=1, le=MAX_WORKERS, description="Ray actors for this entry."
+    )
     latency: LatencyModel | None = Field(None, description="Simulated per-batch latency.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Backend-specific options (engine args, ...)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _shown_name(cls, name: str | None) -> str | None:
+        return None if name is None else _plain_name("name", name)
+
+    @field_validator("select")
+    @classmethod
+    def _distinct(cls, select: list[str] | None) -> list[str] | None:
+        if select is not None:
+            for name in select:
+                _plain_name("a selected name", name)
+            twice = sorted({name for name in select if select.count(name) > 1})
+            if twice:
+                raise ValueError(f"selects {twice[0]!r} twice")
+        return select
 
 
 class RubricConfig(_Strict):
@@ -100,13 +151,30 @@ class RubricConfig(_Strict):
         bad = [i for i, w in enumerate(weights) if not math.isfinite(w)]
         if bad:
             raise ValueError(f"weight {bad[0]} is {weights[bad[0]]}; weights must be finite")
+        big = [i for i, w in enumerate(weights) if abs(w) > MAX_ABS_WEIGHT]
+        if big:
+            raise ValueError(
+                f"weight {big[0]} is {weights[big[0]]:g}; weights are scores, keep them within "
+                f"+-{MAX_ABS_WEIGHT:g} (their squares are summed over every trial; the ranking "
+                "does not depend on their scale)"
+            )
+        if max(weights) == min(weights):
+            raise ValueError(
+                f"every weight is {weights[0]:g}: every model would score the same; give the "
+                "categories different weights"
+            )
         return weights
+
+    @property
+    def span(self) -> float:
+        """max - min of the weights: the range every score and difference lies in."""
+        return max(self.weights) - min(self.weights)
 
 
 class PluginSpec(_Strict):
     """A registered plug-in by name with keyword parameters: ``{name: ci_width, width: 0.05}``."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
     name: str
 
     def params(self) -> dict[str, Any]:
@@ -121,7 +189,9 @@ class PriorConfig(_Strict):
 
     path: str = Field(description="npz with an (L, M, D) or (M, D) integer array of categories.")
     key: str = Field("outcomes", description="Array name in the npz.")
-    max_trials: int = Field(4, ge=0, description="Cap on D: prior trials kept per question.")
+    max_trials: int = Field(
+        4, ge=0, le=MAX_TRIALS_PER_QUESTION, description="Cap on D: prior trials kept per question."
+    )
 
 
 class PolicyConfig(_Strict):
@@ -154,7 +224,7 @@ class PolicyConfig(_Strict):
         "Non-binding: it cannot add an error.",
     )
     min_trials_per_question: int = Field(2, ge=1)
-    max_trials_per_question: int = Field(400, ge=1)
+    max_trials_per_question: int = Field(400, ge=1, le=MAX_TRIALS_PER_QUESTION)
     allocation: PluginRef = Field(
         "track_and_stop",
         description="Allocation policy name or spec: track_and_stop (default; lower-bound "
@@ -169,7 +239,7 @@ class PolicyConfig(_Strict):
         None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled."
     )
     round_trials: int = Field(
-        256, ge=1, description="Minimum trials planned per round (amortises dispatch)."
+        256, ge=1, le=10**9, description="Minimum trials planned per round (amortises dispatch)."
     )
     prior: PriorConfig | None = None
 
@@ -193,6 +263,7 @@ class BaselineConfig(_Strict):
     fixed_n: int | None = Field(
         None,
         ge=1,
+        le=MAX_TRIALS_PER_QUESTION,
         description="Trials per question of the fixed-N run compared "
         "against (default 80; a replay's N if smaller).",
     )
@@ -202,20 +273,28 @@ class ExecutionConfig(_Strict):
     ray_address: str | None = Field(
         None, description="Ray cluster address; null starts a local one."
     )
-    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster.")
-    workers: int = Field(2, ge=1, description="Default actors per backend entry.")
-    batch_size: int = Field(64, ge=1, description="Trials per batch sent to a worker.")
-    in_flight_per_worker: int = Field(2, ge=1, description="Batches queued at each worker.")
+    num_cpus: int | None = Field(
+        None, ge=1, le=65_536, description="CPUs of the local Ray cluster."
+    )
+    workers: int = Field(2, ge=1, le=MAX_WORKERS, description="Default actors per backend entry.")
+    batch_size: int = Field(64, ge=1, le=10**6, description="Trials per batch sent to a worker.")
+    in_flight_per_worker: int = Field(
+        2, ge=1, le=1024, description="Batches queued at each worker."
+    )
     rounds_in_flight: int = Field(
         2,
         ge=1,
+        le=64,
         description="Planned rounds ahead of the posterior (the fixed "
         "pipelining lag that keeps decisions deterministic).",
     )
-    max_batch_retries: int = Field(3, ge=0, description="Re-dispatches of a failing batch.")
+    max_batch_retries: int = Field(
+        3, ge=0, le=1000, description="Re-dispatches of a failing batch."
+    )
     prefetch_trials: int = Field(
         0,
         ge=0,
+        le=10**8,
         description="Speculative trials generated ahead of the plans (0: none): the next "
         "trials of the cells the latest round planned, recorded only once a round plans them, "
         "so that engines stay busy while a round's longest completions finish. Never changes "
@@ -224,6 +303,7 @@ class ExecutionConfig(_Strict):
     gpu_slots: int | None = Field(
         None,
         ge=1,
+        le=MAX_WORKERS,
         description="Worker slots shared by all models of swappable "
         "backends (vllm): more models than GPUs are "
         "time-shared, loading one model per slot at a time.",
@@ -260,9 +340,9 @@ class DatasetConfig(_Strict):
 class SamplingConfig(_Strict):
     """Sampling parameters shared by generating backends (the paper's defaults)."""
 
-    temperature: float = Field(0.6, ge=0)
+    temperature: float = Field(0.6, ge=0, le=100)
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(32768, ge=1)
+    max_tokens: int = Field(32768, ge=1, le=10**8)
     logprobs: bool = Field(True, description="Ask for completion token log-probabilities.")
     prompt_logprobs: bool = Field(True, description="Ask for prompt token log-probabilities.")
     ignore_eos: bool = Field(False, description="Generate max_tokens always (benchmarks).")
@@ -290,7 +370,7 @@ class CompareConfig(_Strict):
 
 class CampaignConfig(_Strict):
     name: str
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     models: list[ModelEntry] = Field(min_length=1)
     rubric: RubricConfig
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -314,6 +394,11 @@ class CampaignConfig(_Strict):
 
     #: Where the config was read from; paths resolve against its folder.
     source: str = Field("<memory>", exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _shown_name(cls, name: str) -> str:
+        return _plain_name("the campaign name", name)
 
     def resolve_path(self, path: str) -> Path:
         candidate = Path(path).expanduser()
@@ -350,7 +435,8 @@ class CampaignConfig(_Strict):
             data["dataset"].pop("path")
         if data["policy"].get("prior"):
             data["policy"]["prior"].pop("path")
-        return data
+        identity: dict[str, Any] = without_secrets(data)  # a rotated key is the same campaign
+        return identity
 
     def limits(self) -> dict[str, Any]:
         """The values of :data:`EXTENSIBLE_LIMITS` (recorded so a resume can report a change)."""
@@ -360,7 +446,8 @@ class CampaignConfig(_Strict):
         }
 
     def portable_dump(self) -> dict[str, Any]:
-        """The config as a mapping with every file path made absolute (for the run dir copy)."""
+        """The config as a mapping with every file path made absolute and every credential
+        redacted (for the run dir copy)."""
         data = self.model_dump(mode="json", exclude={"source"})
         for entry in data["models"]:
             if entry.get("path"):
@@ -373,7 +460,8 @@ class CampaignConfig(_Strict):
             )
         if data.get("library"):
             data["library"] = str(self.resolve_path(data["library"]))
-        return data
+        portable: dict[str, Any] = redact(data)
+        return portable
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -398,7 +486,7 @@ def _raise_validation(error: ValidationError, source: str) -> None:
         if item["type"] == "extra_forbidden":
             found.append((field, f"unknown key (value {shown})"))
         else:
-            found.append((field, f"{item['msg']} (got {shown})"))
+            found.append((field, f"{item['msg'].removeprefix('Value error, ')} (got {shown})"))
     if len(found) == 1:
         ((field, message),) = found
         raise InputError(message, source=source, field=field) from None
@@ -467,22 +555,78 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
             f"override {override!r}: {_location(tuple(path[:-1]))} is not a mapping",
             source=source,
         )
-    node[last] = yaml.safe_load(raw)
+    node[last] = load_yaml(raw, f"{source}: override {override!r}")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently, so ``seed: 1`` then ``seed: 2`` ran with seed 2)."""
+
+
+def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # an unhashable key: construct_mapping says so
+        if first is not None:
+            problem = f"duplicate key {key!r} (first on line {first + 1})"
+            raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
+# YAML 1.2 numbers: PyYAML (YAML 1.1) reads 1e-3 and 1.0e9 as strings, which the schema would
+# then refuse as text; every other YAML tool reads them as numbers.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML safely, duplicate keys refused; an error is one line naming the position."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        context = getattr(error, "context", None)
+        detail = " ".join(f"{context + ': ' if context else ''}{problem}".split())
+        raise InputError(f"invalid YAML{where}: {detail}", source=source) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CampaignConfig:
     """Read a YAML campaign, apply ``KEY.PATH=VALUE`` overrides, validate."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as error:
         raise InputError(f"cannot read config: {error.strerror}", source=source) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InputError(f"invalid YAML: {error}", source=source) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise InputError(
+            f"line {line}: not valid UTF-8 (byte 0x{raw[error.start]:02x}); save the config "
+            "as UTF-8",
+            source=source,
+        ) from None
+    data = load_yaml(text, source)
+    if overrides and not isinstance(data, dict):
+        raise InputError(
+            f"a campaign config must be a mapping, got {type(data).__name__}", source=source
+        )
     for override in overrides or []:
         _apply_override(data, override, source)
+    remember(data)
     return parse_config(data, source=str(Path(path).resolve()))
 
 

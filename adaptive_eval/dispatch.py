@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from adaptive_eval import interrupts
 from adaptive_eval.backends.base import BackendPlan, Worker
 from adaptive_eval.errors import BackendError, ClusterError, InputError
 from adaptive_eval.types import Batch, BatchResult
@@ -60,6 +61,11 @@ def _no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
     pass
 
 
+#: Whether :func:`init_ray` began the Ray session of this process (so :func:`stop_ray` ends it;
+#: a session a caller began, such as the test suite's shared cluster, is left alone).
+_session_is_ours = False
+
+
 def host_facts(worker: Worker | None) -> dict[str, Any]:
     """What the dispatcher checks of a worker's process: its niceness, and the cores its
     engine's thread holds (``engine_cpus`` of the vllm backend; None where not pinned)."""
@@ -68,6 +74,21 @@ def host_facts(worker: Worker | None) -> dict[str, Any]:
         "niceness": os.getpriority(os.PRIO_PROCESS, 0),
         "engine_cpus": placement if isinstance(placement, dict) else None,
     }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a worker actor returns for a batch: the result, and what its worker counted since
+    its previous reply (``drain_diagnostics``: request retries by reason; None: nothing)."""
+
+    result: BatchResult
+    diagnostics: dict[str, Any] | None = None
+
+
+def _drained(worker: Worker | None) -> dict[str, Any] | None:
+    drain = getattr(worker, "drain_diagnostics", None)
+    found: dict[str, Any] | None = drain() if callable(drain) else None
+    return found
 
 
 class WorkerActor:
@@ -83,7 +104,11 @@ class WorkerActor:
     def host_facts(self) -> dict[str, Any]:
         return host_facts(self.worker)
 
-    def run(self, batch: Batch) -> BatchResult:
+    def run(self, batch: Batch) -> Reply:
+        result = self._run(batch)
+        return Reply(result, _drained(self.worker))
+
+    def _run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
         try:
             result = self.worker.run(batch)
@@ -243,7 +268,11 @@ class SlotActor:
                 self._swapping, self._retire = False, False
                 self._gate.notify_all()
 
-    def run(self, batch: Batch, plan_index: int) -> BatchResult:
+    def run(self, batch: Batch, plan_index: int) -> Reply:
+        result = self._run(batch, plan_index)
+        return Reply(result, _drained(self.worker))
+
+    def _run(self, batch: Batch, plan_index: int) -> BatchResult:
         started = time.perf_counter()
         try:
             worker, load_s = self._enter(batch, plan_index)
@@ -310,6 +339,27 @@ class DispatchStats:
     first_submit: float | None = None
     last_result: float | None = None
     busy_s: dict[str, float] = field(default_factory=dict)
+    request_retries: int = 0  # requests a worker sent again (the openai backend's retries)
+    retry_reasons: Counter[str] = field(default_factory=Counter)
+
+    def note(self, worker: str, batch: Batch, diagnostics: Any, on_event: EventSink) -> None:
+        """Count what a worker reported with a batch; a ``request_retries`` event per report."""
+        if not diagnostics or not diagnostics.get("request_retries"):
+            return
+        retries = int(diagnostics["request_retries"])
+        self.request_retries += retries
+        self.retry_reasons.update(diagnostics.get("reasons") or {})
+        on_event(
+            "info",
+            "request_retries",
+            {
+                "worker": worker,
+                "batch": batch.batch_id,
+                "retries": retries,
+                "reasons": diagnostics.get("reasons") or {},
+                "total": self.request_retries,
+            },
+        )
 
     def utilisation(self) -> float:
         """Mean fraction of the dispatch wall time each worker spent running batches."""
@@ -352,6 +402,8 @@ def init_ray(
             # Ray would prestart (one per CPU) only add load while the node starts.
             _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
+    global _session_is_ours
+    _session_is_ours = True  # from the first try on: a start cut short leaves processes too
     for attempt in range(1, attempts + 1):
         try:
             ray.init(**options)
@@ -373,6 +425,20 @@ def init_ray(
                 {"attempt": attempt, "of": attempts, "pause_s": pause, "error": text},
             )
             time.sleep(pause)
+
+
+def stop_ray() -> None:
+    """End the Ray session :func:`init_ray` began in this process, with its local cluster's
+    processes; Ctrl-C cannot cut it short (a second one used to leave Ray's processes behind
+    and a traceback from Ray's exit handler on the console)."""
+    global _session_is_ours
+    if not _session_is_ours:
+        return
+    import ray
+
+    with interrupts.ignored():
+        ray.shutdown()
+    _session_is_ours = False
 
 
 #: Ray's resource names for the actor options that reserve them.
@@ -615,7 +681,7 @@ class Dispatcher:
             batch, slot = self._inflight.pop(ref)
             slot.outstanding -= 1
             try:
-                result: BatchResult = self._ray.get(ref)
+                reply: Reply = self._ray.get(ref)
             except self._ray.exceptions.RayActorError as error:
                 if self._worker_died(slot, error):
                     self._retry(
@@ -627,6 +693,8 @@ class Dispatcher:
             except self._ray.exceptions.RayError as error:  # the call itself failed
                 self._retry(batch, BatchResult.failed(batch, slot.worker_id, str(error)))
                 continue
+            result = reply.result
+            self.stats.note(slot.worker_id, batch, reply.diagnostics, self._event)
             if result.error is None and not batch.answered_by(result.trials):
                 result = BatchResult.failed(
                     batch, slot.worker_id, "returned trials do not match the batch"
@@ -793,9 +861,11 @@ class InlineDispatcher:
         batches_per_poll: int = 3,
         shuffle_seed: int | None = None,
         crash_after: int | None = None,
+        on_event: EventSink = _no_events,
     ) -> None:
         import random
 
+        self._event = on_event
         self._workers = [
             WorkerActor(plan.make_worker(offset), f"inline-{i}")
             for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))
@@ -827,7 +897,10 @@ class InlineDispatcher:
         for batch in taken:
             if self._crash_after is not None and self.stats.batches >= self._crash_after:
                 raise KeyboardInterrupt("simulated crash")
-            result = self._workers[self._plan_of_model[batch.model]].run(batch)
+            worker = self._workers[self._plan_of_model[batch.model]]
+            reply = worker.run(batch)
+            self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
+            result = reply.result
             if result.error is not None:
                 raise BackendError(result.error)
             self.stats.batches += 1

@@ -31,3 +31,20 @@ class ExhaustedError(BackendError):
 
 class ClusterError(AdaptiveEvalError):
     """The Ray cluster could not be started or reached."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (ANSI escapes, newlines) written as escapes, so that a
+    name or value from a file cannot move the cursor, recolour or clear a terminal.
+
+    >>> printable("red\\x1b[31m name\\n")
+    'red\\\\x1b[31m name\\\\n'
+    """
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def traceback_text(error: BaseException) -> str:
+    """The traceback of ``error``, for a log file."""
+    import traceback
+
+    return "".join(traceback.format_exception(error))

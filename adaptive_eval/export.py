@@ -13,10 +13,18 @@ The npz is the format ``replay``, ``policy.prior`` and ``adaptive-eval score`` r
 - ``recorded`` (L, M, N_max) int16: every recorded trial, ``-1`` where a trial was not sampled
   (not readable by replay on purpose; for other tools), and ``trials`` (L, M): the count per
   cell.
+
+Memory does not grow with the trials: the store is read in chunks (in its primary-key order),
+the dense arrays are filled as memory maps in a temporary folder beside the output, and each is
+streamed into the npz's zip member by member (peak RSS: ``benchmarks/memory.py --export``). The
+npz itself is written atomically (:func:`adaptive_eval.storage.atomic_output`).
 """
 
 from __future__ import annotations
 
+import sqlite3
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,48 +32,80 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.storage import atomic_output
+from adaptive_eval.store import TrialStore
 
 ABSENT = -1
+#: Rows fetched from SQLite at a time (a few MB of Python tuples).
+CHUNK_ROWS = 1 << 16
 
 
 @dataclass(frozen=True)
 class Exported:
-    outcomes: np.ndarray
-    recorded: np.ndarray
-    trials: np.ndarray
-    tokens: np.ndarray | None
-    models: list[str]
-    questions: list[str]
+    """What was written: the ``outcomes`` shape and the per-cell counts' range."""
+
+    shape: tuple[int, int, int]
+    fewest: int  # trials in the emptiest cell
+    most: int
+    recorded: int  # every trial of the run
 
     @property
     def dropped(self) -> int:
         """Recorded trials that are not in ``outcomes`` (beyond the common N)."""
-        return int(self.trials.sum()) - int(self.outcomes.size)
+        return self.recorded - int(np.prod(self.shape))
 
 
-def export_run(run_dir: Path) -> Exported:
-    from adaptive_eval.store import TrialStore
+def _chunks(conn: sqlite3.Connection, query: str, args: tuple[Any, ...] = ()) -> Any:
+    cursor = conn.execute(query, args)
+    while rows := cursor.fetchmany(CHUNK_ROWS):
+        yield np.asarray(rows, dtype=np.int64)
 
+
+def _counts(conn: sqlite3.Connection, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Trials per cell, and each cell's count of consecutive trials from 0 (its prefix)."""
+    counts = np.zeros(shape, dtype=np.int64)
+    prefix = np.zeros(shape, dtype=np.int64)
+    gapped = []
+    for m, q, n, first, last in conn.execute(
+        "SELECT model, question, COUNT(*), MIN(trial), MAX(trial) FROM trials "
+        "GROUP BY model, question"
+    ):
+        counts[m, q] = n
+        if first == 0 and last == n - 1:
+            prefix[m, q] = n
+        else:
+            gapped.append((m, q))
+    for m, q in gapped:  # an unfinished round: the prefix ends at the first missing trial
+        expected = 0
+        for (trial,) in conn.execute(
+            "SELECT trial FROM trials WHERE model = ? AND question = ? ORDER BY trial", (m, q)
+        ):
+            if trial != expected:
+                break
+            expected += 1
+        prefix[m, q] = expected
+    return counts, prefix
+
+
+def export_run(run_dir: Path, out: Path) -> Exported:
+    """Write the run's trials to ``out`` (an npz); what was written."""
     if not (run_dir / TrialStore.FILENAME).exists():
         raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
     store = TrialStore(run_dir, readonly=True)
     try:
-        models = [str(m) for m in store.get_meta("models") or []]
-        questions = [str(q) for q in store.get_meta("questions") or []]
-        arrays = store.trial_arrays()
+        return _export(store, run_dir, out)
     finally:
         store.close()
-    if not models or len(arrays.model) == 0:
+
+
+def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
+    models = [str(m) for m in store.get_meta("models") or []]
+    questions = [str(q) for q in store.get_meta("questions") or []]
+    conn = store.conn
+    (width,) = conn.execute("SELECT COALESCE(MAX(trial), -1) + 1 FROM trials").fetchone()
+    if not models or not width:
         raise InputError("holds no recorded trials", source=str(run_dir))
-    width = int(arrays.trial.max()) + 1
-    recorded = np.full((len(models), len(questions), width), ABSENT, dtype=np.int16)
-    recorded[arrays.model, arrays.question, arrays.trial] = arrays.category
-    tokens_all = np.full(recorded.shape, ABSENT, dtype=np.int64)
-    tokens_all[arrays.model, arrays.question, arrays.trial] = arrays.tokens
-    trials = (recorded != ABSENT).sum(axis=2)
-    # Consecutive trials from 0 in each cell: a gap (an unfinished round) ends the prefix.
-    present = recorded != ABSENT
-    prefix = np.where(present.all(axis=2), width, np.argmin(present, axis=2))
+    counts, prefix = _counts(conn, (len(models), len(questions)))
     common = int(prefix.min())
     if common == 0:
         empty = np.argwhere(prefix == 0)[0]
@@ -74,26 +114,55 @@ def export_run(run_dir: Path) -> Exported:
             "export a run in which every model answered every question",
             source=str(run_dir),
         )
-    tokens = tokens_all[:, :, :common]
+    (unknown,) = conn.execute(
+        "SELECT COUNT(*) FROM trials WHERE trial < ? AND tokens IS NULL", (common,)
+    ).fetchone()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as scratch:
+        shape = (len(models), len(questions))
+        recorded = np.lib.format.open_memmap(
+            Path(scratch) / "recorded.npy", "w+", np.int16, (*shape, int(width))
+        )
+        recorded[:] = ABSENT
+        for rows in _chunks(conn, "SELECT model, question, trial, category FROM trials"):
+            recorded[rows[:, 0], rows[:, 1], rows[:, 2]] = rows[:, 3]
+        tokens = None
+        if not unknown:
+            tokens = np.lib.format.open_memmap(
+                Path(scratch) / "tokens.npy", "w+", np.int64, (*shape, common)
+            )
+            query = "SELECT model, question, trial, tokens FROM trials WHERE trial < ?"
+            for rows in _chunks(conn, query, (common,)):
+                tokens[rows[:, 0], rows[:, 1], rows[:, 2]] = rows[:, 3]
+        arrays: dict[str, Any] = {
+            "outcomes": recorded[:, :, :common],
+            "recorded": recorded,
+            "trials": counts,
+            "models": np.array(models),
+            "questions": np.array(questions),
+        }
+        if tokens is not None:
+            arrays["tokens"] = tokens
+        _write_npz(out, arrays)
+        del arrays, recorded, tokens  # unmap before the folder goes
     return Exported(
-        outcomes=recorded[:, :, :common].copy(),
-        recorded=recorded,
-        trials=trials,
-        tokens=None if (tokens < 0).any() else tokens,
-        models=models,
-        questions=questions,
+        shape=(len(models), len(questions), common),
+        fewest=int(counts.min()),
+        most=int(counts.max()),
+        recorded=int(counts.sum()),
     )
 
 
-def save(exported: Exported, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, Any] = {
-        "outcomes": exported.outcomes,
-        "recorded": exported.recorded,
-        "trials": exported.trials,
-        "models": np.array(exported.models),
-        "questions": np.array(exported.questions),
-    }
-    if exported.tokens is not None:
-        arrays["tokens"] = exported.tokens
-    np.savez_compressed(path, **arrays)
+def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """``np.savez_compressed``, one member at a time: numpy writes an array into a zip member
+    in buffered chunks, so a memory-mapped array is never read into memory whole."""
+    with (
+        atomic_output(path, "wb") as handle,
+        zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as archive,
+    ):
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+__all__ = ["Exported", "export_run"]

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.storage import atomic_output
 
 FORMATS = ("lm-eval", "inspect")
 DEFAULT_MAP: dict[float | str, int] = {1.0: 1, 0.0: 0, "C": 1, "I": 0}
@@ -247,12 +248,13 @@ class Imported:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(
-            path,
-            outcomes=self.outcomes.astype(np.int16),
-            models=np.array(self.models),
-            questions=np.array(self.questions),
-        )
+        with atomic_output(path, "wb") as handle:
+            np.savez_compressed(
+                handle,
+                outcomes=self.outcomes.astype(np.int16),
+                models=np.array(self.models),
+                questions=np.array(self.questions),
+            )
 
 
 def to_tensor(scores: Sequence[Score], mapping: Mapping[float | str, int] | None) -> Imported:

@@ -14,6 +14,8 @@ from typing import IO, Any, ClassVar
 
 import structlog
 
+from adaptive_eval.redact import scrub
+
 
 class _JsonlTee:
     """structlog processor: append the event as one JSON line, then pass it on."""
@@ -23,9 +25,14 @@ class _JsonlTee:
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
         record = {"ts": time.time(), "level": method, **event}
-        self.handle.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+        self.handle.write(scrub(json.dumps(record, default=str, sort_keys=True)) + "\n")
         self.handle.flush()
         return event
+
+
+def _scrubbed(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: credentials redacted from the text values shown on the console."""
+    return {key: scrub(value) if isinstance(value, str) else value for key, value in event.items()}
 
 
 class ConsoleLines:
@@ -92,6 +99,7 @@ def open_event_log(
         structlog.processors.add_log_level,
         _JsonlTee(handle),
         _QuietBelow(console_level),
+        _scrubbed,
         structlog.processors.TimeStamper(fmt="%H:%M:%S"),
         structlog.dev.ConsoleRenderer(colors=stream.isatty()),
     ]

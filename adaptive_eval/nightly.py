@@ -34,11 +34,14 @@ from typing import Any
 
 import numpy as np
 
+from adaptive_eval import markdown as md
 from adaptive_eval.campaign import Campaign, build_campaign, build_pair_rules
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, decide_pairs
+from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.state import RunState
+from adaptive_eval.storage import atomic_output, atomic_write
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Verdict
 
@@ -47,10 +50,16 @@ Runner = Callable[[CampaignConfig, Path], dict[str, Any]]
 
 
 def _night(value: str | None) -> str:
+    """``--night``: a calendar date as YYYY-MM-DD (it names the night's folder and orders the
+    nights), default today in UTC."""
     if value is None:
         return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d")
-    if not all(part.isdigit() for part in value.split("-")) or len(value) != 10:
-        raise InputError(f"--night must be YYYY-MM-DD, got {value!r}")
+    try:
+        parsed = _dt.date.fromisoformat(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.isoformat() != value:
+        raise InputError(f"--night must be a date as YYYY-MM-DD, got {value!r}")
     return value
 
 
@@ -63,14 +72,15 @@ def save_posterior(campaign: Campaign, run_dir: Path) -> None:
         store.close()
     counts = np.zeros(campaign.prior.shape, dtype=np.int64)
     np.add.at(counts, (arrays.model, arrays.question, arrays.category), 1)
-    np.savez_compressed(
-        run_dir / "posterior.npz",
-        names=np.array(campaign.names),
-        questions=np.array(campaign.question_ids),
-        prior=campaign.prior,
-        counts=counts,
-        weights=campaign.weights,
-    )
+    with atomic_output(run_dir / "posterior.npz", "wb") as handle:
+        np.savez_compressed(
+            handle,
+            names=np.array(campaign.names),
+            questions=np.array(campaign.question_ids),
+            prior=campaign.prior,
+            counts=counts,
+            weights=campaign.weights,
+        )
 
 
 def _load_posterior(run_dir: Path) -> dict[str, np.ndarray] | None:
@@ -188,13 +198,13 @@ def _alert_markdown(record: dict[str, Any]) -> str:
     for alert in record["alerts"]:
         if alert["kind"] == "score_drop":
             lines.append(
-                f"- **{alert['model']}** score dropped: estimate {alert['before']:.4f} -> "
+                f"- **{md.text(alert['model'])}** score dropped: estimate {alert['before']:.4f} -> "
                 f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
             )
         else:
             lines.append(
-                f"- ranking flip {' vs '.join(alert['pair'])}: {alert['before']} was ahead, "
-                f"now {alert['now']}"
+                f"- ranking flip {md.text(' vs '.join(alert['pair']))}: "
+                f"{md.text(alert['before'])} was ahead, now {md.text(alert['now'])}"
             )
     return "\n".join(lines) + "\n"
 
@@ -223,8 +233,8 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             "|---:|---|---:|---:|---:|---:|---:|",
         ]
         lines += [
-            f"| {m['rank']} | {m['name']} | {score(m):.4f} | {spread(m):.4f} | {m['mu']:.4f} | "
-            f"{m['sigma']:.4f} | {m['trials']} |"
+            f"| {m['rank']} | {md.text(m['name'])} | {score(m):.4f} | {spread(m):.4f} | "
+            f"{m['mu']:.4f} | {m['sigma']:.4f} | {m['trials']} |"
             for m in record["ranking"]
         ]
         lines.append("")
@@ -243,10 +253,13 @@ def run_nightly(
     if keep < 1:
         raise InputError(f"--keep must be >= 1, got {keep}")
     tonight = _night(night)
-    history.mkdir(parents=True, exist_ok=True)
     if config.library is None:
         config = config.model_copy(update={"library": str((history / "library.sqlite").resolve())})
     campaign = build_campaign(config)
+    check_before_sampling(campaign)
+    if history.exists() and not history.is_dir():
+        raise InputError("exists and is not a folder", source=str(history), field="--history")
+    history.mkdir(parents=True, exist_ok=True)
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
     if runner is None:
@@ -268,13 +281,13 @@ def run_nightly(
     record = _night_record(tonight, summary, alerts)
     record["exit_code"] = EXIT_ALERT if alerts else 0
     if alerts:
-        (run_dir / "alert.json").write_text(json.dumps(record, indent=2) + "\n")
-        (run_dir / "alert.md").write_text(_alert_markdown(record))
+        atomic_write(run_dir / "alert.json", json.dumps(record, indent=2) + "\n")
+        atomic_write(run_dir / "alert.md", _alert_markdown(record))
     lines = history / "nights.jsonl"
     records = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
     records = [r for r in records if r["night"] != tonight] + [record]
-    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (history / "summary.md").write_text(_summary_markdown(records))
+    atomic_write(lines, "".join(json.dumps(r) + "\n" for r in records))
+    atomic_write(history / "summary.md", _summary_markdown(records))
     from adaptive_eval.report_html import write_html
 
     write_html(run_dir, summary, summary.get("provenance"), history=records)

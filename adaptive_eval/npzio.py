@@ -17,13 +17,17 @@ class NpzFile:
         self.path = str(path)
         self.field = field
         try:
+            if not zipfile.is_zipfile(path):  # np.load would read a .npy or a pickle instead
+                size = Path(path).stat().st_size
+                raise ValueError("empty file" if size == 0 else "not a zip of .npy arrays")
             with np.load(path, allow_pickle=False) as data:
                 self.arrays = {name: data[name] for name in data.files}
         except FileNotFoundError:
             raise InputError("file not found", source=self.path, field=field) from None
-        except (OSError, ValueError, zipfile.BadZipFile) as error:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
             raise InputError(
-                f"not a readable npz file ({error})", source=self.path, field=field
+                f"not a readable npz file ({reason})", source=self.path, field=field
             ) from None
 
     def error(self, array: str, message: str) -> InputError:
@@ -61,6 +65,9 @@ class NpzFile:
         if len(array) != count:
             raise self.error(name, f"has {len(array)} names, expected {count}")
         names = tuple(str(x) for x in array)
+        odd = next((n for n in names if not n.strip() or not n.isprintable()), None)
+        if odd is not None:
+            raise self.error(name, f"name {odd!r} is empty or holds control characters")
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise self.error(name, f"duplicate name {duplicates[0]!r}")

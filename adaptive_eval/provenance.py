@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from adaptive_eval.store import TrialStore
 
 PACKAGES = (
     "adaptive-eval",
@@ -40,9 +44,10 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def collect(run_dir: Path) -> dict[str, Any]:
-    """Provenance of the run in ``run_dir`` (empty parts are omitted)."""
-    from adaptive_eval.store import TrialStore
+def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
+    """Provenance of the run in ``run_dir`` (empty parts are omitted); ``store``: the run's
+    store where the caller holds it open."""
+    from adaptive_eval.store import TrialStore, reading
 
     config: dict[str, Any] = {}
     config_path = run_dir / "config.yaml"
@@ -52,16 +57,13 @@ def collect(run_dir: Path) -> dict[str, Any]:
     files: list[dict[str, str]] = []
     extensions: list[Any] = []
     reused = recorded = 0
-    if (run_dir / TrialStore.FILENAME).exists():
-        store = TrialStore(run_dir, readonly=True)
-        try:
-            identity = store.get_meta("identity") or {}
+    if store is not None or (run_dir / TrialStore.FILENAME).exists():
+        with reading(run_dir, store) as opened:
+            identity = opened.get_meta("identity") or {}
             files = list(identity.get("files") or [])
-            extensions = list(store.get_meta("extensions") or [])
-            reused = int(store.get_meta("library_reused") or 0)
-            recorded = store.count_trials()
-        finally:
-            store.close()
+            extensions = list(opened.get_meta("extensions") or [])
+            reused = int(opened.get_meta("library_reused") or 0)
+            recorded = opened.count_trials()
     models = []
     for index, entry in enumerate(config.get("models") or []):
         hashes = files[index] if index < len(files) else {}
@@ -99,35 +101,41 @@ def collect(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def markdown(provenance: dict[str, Any]) -> list[str]:
-    """The provenance section of report.md."""
+def markdown(
+    provenance: dict[str, Any],
+    text: Callable[[object], str] = str,
+    code: Callable[[object], str] = lambda value: f"`{value}`",
+) -> list[str]:
+    """The provenance section of report.md. ``text`` and ``code`` place names and paths from
+    the user's files (:mod:`adaptive_eval.markdown`); report.html keeps the defaults (plain
+    text, backtick spans), escapes the lines and turns the spans into ``<code>``."""
     lines = ["## Provenance", ""]
     lines.append(
         f"- Report written {provenance['written_utc']}; campaign seed {provenance['seed']}."
     )
     for index, model in enumerate(provenance["models"]):
         label = model["name"] or ", ".join(model["select"] or []) or "all models in the file"
-        hashes = ", ".join(f"{k} sha256 `{v[:16]}`" for k, v in model["sha256"].items())
+        hashes = ", ".join(f"{k} sha256 {code(v[:16])}" for k, v in model["sha256"].items())
         lines.append(
-            f"- models[{index}]: {model['backend']} `{model['path']}` ({label})"
+            f"- models[{index}]: {text(model['backend'])} {code(model['path'])} ({text(label)})"
             + (f"; {hashes}" if hashes else "")
         )
     dataset = provenance["dataset"]
     if dataset is not None:
         digest = dataset["sha256"] or "unknown"
         limit = f", first {dataset['limit']} questions" if dataset["limit"] else ""
-        lines.append(f"- Dataset `{dataset['path']}` (sha256 `{digest}`{limit}).")
+        lines.append(f"- Dataset {code(dataset['path'])} (sha256 {code(digest)}{limit}).")
     if provenance["sampling"] is not None:
         sampling = ", ".join(f"{k}={v}" for k, v in provenance["sampling"].items())
-        lines.append(f"- Sampling: {sampling}.")
+        lines.append(f"- Sampling: {text(sampling)}.")
     if provenance["grader"] is not None:
-        lines.append(f"- Grader: {provenance['grader']}.")
+        lines.append(f"- Grader: {text(provenance['grader'])}.")
     lines.append(f"- Rubric weights: {provenance['rubric']}.")
     library = provenance.get("library")
     if library is not None:
         lines.append(
-            f"- Trial library `{library['path']}`: {library['reused']} trial(s) reused from it, "
-            f"{library['sampled']} sampled by this run"
+            f"- Trial library {code(library['path'])}: {library['reused']} trial(s) reused from "
+            f"it, {library['sampled']} sampled by this run"
             + (
                 f" (counting only those, {100 * library['saved_fraction']:.1f}% of the fixed-N "
                 "run's trials saved)."

@@ -7,11 +7,16 @@ first time a name is looked up. The core never imports ``policies`` directly.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from adaptive_eval.errors import InputError
 
@@ -76,11 +81,53 @@ class Registry(Generic[T]):
                 )
         try:
             result: T = factory(**params)
+            # After the factory: its own message is the more specific one where it checks.
+            _check_types(factory, params)
         except (TypeError, ValueError) as error:
             raise InputError(
                 f"{self.kind} {name!r}: {error}", source=source, field=field
             ) from error
         return result
+
+
+_SIMPLE = (int, float, bool, str, type(None))
+
+
+def _simple(annotation: Any) -> bool:
+    """Whether ``annotation`` is built from int, float, bool, str and None only."""
+    args = typing.get_args(annotation)
+    if args and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_simple(arg) for arg in args)
+    return annotation in _SIMPLE
+
+
+@functools.cache
+def _param_types(factory: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
+    """Validators of a factory's plainly typed parameters: strict (``true`` is no int, 2.5 no
+    int) and finite (no .nan, no .inf)."""
+    try:
+        hints = typing.get_type_hints(factory)
+    except (NameError, TypeError):
+        return {}
+    strict = ConfigDict(strict=True, allow_inf_nan=False)
+    return {
+        name: TypeAdapter(hint, config=strict)
+        for name, hint in hints.items()
+        if name != "return" and _simple(hint)
+    }
+
+
+def _check_types(factory: Callable[..., Any], params: dict[str, Any]) -> None:
+    """Refuse a parameter value of the wrong type that the factory let through (a
+    ``width <= 0`` check lets .nan pass; ``n: 2.7`` would become a fractional count)."""
+    for name, adapter in _param_types(factory).items():
+        if name not in params:
+            continue
+        try:
+            adapter.validate_python(params[name])
+        except ValidationError as error:
+            message = error.errors()[0]["msg"].lower()
+            raise ValueError(f"parameter {name}: {message} (got {params[name]!r})") from None
 
 
 _loaded = False

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adaptive_eval import markdown as md
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
+from adaptive_eval.storage import atomic_write
 from adaptive_eval.types import PairDecision, Stop
+
+if TYPE_CHECKING:
+    from adaptive_eval.store import TrialStore
 
 
 def summarize(
@@ -136,10 +141,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
     saved = summary["compute_saved"]
     base = summary["baseline"]
     lines = [
-        f"# Campaign `{summary['name']}`",
+        f"# Campaign {md.code(summary['name'])}",
         "",
-        f"Stopped: **{summary['stop_reason']}** ({summary['stop_detail']}).  ",
-        f"Ranking confidence {summary['confidence']}; prior: {summary['prior']}.",
+        f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  ",
+        f"Ranking confidence {summary['confidence']}; prior: {md.text(summary['prior'])}.",
         "",
         *_decision_lines(summary.get("decision_rules") or {}),
         "## Ranking",
@@ -156,7 +161,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"| {m['rank']} | {m['rank_no_ties']} | {m['name']} | {m['mu']:.4f} | "
+            f"| {m['rank']} | {m['rank_no_ties']} | {md.text(m['name'])} | {m['mu']:.4f} | "
             f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
             f"{estimate:.4f} | {freq} | {m['avg']:.4f} | {m['trials']} |"
         )
@@ -173,7 +178,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
         ]
     for p in summary["pairs"] if comparison is None else []:
         lines.append(
-            f"| {p['a']} | {p['b']} | {p['z']:.3f} | {decision_text(p)} | {p['rule'] or ''} | "
+            f"| {md.text(p['a'])} | {md.text(p['b'])} | {p['z']:.3f} | {decision_text(p)} | "
+            f"{md.text(p['rule'] or '')} | "
             f"{optional(p.get('boundary'), '.3f')} | {optional(p.get('alpha_spent'), '.2e')} | "
             f"{optional(p.get('decided_at_round'))} |"
         )
@@ -210,7 +216,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if summary.get("provenance"):
         from adaptive_eval.provenance import markdown
 
-        lines += markdown(summary["provenance"])
+        lines += markdown(summary["provenance"], md.text, md.code)
     return "\n".join(lines)
 
 
@@ -242,7 +248,7 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
     lines = [
         "## Comparison",
         "",
-        f"Candidate **{comparison['candidate']}** against {len(comparison['verdicts'])} "
+        f"Candidate **{md.text(comparison['candidate'])}** against {len(comparison['verdicts'])} "
         f"incumbent(s); test: {test}.  ",
         f"Exit code **{code}**: {comparison.get('meaning') or COMPARE_EXIT_MEANING.get(code, '')}.",
         "",
@@ -251,7 +257,7 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
     ]
     for row in comparison["verdicts"]:
         lines.append(
-            f"| {row['incumbent']} | {decision_text(row)} | {row['z']:.3f} | "
+            f"| {md.text(row['incumbent'])} | {decision_text(row)} | {row['z']:.3f} | "
             f"{optional(row.get('boundary'), '.3f')} | {optional(row.get('decided_at_round'))} | "
             f"{row['trials']} |"
         )
@@ -265,7 +271,7 @@ def _decision_lines(rules: dict[str, Any]) -> list[str]:
     lines = [
         "## Decisions",
         "",
-        f"Rules: {', '.join(rules.get('rules', []))}; error control: "
+        f"Rules: {md.text(', '.join(rules.get('rules', [])))}; error control: "
         f"**{rules.get('error_control')}** (error budget per adjacent pair "
         f"{rules.get('pair_alpha', 0):.2e}). {rules.get('statistic', '')}  ",
         f"Prior in the test: {rules.get('prior_in_test', '')}",
@@ -319,16 +325,17 @@ def render_console(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(run_dir: Path, summary: dict[str, Any]) -> None:
-    """summary.json, report.md and report.html; adds the run's provenance to ``summary``."""
+def write_outputs(run_dir: Path, summary: dict[str, Any], store: TrialStore | None = None) -> None:
+    """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
+    ``store``: the run's store where the caller holds it open."""
     from adaptive_eval.provenance import collect
     from adaptive_eval.report_html import write_html
 
-    summary["provenance"] = collect(run_dir)
+    summary["provenance"] = collect(run_dir, store)
     library = summary["provenance"].get("library")
     if library is not None and summary["baseline"]["trials"]:
         # Compute saved counting only what this run sampled (reused trials cost nothing now).
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (run_dir / "report.md").write_text(render_markdown(summary))
-    write_html(run_dir, summary, summary["provenance"])
+    atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write(run_dir / "report.md", render_markdown(summary))
+    write_html(run_dir, summary, summary["provenance"], store=store)

@@ -28,9 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adaptive_eval.report import COMPARE_EXIT_MEANING, decision_text, optional
+from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from adaptive_eval.store import TrialStore
 
 FILENAME = "report.html"
 DECISION_COLOURS = {
@@ -56,11 +59,10 @@ class RunData:
     decided_rounds: list[int]  # rounds on which some pair's decision changed
 
     @classmethod
-    def load(cls, run_dir: Path) -> RunData:
-        from adaptive_eval.store import TrialStore
+    def load(cls, run_dir: Path, opened: TrialStore | None = None) -> RunData:
+        from adaptive_eval.store import reading
 
-        store = TrialStore(run_dir, readonly=True)
-        try:
+        with reading(run_dir, opened) as store:
             models = [str(m) for m in store.get_meta("models") or []]
             questions = [str(q) for q in store.get_meta("questions") or []]
             trials = np.zeros((len(models), len(questions)), dtype=np.int64)
@@ -75,8 +77,6 @@ class RunData:
             for round_index, count in rows:
                 per_round[round_index] = count
             decided = sorted({r for r, _, _ in store.events("pair_decision")})
-        finally:
-            store.close()
         return cls(models, questions, trials, per_round, decided)
 
 
@@ -97,6 +97,9 @@ def _figure(width: float, height: float) -> tuple[Figure, Any]:
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"
+    # Labels are names from the user's files: "$\frac" must be drawn as typed, not parsed as
+    # math text (which failed the whole page after the campaign had run).
+    plt.rcParams["text.parse_math"] = False
     fig, ax = plt.subplots(figsize=(width, height))
     return fig, ax
 
@@ -498,8 +501,10 @@ def write_html(
     summary: dict[str, Any],
     provenance: dict[str, Any] | None = None,
     history: list[dict[str, Any]] | None = None,
+    store: TrialStore | None = None,
 ) -> Path:
-    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path."""
+    """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path.
+    ``store``: the run's store where the caller holds it open."""
     path = run_dir / FILENAME
-    path.write_text(render(summary, RunData.load(run_dir), provenance, history))
+    atomic_write(path, render(summary, RunData.load(run_dir, store), provenance, history))
     return path

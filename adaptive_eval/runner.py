@@ -21,7 +21,10 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
+from adaptive_eval.preflight import check_before_sampling
+from adaptive_eval.redact import without_secrets
 from adaptive_eval.report import render_console, summarize, write_outputs
+from adaptive_eval.storage import atomic_write, storage_error
 from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
@@ -73,7 +76,10 @@ def prepare_run_dir(run_dir: Path) -> RunLock:
     """Create the run directory (after every input was checked) and take its lock."""
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(error, run_dir, "create the run directory") from error
     return RunLock(run_dir).acquire()
 
 
@@ -121,11 +127,10 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             questions=list(campaign.question_ids),
             limits=config.limits(),
         )
-        (run_dir / "config.yaml").write_text(
-            yaml.safe_dump(config.portable_dump(), sort_keys=False)
-        )
+        _write_config_copy(config, run_dir)
         return store, campaign_id, False
-    changes = _differences(store.get_meta("identity"), identity)
+    # A run recorded before credentials left the identity still holds them: not a change.
+    changes = _differences(without_secrets(store.get_meta("identity")), identity)
     # Runs recorded before the limits left the identity still hold them there: not a change.
     changes = [c for c in changes if not c.startswith(_LIMIT_PATHS)]
     if stored != campaign.fingerprint and not changes:
@@ -144,11 +149,26 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         )
     try:
         store.check_ranges(campaign.num_models, campaign.num_questions, campaign.num_categories)
+        _check_chain(store)
     except StoreError:
         store.close()
         raise
     _record_limits(store, config, run_dir)
     return store, str(store.get_meta("campaign_id")), True
+
+
+def _check_chain(store: TrialStore) -> None:
+    """Verify the store's digest chain (a changed trial is refused, naming its round); a store
+    written before the chain existed gets one, and a note saying so."""
+    if store.has_chain:
+        store.verify_chain()
+        return
+    built = store.build_chain()
+    store.notes.append(
+        f"{store.path}: recorded before the digest chain existed; built it from the "
+        f"{built} complete round(s) as they are now (a change made before today cannot be "
+        "detected; every later one is)"
+    )
 
 
 def _terminal_width(stream: IO[str]) -> int:
@@ -172,7 +192,12 @@ def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> 
     if before is not None:
         history.append({"from": before, "to": limits, "trials": store.count_trials()})
     store.set_meta(limits=limits, extensions=history)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.portable_dump(), sort_keys=False))
+    _write_config_copy(config, run_dir)
+
+
+def _write_config_copy(config: CampaignConfig, run_dir: Path) -> None:
+    """RUN/config.yaml: the config with absolute paths, read by ``adaptive-eval report DIR``."""
+    atomic_write(run_dir / "config.yaml", yaml.safe_dump(config.portable_dump(), sort_keys=False))
 
 
 #: Seconds between status lines when the console is not a terminal (CI logs, files).
@@ -325,6 +350,8 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
         "worker_utilisation": stats.utilisation(),
         "model_loads": stats.loads,
         "load_s": stats.load_s,
+        "request_retries": stats.request_retries,
+        "request_retry_reasons": dict(stats.retry_reasons),
     }
 
 
@@ -387,6 +414,7 @@ def run_campaign(
 
     if campaign is None:
         campaign = build_campaign(config)  # every input is validated before Ray starts
+    check_before_sampling(campaign)
     check_engines(campaign)
     check_local_placement(campaign)
     lock = prepare_run_dir(run_dir)
@@ -492,6 +520,9 @@ def _run_opened(
     def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
         getattr(log, level)(kind, **payload)
 
+    store.on_event = on_event
+    for note in store.notes:
+        log.warning("digest_chain_built", message=note)
     try:
         execution = config.execution
         log.info(
@@ -541,7 +572,7 @@ def _run_opened(
         if finish is not None:
             extra.update(finish(campaign, controller))
         summary = build_summary(campaign, controller, campaign_id, extra=extra)
-        write_outputs(run_dir, summary)
+        write_outputs(run_dir, summary, store)
         log.info(
             "campaign_done",
             stop_reason=summary["stop_reason"],
@@ -674,6 +705,8 @@ def _report_locked(
     if not resumed:
         store.close()
         raise InputError("holds no recorded campaign", source=str(run_dir))
+    for note in store.notes:
+        print(f"adaptive-eval: note: {note}", file=sys.stderr)
     kept = _kept_from_run(store, run_dir)
     try:
         controller = Controller(campaign, store, _NoDispatch(), SilentLog())
@@ -695,7 +728,7 @@ def _report_locked(
         if finish is not None:
             extra.update(finish(campaign, controller))
         summary = build_summary(campaign, controller, campaign_id, extra=extra)
-        write_outputs(run_dir, summary)
+        write_outputs(run_dir, summary, store)
         return summary
     finally:
         store.close()

@@ -8,34 +8,42 @@ recovery and de-duplication; SQLite already has both, and the write rate (a tran
 batch, tens per second) is far below what it sustains.
 
 Besides trials the store keeps each round's plan (the per-cell trial counts the allocation
-asked for), so that a resumed run knows exactly which work was in flight, and the decision log.
+asked for), so that a resumed run knows exactly which work was in flight, the decision log, and
+the digest chain of the complete rounds (:mod:`adaptive_eval.chain`), checked on resume, by
+``report`` and by ``adaptive-eval verify``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval import chain
+from adaptive_eval.errors import AdaptiveEvalError, InputError
+from adaptive_eval.storage import free_bytes, is_read_only, storage_error
 from adaptive_eval.types import BatchResult, Trial
 
 #: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has
-#: the version-1 tables.
-SCHEMA_VERSION = 1
+#: the version-1 tables; version 2 adds the digest chain (built on the first writable open of
+#: an older store).
+SCHEMA_VERSION = 2
 _TABLES = ("meta", "rounds", "trials", "completions", "events")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, shape TEXT NOT NULL, plan BLOB NOT NULL, planned_at REAL);
@@ -53,6 +61,8 @@ CREATE TABLE IF NOT EXISTS events (
     payload TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS trials_by_round ON trials(round);
 """
+    + chain.TABLE
+)
 
 RECOVERY_HINT = (
     "restore trials.sqlite from a backup, or salvage its readable rows with "
@@ -62,6 +72,14 @@ RECOVERY_HINT = (
 
 class StoreError(InputError):
     """The run directory's store is missing, damaged or held by another process (exit 2)."""
+
+
+#: SQLite's names for a file that is not a database, or one whose pages are damaged: the only
+#: errors after which the store itself is called damaged (and a backup suggested).
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+#: ``on_event(level, kind, payload)``: what the store noticed (a lost -wal file), for events.jsonl.
+StoreEvents = Callable[[str, str, dict[str, Any]], None]
 
 
 class RunLock:
@@ -79,7 +97,11 @@ class RunLock:
         self._handle: IO[str] | None = None
 
     def acquire(self) -> RunLock:
-        handle = self.path.open("a+", encoding="utf-8")
+        doing = "lock the run directory (run and report write into it)"
+        try:
+            handle = self.path.open("a+", encoding="utf-8")
+        except OSError as error:
+            raise storage_error(error, self.path.parent, doing) from error
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -91,10 +113,14 @@ class RunLock:
                 "running or reporting on this directory again",
                 source=str(self.path.parent),
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+            handle.flush()
+        except OSError as error:
+            handle.close()
+            raise storage_error(error, self.path.parent, doing) from error
         self._handle = handle
         return self
 
@@ -108,6 +134,32 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def reading(run_dir: Path, store: TrialStore | None = None) -> Iterator[TrialStore]:
+    """``store`` itself when the caller holds the run's store open (the run writing its
+    outputs: a second connection would be a second reader of the same -wal), else the run's
+    store opened read-only for the block."""
+    if store is not None:
+        yield store
+        return
+    opened = TrialStore(run_dir, readonly=True)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@dataclass
+class _Chain:
+    """Where the digest chain stands: trials planned and recorded per round, and the rounds
+    sealed so far (0..sealed-1, the last one's digest)."""
+
+    planned: dict[int, int]
+    recorded: dict[int, int]
+    sealed: int
+    last: str
 
 
 @dataclass(frozen=True)
@@ -137,25 +189,84 @@ class TrialArrays:
 
 
 class TrialStore:
-    """One run directory's ledger. Not thread-safe: the controller is its only writer."""
+    """One run directory's ledger. Not thread-safe: the controller is its only writer.
+
+    A reader (``readonly``) never writes: it opens the file with SQLite's ``mode=ro``, or, where
+    the folder cannot be written (read-only media, a full disk) and no -wal file holds trials
+    not yet in the main file, as ``immutable`` (no -shm file needed).
+    """
 
     FILENAME = "trials.sqlite"
 
     def __init__(self, run_dir: Path, *, fsync: str = "full", readonly: bool = False) -> None:
         self.path = Path(run_dir) / self.FILENAME
-        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        self.fsync = fsync
+        self.readonly = readonly
+        #: Set by the run: where the store reports what it noticed (see :meth:`_check_wal`).
+        self.on_event: StoreEvents | None = None
+        self._wal_inode: int | None = None
+        self._chain: _Chain | None = None
+        #: Whether the store holds a digest chain (False: written by a release before it).
+        self.has_chain = True
+        #: What the store's users should tell the user about it (a chain built on open).
+        self.notes: list[str] = []
         try:
-            self.conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            self.conn = self._connect()
         except sqlite3.Error as error:
-            raise self.damaged(f"cannot be opened ({error})") from None
+            raise self.failure(error, "open the trial store") from None
         try:
             self._open(fsync, readonly)
-        except sqlite3.DatabaseError as error:
+        except sqlite3.Error as error:
             self.conn.close()
-            raise self.damaged(f"is not a readable SQLite database ({error})") from None
+            raise self.failure(error, "open the trial store") from None
         except StoreError:
             self.conn.close()
             raise
+
+    @property
+    def wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(str(self.path))
+        if self.readonly:
+            folder = self.path.parent
+            stuck = is_read_only(folder) or free_bytes(folder) == 0
+            if stuck and self._wal_pending():
+                raise StoreError(
+                    f"its -wal file ({self.wal.stat().st_size} bytes) holds trials not yet "
+                    "in trials.sqlite, and SQLite cannot read them where the folder cannot be "
+                    "written (read-only, or a full disk); copy the run folder to a writable "
+                    "disk and read it there. The store itself is intact",
+                    source=str(self.path),
+                )
+            uri += "?immutable=1" if stuck else "?mode=ro"
+        return sqlite3.connect(uri, uri=True, isolation_level=None)
+
+    def _wal_pending(self) -> bool:
+        try:
+            return self.wal.stat().st_size > 0
+        except OSError:
+            return False
+
+    def failure(self, error: sqlite3.Error, doing: str) -> AdaptiveEvalError:
+        """The error to show for an SQLite error: damage only where SQLite says so; a lost
+        -wal file, a full disk or a read-only file system named as such."""
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if name.startswith(_DAMAGED):
+            return self.damaged(f"is not a readable SQLite database ({error})")
+        shm = self.path.with_name(self.path.name + "-shm")
+        # The -shm index says the -wal holds frames, and the -wal is gone (or is a new, empty
+        # file: a reader that found none creates one).
+        if name == "SQLITE_IOERR_SHORT_READ" and shm.exists() and not self._wal_pending():
+            return AdaptiveEvalError(
+                f"{self.path}: cannot {doing}: its -wal file was deleted while a run was "
+                "writing to it (trials.sqlite-shm is still there). The store is intact: the "
+                "running process saves those trials into trials.sqlite as it goes on and when "
+                "it ends. Let it finish, then read the store again; do not replace or delete "
+                "trials.sqlite"
+            )
+        return storage_error(error, self.path, doing)
 
     def _open(self, fsync: str, readonly: bool) -> None:
         """Check the file before trusting it: SQLite's own check, then the schema version."""
@@ -176,13 +287,50 @@ class TrialStore:
         if tables and not tables >= set(_TABLES):
             missing = ", ".join(sorted(set(_TABLES) - tables))
             raise self.damaged(f"lacks the table(s) {missing}")
+        self.has_chain = not tables or "digests" in tables
         if readonly:
             return
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+        self._set_up(fsync)
         self.conn.executescript(_SCHEMA)
         if version != SCHEMA_VERSION:
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _set_up(self, fsync: str) -> None:
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={'FULL' if fsync == 'full' else 'NORMAL'}")
+
+    def _check_wal(self) -> None:
+        """After a commit: if the -wal file was deleted under us (a cleanup job, by hand), save
+        its frames into trials.sqlite and start a new one.
+
+        SQLite keeps writing to the deleted file through its descriptor, where no other process
+        can read it (a reader then gets an I/O error, and creates an empty file of the same
+        name: so the check is on the file's inode) and a crash would lose it. A checkpoint
+        copies every committed frame into the main file; reopening starts a new -wal.
+        """
+        if self.readonly:
+            return
+        try:
+            inode: int | None = self.wal.stat().st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode is not None and self._wal_inode in (None, inode):
+            self._wal_inode = inode  # the file this connection writes to
+            return
+        self._wal_inode = None
+        self.conn.execute("PRAGMA wal_checkpoint(FULL)")
+        self.conn.close()
+        self.conn = self._connect()
+        self._set_up(self.fsync)
+        if self.on_event is not None:
+            self.on_event(
+                "warning",
+                "wal_recreated",
+                {
+                    "message": f"{self.wal.name} was deleted during the run; every committed "
+                    "trial was saved into trials.sqlite and a new -wal file started",
+                },
+            )
 
     def damaged(self, what: str, *, hint: bool = True) -> StoreError:
         message = f"the trial store {what}"
@@ -255,6 +403,57 @@ class TrialStore:
                 "INSERT INTO rounds(round, shape, plan, planned_at) VALUES (?, ?, ?, ?)",
                 (round_index, json.dumps(list(plan.shape)), blob, time.time()),
             )
+        if self._chain is not None:
+            self._chain.planned[round_index] = int(plan.sum())
+
+    # -- the digest chain ---------------------------------------------------------------------
+    def _chain_state(self) -> _Chain:
+        if self._chain is None:
+            planned = {index: int(plan.sum()) for index, plan in enumerate(self.rounds())}
+            rows = self.conn.execute("SELECT round, digest FROM digests ORDER BY round").fetchall()
+            self._chain = _Chain(
+                planned, self.trials_per_round(), len(rows), rows[-1][1] if rows else ""
+            )
+        return self._chain
+
+    def _seal_ready(self) -> int:
+        """Seal every complete round after the sealed ones, in order (inside a transaction);
+        how many were sealed."""
+        state = self._chain_state()
+        sealed = 0
+        while state.recorded.get(state.sealed, 0) >= state.planned.get(state.sealed, 0) > 0:
+            digest, count = chain.round_digest(self.conn, state.sealed, state.last)
+            self.conn.execute(
+                "INSERT INTO digests(round, digest, trials, sealed_at) VALUES (?, ?, ?, ?)",
+                (state.sealed, digest, count, time.time()),
+            )
+            state.sealed, state.last = state.sealed + 1, digest
+            sealed += 1
+        return sealed
+
+    def build_chain(self) -> int:
+        """Seal the complete rounds of a store written before the digest chain existed (its
+        first writable open); how many rounds. Changes made to them before cannot be seen."""
+        with self._transaction():
+            built = self._seal_ready()
+            self._put_meta({"digest_chain_built": {"at": time.time(), "rounds": built}})
+        self.has_chain = True
+        return built
+
+    def verify_chain(self) -> int:
+        """Recompute the chain; the rounds it covers. A mismatch is a :class:`StoreError`
+        naming the first bad round."""
+        state = self._chain_state()
+        found, checked = chain.first_mismatch(self.conn, state.planned, state.recorded)
+        if found is not None:
+            raise StoreError(
+                f"the trial store's round {found.round} does not match its digest: {found.why} "
+                f"(rounds 0..{found.round - 1} match). A trial recorded in round {found.round} "
+                "was changed, added or removed outside adaptive-eval; restore trials.sqlite "
+                "from a backup, or start afresh with a new --out",
+                source=str(self.path),
+            )
+        return checked
 
     def rounds(self) -> list[np.ndarray]:
         out = []
@@ -317,6 +516,7 @@ class TrialStore:
         now = time.time()
         added: list[int] = []
         with self._transaction():
+            state = self._chain_state()
             for result in results:
                 before = self.conn.total_changes
                 self.conn.executemany(
@@ -345,6 +545,7 @@ class TrialStore:
                     ],
                 )
                 added.append(self.conn.total_changes - before)
+                state.recorded[result.round] = state.recorded.get(result.round, 0) + added[-1]
                 extra = [
                     (
                         t.model,
@@ -364,6 +565,7 @@ class TrialStore:
                         "VALUES (?,?,?,?,?)",
                         extra,
                     )
+            self._seal_ready()  # in the transaction that completed the round
         return added
 
     def trial_arrays(self) -> TrialArrays:
@@ -451,14 +653,28 @@ class TrialStore:
 
     # -- helpers ------------------------------------------------------------------------------
     class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
+        """One write transaction; an SQLite failure becomes a one-line error naming its cause."""
+
+        def __init__(self, store: TrialStore) -> None:
+            self.store = store
 
         def __enter__(self) -> None:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.store.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise self.store.failure(error, "write to the trial store") from error
 
         def __exit__(self, kind: object, value: object, tb: object) -> None:
-            self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+            conn = self.store.conn
+            try:
+                conn.execute("COMMIT" if kind is None else "ROLLBACK")
+            except sqlite3.Error as error:
+                if kind is None:
+                    raise self.store.failure(error, "write to the trial store") from error
+            if isinstance(value, sqlite3.Error):
+                raise self.store.failure(value, "write to the trial store") from value
+            if kind is None:
+                self.store._check_wal()
 
     def _transaction(self) -> TrialStore._Tx:
-        return TrialStore._Tx(self.conn)
+        return TrialStore._Tx(self)

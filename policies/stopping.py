@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from adaptive_eval.policy import CampaignView, StoppingRule
@@ -121,7 +123,7 @@ def pairs_settled() -> StoppingRule:
 
 @stopping_rules.register("ci_width")
 def ci_width(width: float) -> StoppingRule:
-    if width <= 0:
+    if not (math.isfinite(width) and width > 0):  # `width <= 0` let .nan through
         raise ValueError(f"width must be > 0, got {width}")
     return CiWidth(width)
 
@@ -137,4 +139,7 @@ def max_trials(n: int) -> StoppingRule:
 def budget(
     trials: int | None = None, tokens: int | None = None, wall_clock_s: float | None = None
 ) -> StoppingRule:
+    for name, value in (("trials", trials), ("tokens", tokens), ("wall_clock_s", wall_clock_s)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
     return Budget(trials, tokens, wall_clock_s)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,3 +23,64 @@ def ray_local() -> Iterator[None]:
     init_ray(None, 2)
     yield
     ray.shutdown()
+
+
+@pytest.fixture()
+def finished_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A finished in-process run (no Ray) with its outputs written by ``report``:
+    (config path, run directory)."""
+    from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+    from adaptive_eval.cli import main
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
+    config_path = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_dir = tmp_path / "run"
+    run_inline(load(config_path), run_dir)
+    assert main(["report", str(run_dir), "--json"]) == 0
+    return config_path, run_dir
+
+
+@pytest.fixture()
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tmpfs(size)``: a fresh tmpfs of that size (``"2m"``) mounted under ``tmp_path``, for
+    real full-disk and read-only file system tests; unmounted afterwards. Skips, saying why,
+    where this process may not mount (not root, or no mount namespace rights)."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        point = tmp_path / f"tmpfs{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            reason = f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}"
+            print(f"SKIP REASON: {reason}")
+            pytest.skip(reason)
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.fixture()
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``run`` in-process without Ray: the in-process dispatcher; returns init_ray's calls."""
+    from helpers import InlineCluster
+
+    from adaptive_eval import dispatch
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
+        calls.append(kw)
+
+    monkeypatch.setattr(dispatch, "init_ray", fake_init)
+    monkeypatch.setattr(dispatch, "Dispatcher", InlineCluster)
+    monkeypatch.setattr(InlineCluster, "on_poll", None)
+    return calls

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,17 @@ def load(path: Path, overrides: list[str] | None = None) -> CampaignConfig:
     return load_config(path, overrides)
 
 
+def trials_in(store: Path) -> int:
+    """Trials recorded in a store file (0 while it cannot be read: not created yet)."""
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+            count = int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+        conn.close()
+        return count
+    except sqlite3.Error:
+        return 0
+
+
 def ledger(run_dir: Path, columns: str = LEDGER_COLUMNS) -> list[tuple[Any, ...]]:
     """A run's recorded trials (``columns``, which start with model, question, trial), in
     (model, question, trial) order."""
@@ -146,3 +158,23 @@ def killed_holder(code: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+class InlineCluster:
+    """Ray's place in ``run_campaign`` taken by the in-process dispatcher (fast CLI tests).
+    ``InlineCluster.on_poll``, when set, is called with the dispatcher before each poll."""
+
+    on_poll: Callable[[Any], None] | None = None
+
+    def __new__(cls, plans: Any, offsets: Any, **options: Any) -> Any:
+        from adaptive_eval.dispatch import InlineDispatcher
+
+        hook = cls.on_poll
+
+        class _Hooked(InlineDispatcher):
+            def poll(self, timeout: float) -> Any:
+                if hook is not None:
+                    hook(self)
+                return super().poll(timeout)
+
+        return _Hooked(plans, offsets, on_event=options.get("on_event") or (lambda *e: None))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, mimic_success, write_config, write_scenario
+from helpers import base_config, mimic_success, trials_in, write_config, write_scenario
 
 from adaptive_eval import stats
 from adaptive_eval.cli import main
@@ -148,14 +148,6 @@ def test_replay_campaign_through_ray_writes_the_contract(tmp_path: Path) -> None
     report = run_cli("report", str(tmp_path / "run"), "--json")
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["models"] == summary["models"]
-
-
-def trials_in(store: Path) -> int:
-    try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
-    except sqlite3.Error:
-        return 0
 
 
 @pytest.mark.slow

@@ -21,7 +21,6 @@ from adaptive_eval.campaign import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
 from adaptive_eval.datasets import ARITH20
-from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.errors import ClusterError, InputError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,25 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 def scenario_config(tmp_path: Path) -> Path:
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
     return write_config(tmp_path / "c.yaml", base_config("s.npz"))
-
-
-class _InlineCluster(InlineDispatcher):
-    """Ray's place in ``run_campaign`` taken by the in-process dispatcher (fast CLI tests)."""
-
-    def __init__(self, plans: Any, offsets: Any, **options: Any) -> None:
-        super().__init__(plans, offsets)
-
-
-@pytest.fixture()
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-
-    def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
-        calls.append(kw)
-
-    monkeypatch.setattr(dispatch, "init_ray", fake_init)
-    monkeypatch.setattr(dispatch, "Dispatcher", _InlineCluster)
-    return calls
 
 
 class _Terminal(io.StringIO):

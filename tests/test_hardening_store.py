@@ -12,30 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import (
-    base_config,
     killed_holder,
     load,
-    mimic_success,
-    run_inline,
-    write_config,
-    write_scenario,
 )
 
 from adaptive_eval.cli import main
 from adaptive_eval.runner import report_run
-from adaptive_eval.store import RunLock, StoreError, TrialStore
+from adaptive_eval.store import SCHEMA_VERSION, RunLock, StoreError, TrialStore
 from adaptive_eval.testing.bigstore import write_big_run
-
-
-@pytest.fixture()
-def finished_run(tmp_path: Path) -> tuple[Path, Path]:
-    """A finished in-process run (no Ray) with its outputs written by ``report``."""
-    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
-    config_path = write_config(tmp_path / "c.yaml", base_config("s.npz"))
-    run_dir = tmp_path / "run"
-    run_inline(load(config_path), run_dir)
-    assert main(["report", str(run_dir), "--json"]) == 0
-    return config_path, run_dir
 
 
 # -- 1: the lock ----------------------------------------------------------------------------------
@@ -182,7 +166,7 @@ def test_schema_version_is_recorded_and_a_newer_one_refused(
 ) -> None:
     _, run_dir = finished_run
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         conn.execute("PRAGMA user_version = 7")
     err = _report_error(run_dir, capsys)
     assert "schema version 7" in err

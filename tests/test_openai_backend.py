@@ -209,6 +209,52 @@ def test_campaign_through_a_flaky_server(tmp_path: Path) -> None:
     assert all(t.text and t.signals and t.signals["finish_reason"] == "stop" for t in trials)
 
 
+def test_request_retries_reach_events_and_summary(tmp_path: Path, no_ray: Any) -> None:
+    """Issue 16, item 6: every request retry is counted by reason and reported as it happens
+    (a ``request_retries`` event with the batch) and in summary.json's dispatch section."""
+    from adaptive_eval.cli import main
+
+    with FlakyServer(script=[503, 503, 429, "drop"], answers=ANSWERS) as server:
+        data = config(server.url, limit=3).model_dump(mode="json")
+        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2}
+        path = tmp_path / "c.yaml"
+        path.write_text(json.dumps(data))
+        assert main(["run", str(path), "--out", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    dispatch = summary["dispatch"]
+    assert dispatch["request_retries"] == 4
+    assert dispatch["request_retry_reasons"] == {
+        "HTTP 503": 2,
+        "HTTP 429": 1,
+        "connection error": 1,
+    }
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
+    retried = [e for e in events if e["event"] == "request_retries"]
+    assert sum(e["retries"] for e in retried) == 4 and retried[-1]["total"] == 4
+    assert all(e["batch"] >= 1 and e["worker"] for e in retried)
+    # report keeps what only the run knew.
+    assert main(["report", str(tmp_path / "run")]) == 0
+    rebuilt = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rebuilt["dispatch"]["request_retries"] == 4
+
+
+def test_a_response_with_two_choices_fails_its_batch(tmp_path: Path) -> None:
+    """n=1 is asked for: a second choice means the server ignored it. The request fails (not
+    retried: the server would answer the same), so its batch records nothing."""
+    with FlakyServer(choices=2) as server:
+        worker = worker_for(server.url, max_concurrency=1)
+        with pytest.raises(BackendError, match=r"2 choices where n=1 was asked for"):
+            worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 2),)))
+        assert server.requests == 1 and worker.retries == 0
+        with pytest.raises(BackendError, match="2 choices"):
+            run_inline(config(server.url, limit=2), tmp_path / "run")
+    store = TrialStore(tmp_path / "run", readonly=True)
+    try:
+        assert store.count_trials() == 0
+    finally:
+        store.close()
+
+
 @pytest.mark.slow
 def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> None:
     """The worker's process dies on its first batch (os._exit); Ray restarts the actor, the

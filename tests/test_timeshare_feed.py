@@ -147,7 +147,7 @@ class Slot:
         self.pool = ThreadPoolExecutor(16)
 
     def run(self, batch: Batch, plan: int) -> Future[BatchResult]:
-        return self.pool.submit(self.actor.run, batch, plan)
+        return self.pool.submit(lambda: self.actor.run(batch, plan).result)
 
     def entered(self) -> list[int]:
         with self.engine.lock:

@@ -11,7 +11,9 @@ Failures: 429, 5xx, 408, dropped connections and timeouts are retried with expon
 (``backoff * 2**attempt`` seconds, capped at ``backoff_max``, honouring ``Retry-After``), up to
 ``max_retries`` times; a request that still fails, or any other error status, raises
 :class:`~adaptive_eval.errors.BackendError`, so the whole batch is re-dispatched later and nothing
-of it is recorded (never a silent wrong answer).
+of it is recorded (never a silent wrong answer). So does a response with more than one choice
+(``n=1`` is asked for). Every retry is counted by reason; the dispatcher collects the counts after
+each batch (``request_retries`` events, ``dispatch.request_retries`` in summary.json).
 
 Log-probabilities (``sampling.logprobs``) are asked for and used when the server returns them; a
 server that rejects the parameter (HTTP 400 naming ``logprobs``) is asked again without it, once
@@ -27,6 +29,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -98,8 +101,12 @@ class OpenAISettings:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    """A failure worth another attempt; ``reason`` is its short kind ("HTTP 503", "timeout",
+    ...), counted per worker (:meth:`OpenAIWorker.drain_diagnostics`)."""
+
+    def __init__(self, message: str, reason: str, retry_after: float | None = None) -> None:
         super().__init__(message)
+        self.reason = reason
         self.retry_after = retry_after
 
 
@@ -151,6 +158,13 @@ def parse_response(
         or not data["choices"]
     ):
         raise BackendError(f"malformed response (no choices): {str(data)[:300]}")
+    if len(data["choices"]) != 1:
+        # n=1 was asked for: several choices mean the server ignored the request, and taking
+        # the first would record a sample that was not drawn with this trial's seed alone.
+        raise BackendError(
+            f"response has {len(data['choices'])} choices where n=1 was asked for; the server "
+            f"does not honour n (id {data.get('id')!r})"
+        )
     choice = data["choices"][0]
     usage = data.get("usage") or {}
     if endpoint == "chat":
@@ -233,9 +247,19 @@ class OpenAIWorker(GenerationWorker):
         self.client = httpx.Client(headers=headers, timeout=settings.timeout_s, limits=limits)
         self.pool = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="openai")
         self.use_logprobs = setup.sampling.logprobs
-        self.retries = 0  # retried requests, for tests and logs
+        self.retries = 0  # retried requests since the worker started
+        self._retried: Counter[str] = Counter()  # since the last drain_diagnostics, by reason
         self._lock = threading.Lock()
         self._stop = threading.Event()
+
+    def drain_diagnostics(self) -> dict[str, Any] | None:
+        """Request retries since the last call, by reason (None: none); the dispatcher asks
+        after every batch and writes them to events.jsonl and summary.json."""
+        with self._lock:
+            retried, self._retried = self._retried, Counter()
+        if not retried:
+            return None
+        return {"request_retries": sum(retried.values()), "reasons": dict(retried)}
 
     def close(self) -> None:
         super().close()
@@ -286,13 +310,17 @@ class OpenAIWorker(GenerationWorker):
             response = self.client.post(self.settings.url, json=body)
         except httpx.TimeoutException as error:
             raise _Retryable(
-                f"timed out after {self.settings.timeout_s:g} s ({type(error).__name__})"
+                f"timed out after {self.settings.timeout_s:g} s ({type(error).__name__})",
+                "timeout",
             ) from error
         except httpx.TransportError as error:
-            raise _Retryable(f"connection error: {type(error).__name__}: {error}") from error
+            raise _Retryable(
+                f"connection error: {type(error).__name__}: {error}", "connection error"
+            ) from error
         if response.status_code in RETRY_STATUS or response.status_code >= 500:
             raise _Retryable(
                 f"HTTP {response.status_code}: {response.text[:200]}",
+                f"HTTP {response.status_code}",
                 _retry_after(response.headers.get("retry-after")),
             )
         if (
@@ -311,7 +339,9 @@ class OpenAIWorker(GenerationWorker):
         try:
             return response.json()
         except ValueError as error:
-            raise _Retryable(f"response is not JSON: {response.text[:200]!r}") from error
+            raise _Retryable(
+                f"response is not JSON: {response.text[:200]!r}", "not JSON"
+            ) from error
 
     def request(self, request: TrialRequest, abort: threading.Event | None = None) -> Generated:
         settings = self.settings
@@ -339,6 +369,7 @@ class OpenAIWorker(GenerationWorker):
                 attempt += 1
                 with self._lock:
                     self.retries += 1
+                    self._retried[error.reason] += 1
                 abort.wait(self._delay(attempt - 1, error.retry_after))
                 continue
             extra["attempts"] = attempt + 1

@@ -248,7 +248,7 @@ def select_models(
 class SimulatedOptions(BaseModel):
     """``options:`` of a simulated entry: emulate what a GPU backend would cost to load."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     swappable: bool = False
     load_s: float = Field(0.0, ge=0, description="Seconds to load the model into a worker.")
     devices: float = Field(0.0, ge=0, description="GPUs a worker would hold (for accounting).")

@@ -83,6 +83,7 @@ def write_big_run(
                     rows,
                 )
         store.set_meta(events_through=rounds - 1, finished=True, elapsed_s=1.0)
+        store.build_chain()  # the rows went in around record_many, which seals rounds
     finally:
         store.close()
     return run_dir

@@ -5,7 +5,8 @@ The first requests follow ``script``, one entry per request: an HTTP status to f
 ``500``, ``503``, ...), ``"drop"`` (close the connection without an answer) or ``"hang"`` (wait
 ``hang_s`` before answering, to trip a client timeout); every later request gets a valid
 completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_logprobs``
-answers 400 to a request that asks for log-probs (as servers without them do).
+answers 400 to a request that asks for log-probs (as servers without them do); ``choices`` > 1
+answers with that many choices, as a server that ignores ``n=1`` would.
 
 A valid answer is a pure function of the request's seed and prompt, so a retried request gets the
 same text: ``"<seed> ... \boxed{<answer>}"`` with ``answer`` from ``answers`` (question prompt ->
@@ -53,7 +54,9 @@ class FlakyServer:
         max_requests: int = 10_000,
         model: str = "flaky",
         reject_logprobs: bool = False,
+        choices: int = 1,
     ) -> None:
+        self.choices = choices
         self.script = list(script)
         self.fail_forever = fail_forever
         self.fail_status = fail_status
@@ -237,7 +240,9 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = _prompt_text(body, chat)
         seed = int(body.get("seed") or 0)
         text = completion_text(seed, prompt, state.answers)
-        self._send(200, _response(body, chat, text, state.model))
+        answer = _response(body, chat, text, state.model)
+        answer["choices"] = [{**answer["choices"][0], "index": i} for i in range(state.choices)]
+        self._send(200, answer)
 
 
 def main() -> None:

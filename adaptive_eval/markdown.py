@@ -1,0 +1,35 @@
+"""Names and paths from the user's files, placed in markdown (report.md, the nightly alerts) so
+that they show as typed and nothing in them acts: a model called ``<script>`` is text, a ``|``
+does not split a table cell, a ``*`` does not start emphasis.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_ACTIVE = re.compile(r"([\\`*_\[\]|~])")
+
+
+def text(value: object) -> str:
+    """``value`` as markdown text: HTML's special characters as entities, markdown's active
+    characters escaped.
+
+    >>> text("<script>a_b|c</script>")
+    '&lt;script&gt;a\\\\_b\\\\|c&lt;/script&gt;'
+    """
+    return _ACTIVE.sub(r"\\\1", html.escape(str(value), quote=False))
+
+
+def code(value: object) -> str:
+    """``value`` as a code span, shown verbatim: fenced by more backticks than any run of them
+    inside it (markdown and HTML are not interpreted in a code span).
+
+    >>> code("a`b")
+    '``a`b``'
+    """
+    body = str(value)
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"

@@ -1,0 +1,159 @@
+"""Credentials never reach a file or the console.
+
+A config may carry a credential: an HTTP header (``Authorization``, ``x-api-key``), an option
+(``api_key``, ``hf_token``, ``password``), a password in a URL (``https://user:pw@host``), a
+``Bearer ...`` value. Wherever the config is persisted (``RUN/config.yaml``) or printed
+(``validate``, error messages, logs), such values are replaced by :data:`REDACTED`. The run's
+identity (its fingerprint, kept in the store) leaves them out, so a rotated key resumes the same
+campaign and the store never holds one.
+
+Which keys hold a credential is decided by their words (``x-api-key`` -> x, api, key): a word
+such as ``authorization``, ``password``, ``secret``, ``cookie``; ``key`` after ``api``,
+``access``, ``private``, ...; ``token`` alone or after ``auth``, ``access``, ``hf``, ... Counts
+and names are not credentials: ``max_tokens``, ``key`` (an npz array name), ``api_key_env`` (the
+name of the variable that holds the key).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+REDACTED = "[redacted]"
+
+_ALWAYS = frozenset(
+    {
+        "authorization",
+        "auth",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "credential",
+        "credentials",
+        "cookie",
+        "bearer",
+        "signature",
+        "privatekey",
+    }
+)
+_BEFORE_KEY = frozenset(
+    {"api", "access", "private", "secret", "subscription", "client", "signing", "session"}
+)
+_BEFORE_TOKEN = frozenset(
+    {"access", "auth", "api", "bearer", "refresh", "session", "hf", "id", "github", "gh", "oauth"}
+    | {"security", "csrf", "xsrf", "personal", "service", "bot", "hub"}
+)
+#: Last words of keys that name where a credential is, not the credential itself.
+_POINTERS = frozenset({"env", "var", "file", "path", "name", "header"})
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
+_BEARER = re.compile(r"\b(Bearer)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+
+#: Credential values seen in configs loaded by this process, scrubbed from any text printed.
+_known: set[str] = set()
+
+
+def _words(key: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", _CAMEL.sub(r"\1_\2", key).lower())
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping key names a credential.
+
+    >>> [is_secret_key(k) for k in ("Authorization", "x-api-key", "hf_token", "max_tokens")]
+    [True, True, True, False]
+    >>> [is_secret_key(k) for k in ("api_key_env", "key", "tokens_median", "password")]
+    [False, False, False, True]
+    """
+    words = _words(key)
+    if not words or words[-1] in _POINTERS:
+        return False
+    if _ALWAYS.intersection(words):
+        return True
+    for before, word in itertools.pairwise(words):
+        if word == "key" and before in _BEFORE_KEY:
+            return True
+        if word == "token" and before in _BEFORE_TOKEN:
+            return True
+    return words == ["token"]
+
+
+def _secret_text(value: str) -> str:
+    """``value`` with a URL's password or a ``Bearer`` credential in it redacted."""
+    value = _URL_PASSWORD.sub(rf"\1{REDACTED}@", value)
+    return _BEARER.sub(rf"\1 {REDACTED}", value)
+
+
+def redact(data: Any) -> Any:
+    """A copy of ``data`` (mappings, lists, scalars) with every credential replaced by
+    :data:`REDACTED`: values under a secret key, URL passwords, ``Bearer`` values."""
+    return _cleaned(data, drop_keys=False)
+
+
+def without_secrets(data: Any) -> Any:
+    """A copy of ``data`` with credential keys left out and credentials in values redacted:
+    what a run's identity is made of, so that its fingerprint never depends on a key."""
+    return _cleaned(data, drop_keys=True)
+
+
+def _cleaned(data: Any, drop_keys: bool) -> Any:
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            if not is_secret_key(str(key)):
+                out[key] = _cleaned(value, drop_keys)
+            elif not drop_keys:
+                out[key] = None if value is None else REDACTED
+        return out
+    if isinstance(data, list):
+        return [_cleaned(item, drop_keys) for item in data]
+    if isinstance(data, str):
+        return _secret_text(data)
+    return data
+
+
+def remember(data: Any) -> None:
+    """Note the credentials in a config mapping, so :func:`scrub` removes them from any text."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if is_secret_key(str(key)) and isinstance(value, str | int) and len(str(value)) >= 4:
+                _known.add(str(value))
+                _known.update(part for part in str(value).split() if len(part) >= 8)
+            else:
+                remember(value)
+    elif isinstance(data, list):
+        for item in data:
+            remember(item)
+
+
+def scrub(text: str) -> str:
+    """``text`` with every remembered credential, URL password and ``Bearer`` value redacted."""
+    for secret in sorted(_known, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _secret_text(text)
+
+
+def redacted_fields(data: Any, path: str = "") -> list[str]:
+    """Dotted paths of values that are :data:`REDACTED` (a config copied from a run folder)."""
+    if isinstance(data, dict):
+        found: list[str] = []
+        for key, value in data.items():
+            found += redacted_fields(value, f"{path}.{key}" if path else str(key))
+        return found
+    if isinstance(data, list):
+        return [f for i, item in enumerate(data) for f in redacted_fields(item, f"{path}[{i}]")]
+    return [path] if isinstance(data, str) and REDACTED in data else []
+
+
+__all__ = [
+    "REDACTED",
+    "is_secret_key",
+    "redact",
+    "redacted_fields",
+    "remember",
+    "scrub",
+    "without_secrets",
+]
