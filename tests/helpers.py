@@ -19,7 +19,9 @@ from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.policy import CampaignView
 from adaptive_eval.runner import open_run_dir
+from adaptive_eval.state import RunState
 from adaptive_eval.store import TrialStore
 
 #: The recorded trials' identity and outcome, as the ledger comparisons read them.
@@ -178,3 +180,27 @@ class InlineCluster:
                 return super().poll(timeout)
 
         return _Hooked(plans, offsets, on_event=options.get("on_event") or (lambda *e: None))
+
+
+def count_view(
+    counts: np.ndarray,
+    capacity: int = 400,
+    rope: float | None = 0.02,
+    error_control: str = "pair",
+    futility: float = 0.0,
+) -> CampaignView:
+    """The view of a binary campaign holding ``counts`` (L, M, 2), as one applied round."""
+    state = RunState(np.ones(counts.shape), np.array([0.0, 1.0]))
+    state.add_plan(counts.sum(axis=2))
+    state.apply_counts(counts)
+    num = counts.shape[0]
+    return state.view(
+        tuple(f"m{i}" for i in range(num)),
+        np.full(num, capacity),
+        0.95,
+        2,
+        0.0,
+        rope=rope,
+        error_control=error_control,
+        futility=futility,
+    )

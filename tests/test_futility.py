@@ -9,7 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    base_config,
+    count_view,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 from scipy.stats import binomtest
 
 from adaptive_eval.campaign import build_campaign, fingerprint_of
@@ -18,7 +26,6 @@ from adaptive_eval.policy import CampaignView, any_of, decide_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.runner import open_run_dir
 from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
-from adaptive_eval.state import RunState
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import StopReason, Verdict
@@ -70,20 +77,8 @@ def test_trials_to_settle_is_the_cheaper_of_resolving_and_equivalence() -> None:
 
 
 def view_of(counts: np.ndarray, capacity: int, futility: float, **kw: object) -> CampaignView:
-    state = RunState(np.ones(counts.shape), np.array([0.0, 1.0]))
-    state.add_plan(counts.sum(axis=2))
-    state.apply_counts(counts)
-    num = counts.shape[0]
-    return state.view(
-        tuple(f"m{i}" for i in range(num)),
-        np.full(num, capacity),
-        0.95,
-        2,
-        0.0,
-        rope=0.02,
-        error_control=str(kw.get("error_control", "ranking")),
-        futility=futility,
-    )
+    control = str(kw.get("error_control", "ranking"))
+    return count_view(counts, capacity, error_control=control, futility=futility)
 
 
 def near_tie_counts(per_question: int) -> np.ndarray:

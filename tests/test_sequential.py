@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import count_view
 from scipy.stats import binomtest, norm
 
 from adaptive_eval.config import parse_config
@@ -196,18 +197,9 @@ def test_estimate_is_unbiased_where_bayes_shrinks_a_model_stopped_early() -> Non
 
 
 def make_view(counts: np.ndarray, capacity: int = 400, **kw: object) -> CampaignView:
-    from adaptive_eval.state import RunState
-
-    state = RunState(np.ones(counts.shape), np.array([0.0, 1.0]))
-    state.add_plan(counts.sum(axis=2))
-    state.apply_counts(counts)
-    num = counts.shape[0]
-    return state.view(
-        tuple(f"m{i}" for i in range(num)),
-        np.full(num, capacity),
-        0.95,
-        2,
-        0.0,
+    return count_view(
+        counts,
+        capacity,
         rope=kw.get("rope", 0.02),  # type: ignore[arg-type]
         error_control=str(kw.get("error_control", "pair")),
     )
