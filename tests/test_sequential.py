@@ -266,7 +266,9 @@ def test_error_controlled_rules_keep_the_nominal_rate(rule: str, gap: float) -> 
     binomial test at the 1% level)."""
     wrong, settled = error_rate(two_models(gap, 5), (rule,), 300, 150)
     if rule == "group_sequential":
-        assert settled > 30  # the rule does decide, it is not vacuous
+        # The rule does decide, it is not vacuous (a tie is settled as equivalent near the cap
+        # of 150, where the default's cap test holds half the budget: 20 of 300 here).
+        assert settled > 10
     # (anytime rarely settles a tie within 150 trials per question: no horizon to spend toward)
     assert binomtest(wrong, 300, NOMINAL, alternative="greater").pvalue > 0.01, wrong
 
