@@ -41,6 +41,19 @@ def test_engines_on_one_host_claim_distinct_cores_highest_first(tmp_path: Path) 
         claim.release()
 
 
+def test_a_link_planted_in_the_shared_folder_is_not_followed(tmp_path: Path) -> None:
+    """The claims folder is shared by every user of the host (issue 16, item 5): a lock file
+    planted there as a link to someone's file is never opened; that core is left unclaimed."""
+    victim = tmp_path / "victim"
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    (folder / "cpu3.lock").symlink_to(victim)
+    claim, _ = claim_cores(1, allowed=CORES, folder=folder)
+    assert claim is not None and claim.cpus == (2,)
+    assert not victim.exists()
+    claim.release()
+
+
 def test_a_partial_claim_is_given_back(tmp_path: Path) -> None:
     held, _ = claim_cores(2, allowed=CORES, folder=tmp_path)  # 2 and 3
     assert held is not None

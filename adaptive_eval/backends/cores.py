@@ -61,7 +61,8 @@ def _try_lock(folder: Path, cpu: int) -> int | None:
     """The lock file's descriptor, holding core ``cpu``; None if another process holds it (or
     the folder is not writable: then no claim is possible, and none is made)."""
     try:
-        fd = os.open(folder / f"cpu{cpu}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        # A shared folder: never through a link planted in it.
+        fd = os.open(folder / f"cpu{cpu}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
     except OSError:
         return None
     try:
