@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON) \
 	cannot create a virtual environment; on Debian/Ubuntu: apt install python3.11-venv" >&2; \
 	exit 1; }
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --upgrade >/dev/null
 	$(PY) -m pip install --quiet --disable-pip-version-check uv
 	$(BIN)/uv pip install --quiet --python $(PY) -e '.[dev]'
 	touch $@
