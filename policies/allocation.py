@@ -71,13 +71,20 @@ class Pairwise:
 
 @allocators.register("uniform")
 def uniform(trials_per_round: int | None = None) -> Allocator:
+    _check_trials_per_round(trials_per_round)
     return Uniform(trials_per_round)
+
+
+def _check_trials_per_round(trials_per_round: int | None) -> None:
+    if trials_per_round is not None and trials_per_round < 1:
+        raise ValueError(f"trials_per_round must be >= 1, got {trials_per_round}")
 
 
 @allocators.register("pairwise")
 def pairwise(pairs_per_round: int | None = None, trials_per_round: int | None = None) -> Allocator:
     if pairs_per_round is not None and pairs_per_round < 1:
         raise ValueError(f"pairs_per_round must be >= 1, got {pairs_per_round}")
+    _check_trials_per_round(trials_per_round)
     return Pairwise(pairs_per_round, trials_per_round)
 
 

@@ -518,8 +518,8 @@ def anytime(
 def _naive(confidence: float | None, looks: int, name: str) -> PairRule:
     if confidence is not None and not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
-    if looks < 1:
-        raise ValueError(f"looks must be >= 1, got {looks}")
+    if isinstance(looks, bool) or not isinstance(looks, int) or looks < 1:
+        raise ValueError(f"looks must be an integer >= 1, got {looks!r}")
     return ZRank(confidence, looks, name)
 
 
@@ -535,6 +535,6 @@ def z_rank(confidence: float | None = None, looks: int = 1) -> PairRule:
 
 @pair_rules.register("rope")
 def rope(epsilon: float, confidence: float | None = None) -> PairRule:
-    if epsilon < 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
     return Rope(epsilon, confidence)

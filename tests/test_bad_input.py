@@ -163,7 +163,11 @@ CONFIG_CASES = [
         "not below the range",
         "policy.pair_rules=[{name: group_sequential, epsilon: 1.5}]",
     ),
-    case("naive-looks-bool", "valid integer", "policy.pair_rules=[{name: naive_z, looks: true}]"),
+    case(
+        "naive-looks-bool",
+        "looks must be an integer",
+        "policy.pair_rules=[{name: naive_z, looks: true}]",
+    ),
     case(
         "naive-confidence-inf",
         "confidence must be in (0.5, 1), got inf",
