@@ -25,7 +25,8 @@ from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, trace
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
+#: Seconds ``validate`` waits for an answer at ``execution.ray_address``.
+VALIDATE_PROBE_S = 3.0
 SET_HELP = "override a config field, e.g. --set policy.confidence=0.99"
 #: Options whose value may start with "-" (a list of numbers such as ``-0.5,0,1``).
 _NUMBER_LIST_OPTIONS = ("--weights", "--k")
@@ -105,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.cluster_address import address_problem
     from adaptive_eval.config import load_config
     from adaptive_eval.preflight import check_before_sampling
     from adaptive_eval.redact import scrub
@@ -145,6 +147,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine
         lines.append(f"  warning: {error}")
+    address = config.execution.ray_address
+    unreachable = address_problem(address, VALIDATE_PROBE_S) if address else None
+    if unreachable is not None:  # the cluster may come up before `run`: a warning
+        lines.append(f"  warning: execution.ray_address: {unreachable}; `run` would fail now")
     print(scrub("\n".join(lines)))
     return 0
 
@@ -664,12 +670,13 @@ def _stop_ray() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_number_lists(sys.argv[1:] if argv is None else argv))
-    previous = interrupts.install()  # the first Ctrl-C stops; the clean-up runs to its end
+    previous = interrupts.install()  # the first stop signal stops; the clean-up runs to its end
     try:
         return _run_command(args)
-    except KeyboardInterrupt:
-        print(interrupts.INTERRUPTED_LINE, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM or SIGHUP: one line, 128 + the signal
+        signum = interrupts.stopped_by(stop)
+        print(interrupts.stop_line(signum), file=sys.stderr)
+        return interrupts.exit_code(signum)
     finally:
         _stop_ray()
         interrupts.restore(previous)

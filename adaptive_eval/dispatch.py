@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import threading
 import time
 import traceback
@@ -23,6 +24,7 @@ from typing import Any
 
 from adaptive_eval import interrupts
 from adaptive_eval.backends.base import BackendPlan, Worker
+from adaptive_eval.cluster_address import address_problem
 from adaptive_eval.errors import BackendError, ClusterError, InputError
 from adaptive_eval.types import Batch, BatchResult
 
@@ -406,17 +408,32 @@ def init_ray(
     _session_is_ours = True  # from the first try on: a start cut short leaves processes too
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(**options)
+            problem = address_problem(address) if address else None
+            if problem is not None:  # ray.init would wait for it forever
+                raise ConnectionError(problem)
+            try:
+                ray.init(**options)
+            except SystemExit as stop:  # ray.init's own SIGTERM handler: sys.exit(15)
+                if stop.code == signal.SIGTERM:
+                    raise interrupts.Terminated(signal.SIGTERM) from None
+                raise
+            finally:
+                interrupts.reclaim()
             return
         except Exception as error:  # Ray raises bare Exception, TimeoutError, ConnectionError
             ray.shutdown()
             text = f"{type(error).__name__}: {error}"
-            if attempt == attempts:
-                where = f"connect to Ray at {address}" if address else "start a local Ray cluster"
+            if attempt == attempts and address:
                 raise ClusterError(
-                    f"could not {where} in {attempts} attempts (last: {text}). On a loaded "
-                    "machine, retry later or lower execution.num_cpus; or start a cluster "
-                    "with `ray start --head` and set execution.ray_address"
+                    f"could not connect to Ray at {address} in {attempts} attempts (last: "
+                    f"{text}); start the cluster there (`ray start --head`) or correct "
+                    "execution.ray_address"
+                ) from error
+            if attempt == attempts:
+                raise ClusterError(
+                    f"could not start a local Ray cluster in {attempts} attempts (last: "
+                    f"{text}). On a loaded machine, retry later or lower execution.num_cpus; or "
+                    "start a cluster with `ray start --head` and set execution.ray_address"
                 ) from error
             pause = RAY_START_BACKOFF_S[min(attempt - 1, len(RAY_START_BACKOFF_S) - 1)]
             on_event(

@@ -120,7 +120,8 @@ def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as scratch:
         shape = (len(models), len(questions))
-        recorded = np.lib.format.open_memmap(
+        # numpy < 2.4 ships these two functions untyped (vLLM's CPU build pins numpy 2.3).
+        recorded = np.lib.format.open_memmap(  # type: ignore[no-untyped-call]
             Path(scratch) / "recorded.npy", "w+", np.int16, (*shape, int(width))
         )
         recorded[:] = ABSENT
@@ -128,7 +129,7 @@ def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
             recorded[rows[:, 0], rows[:, 1], rows[:, 2]] = rows[:, 3]
         tokens = None
         if not unknown:
-            tokens = np.lib.format.open_memmap(
+            tokens = np.lib.format.open_memmap(  # type: ignore[no-untyped-call]
                 Path(scratch) / "tokens.npy", "w+", np.int64, (*shape, common)
             )
             query = "SELECT model, question, trial, tokens FROM trials WHERE trial < ?"
@@ -162,7 +163,9 @@ def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
     ):
         for name, array in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+                np.lib.format.write_array(  # type: ignore[no-untyped-call]
+                    member, np.asanyarray(array), allow_pickle=False
+                )
 
 
 __all__ = ["Exported", "export_run"]

@@ -1,58 +1,133 @@
-"""Ctrl-C: the first one stops a command, later ones cannot cut its clean-up short.
+"""Ctrl-C, SIGTERM and SIGHUP: the first one stops a command, later ones cannot cut its clean-up
+short.
 
 A second Ctrl-C 0.3 s after the first used to land in Ray's shutdown (at interpreter exit): it
 printed Ray's traceback, could crash the process, and left Ray's processes running. With
-:func:`first_interrupt` as the SIGINT handler, the first Ctrl-C raises ``KeyboardInterrupt``
-and every later one is ignored until the process ends. Standard library only: the console
+:func:`first_signal` as the handler of SIGINT, SIGTERM and SIGHUP, the first of them raises
+(``KeyboardInterrupt`` for Ctrl-C, :class:`Terminated` for the others, a subclass, so every
+clean-up written for Ctrl-C runs for them too) and every later one is ignored until the process
+ends. Each ends in its own line and exit code, 128 + the signal's number (SIGTERM used to end
+the process silently with 143, SIGHUP as if it had crashed). Standard library only: the console
 script installs it before the heavy modules load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-INTERRUPTED_LINE = "adaptive-eval: interrupted; run the same command again to resume"
+#: Set in a watched command's environment to its watcher's pid (:mod:`adaptive_eval.supervise`).
+WATCHER_ENV = "ADAPTIVE_EVAL_WATCHED"
+#: The signals a command stops on, in one line, with the clean-up run to its end.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+RESUME_HINT = "run the same command again to resume"
+INTERRUPTED_LINE = f"adaptive-eval: interrupted; {RESUME_HINT}"
+#: What each stop signal means to a user (the line names it).
+_CAUSES = {
+    signal.SIGINT: "interrupted",
+    signal.SIGTERM: "terminated (SIGTERM: asked to stop by another process, a scheduler or kill)",
+    signal.SIGHUP: "hung up (SIGHUP: its terminal or session closed)",
+}
 
 
-def first_interrupt(signum: int, frame: Any) -> None:
-    """SIGINT handler: ignore every later SIGINT, then stop the command."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+def exit_code(signum: int) -> int:
+    """The shell's convention for a command ended by a signal: 128 + its number."""
+    return 128 + signum
 
 
-def install() -> object | None:
-    """Make :func:`first_interrupt` the SIGINT handler; returns the handler it replaced (None
-    off the main thread, or where SIGINT was ignored: a caller that ignores Ctrl-C keeps
-    ignoring it)."""
+def stop_line(signum: int) -> str:
+    """The one line a command ended by stop signal ``signum`` prints."""
+    if signum == signal.SIGINT:
+        return INTERRUPTED_LINE
+    watcher = os.environ.get(WATCHER_ENV, "")
+    if signum == signal.SIGTERM and watcher.isdigit() and os.getppid() != int(watcher):
+        return (
+            f"adaptive-eval: its watcher process (pid {watcher}, the one started from the "
+            "shell) ended, so the command stopped with it; every batch recorded before it is "
+            f"kept: {RESUME_HINT}"
+        )
+    cause = _CAUSES.get(signal.Signals(signum), f"ended on {signal.Signals(signum).name}")
+    return f"adaptive-eval: {cause}; every batch recorded before it is kept: {RESUME_HINT}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: the command stops as on Ctrl-C, with its own line and exit code."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stopped_by(error: KeyboardInterrupt) -> int:
+    """The signal behind a ``KeyboardInterrupt`` (SIGINT unless it is a :class:`Terminated`)."""
+    return error.signum if isinstance(error, Terminated) else int(signal.SIGINT)
+
+
+def first_signal(signum: int, frame: Any) -> None:
+    """Handler of the stop signals: ignore every later one, then stop the command."""
+    for other in STOP_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+#: The signals :func:`install` took over (and :func:`reclaim` takes back).
+_installed: set[int] = set()
+
+
+def install() -> dict[int, Any] | None:
+    """Make :func:`first_signal` the handler of the stop signals; returns the handlers it
+    replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
+    that ignores Ctrl-C keeps ignoring it)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN:
-        return None
-    signal.signal(signal.SIGINT, first_interrupt)
+    previous: dict[int, Any] = {}
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN:
+            continue
+        previous[signum] = handler
+        signal.signal(signum, first_signal)
+        _installed.add(signum)
     return previous
 
 
-def restore(previous: object | None) -> None:
-    """Put back the handler :func:`install` replaced, unless a Ctrl-C came: then SIGINT stays
-    ignored to the end of the process (a late copy would otherwise kill it at exit)."""
-    if previous is None or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+def reclaim() -> None:
+    """Take the stop signals back from a library that replaced their handlers (``ray.init``
+    makes SIGTERM ``sys.exit(15)``: the run then ended silently with exit code 15)."""
+    if threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
+    for signum in _installed:
+        if signal.getsignal(signum) not in (first_signal, signal.SIG_IGN):
+            signal.signal(signum, first_signal)
+
+
+def restore(previous: dict[int, Any] | None) -> None:
+    """Put back the handlers :func:`install` replaced, unless a stop signal came: then they
+    stay ignored to the end of the process (a late copy would otherwise kill it at exit)."""
+    if not previous:
+        return
+    _installed.difference_update(previous)
+    if any(signal.getsignal(signum) is signal.SIG_IGN for signum in previous):
+        return
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
 def ignored() -> Iterator[None]:
-    """SIGINT ignored for the block (clean-up that must run to its end)."""
+    """The stop signals ignored for the block (clean-up that must run to its end)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -6,12 +6,19 @@ code can catch: SIGBUS when the file system under a mapped file goes read-only o
 from the out-of-memory killer, a crash in native code. The watcher, a parent process that only
 waits, then says so in one line instead of nothing, and leaves no process behind: on Linux it is
 the "child subreaper" of everything the command starts, so Ray's local processes orphaned by such
-a death are re-parented to it, and it ends them.
+a death are re-parented to it, and it ends every process descended from it.
+
+The command ends with its watcher: it asks the kernel for SIGTERM when the watcher dies
+(``PR_SET_PDEATHSIG``), stops as on any SIGTERM (the batches recorded are kept, Ray is shut
+down) and then ends what it started itself (it is a subreaper too). Before, ``kill -9`` of the
+watcher left the campaign running unsupervised, re-parented to pid 1, still holding the run
+folder's lock.
 
 Signals: Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the command from the terminal's process
-group; the watcher ignores them. SIGTERM and SIGHUP sent to the watcher are passed on. Every
-command installs its Ctrl-C handling (:mod:`adaptive_eval.interrupts`) before numpy and the rest
-load, so even a Ctrl-C during start-up ends in one line. ``python -m adaptive_eval.cli`` and
+group; the watcher ignores them. SIGTERM and SIGHUP sent to the watcher are passed on; a command
+that has not ended :data:`STOP_GRACE_S` seconds later (stuck in native code, where no Python
+handler runs) is killed. Every ending is one line and, for a signal, exit code 128 + its number
+(:mod:`adaptive_eval.interrupts`). ``python -m adaptive_eval.cli`` and
 :func:`adaptive_eval.cli.main` run in-process, unwatched. Standard library only.
 """
 
@@ -29,14 +36,18 @@ from pathlib import Path
 from adaptive_eval import interrupts
 
 WATCHED = frozenset({"run", "compare", "nightly"})
-#: Set in the command's environment: the process is the watched one (no second watcher).
-ENV = "ADAPTIVE_EVAL_WATCHED"
+#: Set in the command's environment to the watcher's pid: the process is the watched one (no
+#: second watcher), and it ends when that pid is no longer its parent.
+ENV = interrupts.WATCHER_ENV
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 #: Seconds the processes left by the command get to end after SIGTERM, before SIGKILL.
 GRACE_S = 3.0
+#: Seconds the command gets to stop after a SIGTERM or SIGHUP passed on, before SIGKILL.
+STOP_GRACE_S = 30.0
+#: Longest the watcher spends ending leftovers (Ray's processes re-parented in waves).
+LEFTOVERS_S = 30.0
 
 
 def entry() -> None:
@@ -49,35 +60,59 @@ def entry() -> None:
 
 
 def run_here(argv: list[str]) -> int:
-    """Run the command in this process, its Ctrl-C handling installed before its modules load."""
+    """Run the command in this process, its stop-signal handling installed before its modules
+    load (and, under a watcher, tied to the watcher's life)."""
     previous = interrupts.install()
+    watcher = _follow_watcher()
     try:
         from adaptive_eval.cli import main
 
         return main(argv)
-    except KeyboardInterrupt:  # while the modules loaded, before main took over
-        print(interrupts.INTERRUPTED_LINE, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:  # while the modules loaded, before main took over
+        signum = interrupts.stopped_by(stop)
+        print(interrupts.stop_line(signum), file=sys.stderr)
+        return interrupts.exit_code(signum)
     finally:
+        if watcher is not None and os.getppid() != watcher:
+            end_leftovers()  # the watcher is gone: nobody else ends what this run started
         interrupts.restore(previous)
 
 
-def _become_subreaper() -> None:
+def _prctl(option: int, value: int) -> bool:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
+    return False
+
+
+def _follow_watcher() -> int | None:
+    """Under a watcher: SIGTERM to this process when it dies, and orphans of this process's
+    descendants re-parented here. The watcher's pid, or None when not watched."""
+    try:
+        watcher = int(os.environ.get(ENV) or 0)
+    except ValueError:
+        return None
+    if watcher <= 1 or not sys.platform.startswith("linux"):
+        return None
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != watcher:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    return watcher
 
 
 def watch(argv: list[str], command: str) -> int:
-    """Run ``adaptive-eval ARGV`` as a child; its exit code, or one line and 1 (2 when its
-    folder is now read-only) if a signal killed it."""
-    _become_subreaper()
-    env = {**os.environ, ENV: "1"}
+    """Run ``adaptive-eval ARGV`` as a child; its exit code, or one line and 128 + the signal
+    (2 when its folder is now read-only) if a signal ended it."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    env = {**os.environ, ENV: str(os.getpid())}
     bootstrap = "import sys; from adaptive_eval.supervise import run_here; "
     bootstrap += "sys.exit(run_here(sys.argv[1:]))"
     child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], env=env)
+    received: list[int] = []
 
     def pass_on(signum: int, frame: object) -> None:
+        received.append(signum)
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
@@ -85,17 +120,35 @@ def watch(argv: list[str], command: str) -> int:
         signal.signal(signum, pass_on)
     for signum in (signal.SIGINT, signal.SIGQUIT):  # the terminal sends them to the command
         signal.signal(signum, signal.SIG_IGN)
-    code = child.wait()
+    code = _wait(child, received)
     end_leftovers()
     if code >= 0:
         return code
+    if received:  # the command was asked to stop; however it then ended, that is the cause
+        print(interrupts.stop_line(received[0]), file=sys.stderr)
+        return interrupts.exit_code(received[0])
     return _killed(-code, argv, command)
 
 
-def _children() -> list[int]:
-    """Live processes whose parent is this one (the orphans re-parented to it included)."""
-    me = str(os.getpid())
-    found = []
+def _wait(child: subprocess.Popen[bytes], received: list[int]) -> int:
+    """The child's exit status; killed once it outlives a passed-on stop signal by
+    :data:`STOP_GRACE_S` (a process stuck in native code never runs its handler)."""
+    deadline: float | None = None
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if received and deadline is None:
+            deadline = time.monotonic() + STOP_GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every live process (zombies left out)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -103,8 +156,25 @@ def _children() -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z":
-            found.append(int(entry.name))
+        if fields[0] != "Z":
+            found[int(entry.name)] = int(fields[1])
+    return found
+
+
+def descendants(root: int | None = None) -> list[int]:
+    """Live processes descended from ``root`` (default this one): children, their children,
+    ..., the orphans re-parented here included."""
+    parents = _parents()
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    frontier = [os.getpid() if root is None else root]
+    while frontier:
+        pid = frontier.pop()
+        for child in children.get(pid, []):
+            found.append(child)
+            frontier.append(child)
     return found
 
 
@@ -115,19 +185,20 @@ def _reap() -> None:
 
 
 def end_leftovers() -> None:
-    """End what the command left running (Ray's processes after a hard death): SIGTERM, a
-    grace period, then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        left = _children()
-        if not left:
-            break
+    """End every process descended from this one (Ray's processes after a hard death, and the
+    agents they started): SIGTERM, a grace period, then SIGKILL, in passes until none is left
+    (processes re-parented to this one between passes are caught by the next)."""
+    give_up = time.monotonic() + LEFTOVERS_S
+    sig = signal.SIGTERM
+    while (left := descendants()) and time.monotonic() < give_up:
         for pid in left:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + GRACE_S
-        while time.monotonic() < deadline and _children():
+        while time.monotonic() < deadline and descendants():
             _reap()
             time.sleep(0.05)
+        sig = signal.SIGKILL
     _reap()
 
 
@@ -149,10 +220,11 @@ def _killed(signum: int, argv: list[str], command: str) -> int:
     except ValueError:
         name = f"signal {signum}"
     folder = _folder(argv)
-    code = EXIT_FAILED
-    if signum == signal.SIGINT:
-        cause, code = "interrupted", EXIT_INTERRUPTED
-    elif folder is not None and folder.exists() and is_read_only(folder):
+    code = interrupts.exit_code(signum)
+    if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        print(interrupts.stop_line(signum), file=sys.stderr)
+        return code
+    if folder is not None and folder.exists() and is_read_only(folder):
         cause, code = f"{folder} is now on a read-only file system", EXIT_BAD_INPUT
     elif signum == signal.SIGBUS:
         cause = "a memory-mapped file (the trial store's -shm) became unreadable"
@@ -162,8 +234,7 @@ def _killed(signum: int, argv: list[str], command: str) -> int:
         cause = "the process crashed"
     print(
         f"adaptive-eval: failed: the {command} process ended on {name} "
-        f"({cause}); every batch recorded before it is kept: run the same command again to "
-        "resume",
+        f"({cause}); every batch recorded before it is kept: {interrupts.RESUME_HINT}",
         file=sys.stderr,
     )
     return code

@@ -1,0 +1,325 @@
+"""Issue 22, failures 2, 11 and 12 and vLLM item 1: every way a run is stopped ends in one true
+line and exit code 128 + the signal; nothing outlives the command or its watcher; an
+unreachable Ray address fails within bounded tries instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    InlineCluster,
+    base_config,
+    mimic_success,
+    trials_in,
+    write_config,
+    write_scenario,
+)
+
+from adaptive_eval import dispatch, interrupts
+from adaptive_eval.cli import main
+from adaptive_eval.cluster_address import address_problem
+
+CLI = Path(sys.executable).with_name("adaptive-eval")
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> Path:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
+    return write_config(tmp_path / "c.yaml", base_config("s.npz"))
+
+
+# -- failure 11: SIGTERM and SIGHUP, in-process ------------------------------------------------
+@pytest.mark.parametrize(
+    ("signum", "code", "words"),
+    [(signal.SIGTERM, 143, "terminated (SIGTERM"), (signal.SIGHUP, 129, "hung up (SIGHUP")],
+)
+def test_a_stop_signal_mid_run_is_one_line_with_128_plus_the_signal_and_keeps_the_trials(
+    tmp_path: Path,
+    config: Path,
+    no_ray: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    signum: int,
+    code: int,
+    words: str,
+) -> None:
+    polls: list[int] = []
+
+    def stop(dispatcher: Any) -> None:
+        polls.append(1)
+        if len(polls) == 4:
+            # Before the fix SIGTERM killed the process silently (and SIGHUP as a crash): send
+            # it only where a handler will take it, else this test would end pytest itself.
+            assert signal.getsignal(signum) not in (signal.SIG_DFL, None), "no handler"
+            os.kill(os.getpid(), signum)
+            time.sleep(1)  # the handler runs at the next bytecode: never get past this line
+
+    monkeypatch.setattr(InlineCluster, "on_poll", stop)
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    try:
+        assert main(["run", str(config), "--out", str(run_dir)]) == code
+        # A late copy of the signal cannot cut the clean-up short: ignored to the end.
+        assert signal.getsignal(signum) is signal.SIG_IGN
+    finally:
+        for other, handler in handlers.items():
+            signal.signal(other, handler)
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"adaptive-eval: {words}") and "run the same command again" in line
+    recorded = trials_in(run_dir / "trials.sqlite")
+    assert recorded > 0
+    monkeypatch.setattr(InlineCluster, "on_poll", None)
+    assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["resumed"] is True
+
+
+def test_ray_init_taking_sigterm_over_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ray.init`` makes SIGTERM ``sys.exit(15)`` (a run then ended silently with exit code 15):
+    the handler is taken back after it, and a SIGTERM during it is a stop like any other."""
+    import ray
+
+    def init_that_takes_sigterm(**options: Any) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init_that_takes_sigterm)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    previous = interrupts.install()
+    try:
+        dispatch.init_ray(None, 2)
+        assert signal.getsignal(signal.SIGTERM) is interrupts.first_signal
+
+        def init_interrupted(**options: Any) -> None:
+            raise SystemExit(signal.SIGTERM)
+
+        monkeypatch.setattr(ray, "init", init_interrupted)
+        with pytest.raises(interrupts.Terminated):
+            dispatch.init_ray(None, 2)
+    finally:
+        dispatch._session_is_ours = False
+        interrupts.restore(previous)
+
+
+# -- failure 12: every descendant ends, however late it is orphaned ---------------------------
+LEFTOVERS = """
+import os, signal, subprocess, sys, time
+from adaptive_eval import supervise
+supervise.GRACE_S = 0.5
+supervise._prctl(supervise.PR_SET_CHILD_SUBREAPER, 1)
+# A child and a grandchild that both ignore SIGTERM (as Ray's agents may while they stop): the
+# grandchild is orphaned only when the child dies, after the last pass of the old clean-up.
+tree = subprocess.Popen([sys.executable, "-c", '''
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+grand = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+print(os.getpid(), grand.pid, flush=True)
+time.sleep(600)
+'''], stdout=subprocess.PIPE, text=True)
+pids = [int(p) for p in tree.stdout.readline().split()]
+supervise.end_leftovers()
+time.sleep(1.0)
+alive = []
+for pid in pids:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        continue
+    if state != "Z":
+        alive.append(pid)
+print("ALIVE", alive, flush=True)
+for pid in alive:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_leftovers_are_ended_however_deep_and_however_late_they_are_orphaned() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "ALIVE []", done.stdout
+
+
+# -- failure 2: an unreachable Ray address -------------------------------------------------------
+@pytest.fixture()
+def silent_server() -> Iterator[str]:
+    """A TCP server that accepts connections and never says a word (not a Ray cluster)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_the_address_probe_tells_what_is_there(silent_server: str) -> None:
+    assert "Connection refused" in (address_problem("127.0.0.1:1") or "")
+    assert "within 0.5 s" in (address_problem(silent_server, 0.5) or "")
+    assert "not HOST:PORT" in (address_problem("head:port") or "")
+    assert address_problem("auto") is None  # Ray finds the local cluster itself
+
+
+@pytest.mark.timeout(90)
+def test_an_unreachable_ray_address_fails_in_bounded_tries_in_one_line(
+    tmp_path: Path,
+    config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(dispatch, "RAY_START_BACKOFF_S", (0.0,))
+    started = time.monotonic()
+    args = ["run", str(config), "--out", str(tmp_path / "run")]
+    assert main([*args, "--set", "execution.ray_address=127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("adaptive-eval:")]
+    assert len(line) == 1 and "could not connect to Ray at 127.0.0.1:1 in 3 attempts" in line[0]
+    assert "Connection refused" in line[0] and "Traceback" not in err
+    assert time.monotonic() - started < 60
+    assert trials_in(tmp_path / "run" / "trials.sqlite") == 0
+
+
+def test_validate_warns_about_an_unreachable_ray_address(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(config), "--set", "execution.ray_address=127.0.0.1:1"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: execution.ray_address: cannot connect to 127.0.0.1:1" in out
+
+
+# -- the same through the watcher, on a real Ray cluster ------------------------------------------
+def _session(sid: int) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(f"{entry.name} {command[:120]}")
+    return found
+
+
+def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8))
+    data = base_config("s.npz", max_trials_per_question=60)
+    data["models"][0]["latency"] = {"per_batch_s": 0.2}
+    data["execution"] = {"workers": 1, "batch_size": 8, "num_cpus": 2}
+    config = write_config(tmp_path / "c.yaml", data)
+    run_dir = tmp_path / "run"
+    return [str(CLI), "run", str(config), "--out", str(run_dir)], run_dir
+
+
+def _started(command: list[str], run_dir: Path, least: int) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while trials_in(run_dir / "trials.sqlite") < least:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run recorded no trials in 240 s"
+        time.sleep(0.2)
+    return process
+
+
+def _nothing_left(sid: int) -> None:
+    deadline = time.monotonic() + 30
+    while _session(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _session(sid)
+    for line in left:  # never leave them running, even when the test fails
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, f"processes left running: {left}"
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("adaptive-eval:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_sigterm_and_sighup_through_the_watcher_and_its_process_group(tmp_path: Path) -> None:
+    """To the watcher (as a shell's ``kill`` does), to the whole process group (as a scheduler
+    does: Ray's own processes get it too; this used to read "ended on SIGABRT (the process
+    crashed)"), SIGHUP; each leg resumes the one before (the last resume to the end is in
+    the next test)."""
+    command, run_dir = _slow_run(tmp_path)
+    legs = [
+        (lambda pid: os.kill(pid, signal.SIGTERM), 143, "terminated (SIGTERM"),
+        (lambda pid: os.killpg(pid, signal.SIGTERM), 143, "terminated (SIGTERM"),
+        (lambda pid: os.kill(pid, signal.SIGHUP), 129, "hung up (SIGHUP"),
+    ]
+    for index, (send, code, words) in enumerate(legs):
+        before = trials_in(run_dir / "trials.sqlite")
+        process = _started(command, run_dir, before + 16)
+        send(process.pid)
+        _, err = process.communicate(timeout=120)
+        _nothing_left(process.pid)
+        assert process.returncode == code, (index, err)
+        assert _one_line(err).startswith(f"adaptive-eval: {words}"), (index, err)
+
+
+@pytest.mark.slow
+def test_the_run_ends_with_its_watcher(tmp_path: Path) -> None:
+    """kill -9 of the process a user launched (the watcher) used to leave the campaign running
+    under pid 1, recording trials and holding the run folder's lock."""
+    command, run_dir = _slow_run(tmp_path)
+    process = _started(command, run_dir, 16)
+    process.send_signal(signal.SIGKILL)
+    _, err = process.communicate(timeout=60)
+    _nothing_left(process.pid)
+    assert "its watcher process" in _one_line(err)
+    recorded = trials_in(run_dir / "trials.sqlite")
+    time.sleep(2)
+    assert trials_in(run_dir / "trials.sqlite") == recorded, "the run went on without its watcher"
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["resumed"] is True
+
+
+def test_the_watcher_ties_the_command_to_its_life() -> None:
+    """Unit view of the above: the watched command asks for SIGTERM on its watcher's death."""
+    code = textwrap.dedent(
+        """
+        import ctypes, os
+        from adaptive_eval import supervise
+        os.environ[supervise.ENV] = str(os.getppid())
+        assert supervise._follow_watcher() == os.getppid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        sig = ctypes.c_int()
+        libc.prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+        print(sig.value)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == signal.SIGTERM
