@@ -17,6 +17,7 @@ from adaptive_eval import stats
 from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
 from adaptive_eval.errors import InputError
+from adaptive_eval.inputfiles import not_a_device
 from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
@@ -194,8 +195,20 @@ def _build_prior(
     return prior, note, file_sha256(path)
 
 
+def _check_paths(config: CampaignConfig) -> None:
+    """No path in the config may name a device, a pipe or a socket (reading one never ends)."""
+    named = [(f"models[{i}].path", entry.path) for i, entry in enumerate(config.models)]
+    named.append(("dataset.path", config.dataset.path if config.dataset else None))
+    named.append(("policy.prior.path", config.policy.prior.path if config.policy.prior else None))
+    named.append(("library", config.library))
+    for field, path in named:
+        if path is not None:
+            not_a_device(config.resolve_path(path), source=config.source, field=field)
+
+
 def build_campaign(config: CampaignConfig) -> Campaign:
     source = config.source
+    _check_paths(config)
     plans: list[BackendPlan] = []
     for index, entry in enumerate(config.models):
         field = f"models[{index}]"

@@ -25,6 +25,8 @@ from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, trace
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+#: The longest error line printed (characters; the rest is counted, not shown).
+MAX_LINE = 2000
 #: Seconds ``validate`` waits for an answer at ``execution.ray_address``.
 VALIDATE_PROBE_S = 3.0
 SET_HELP = "override a config field, e.g. --set policy.confidence=0.99"
@@ -181,13 +183,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from adaptive_eval.store import StoreError, TrialStore
+    from adaptive_eval.recovery import describe_recoveries, salvage
+    from adaptive_eval.store import CorruptStore, StoreError, TrialStore
 
     run_dir = Path(args.run_dir)
     if not (run_dir / TrialStore.FILENAME).exists():
         raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
-    store = TrialStore(run_dir, readonly=True)  # SQLite's integrity check runs on open
     try:
+        store = TrialStore(run_dir, readonly=True)  # SQLite's integrity check runs on open
+    except CorruptStore as error:  # say what a resume would keep and sample again
+        found = salvage(run_dir / TrialStore.FILENAME)
+        raise CorruptStore(f"{error}. Of it, {found.describe()}") from None
+    try:
+        recoveries = list(store.get_meta("recoveries") or [])
+        store.check_meta()
         if not store.has_chain:
             raise StoreError(
                 "has no digest chain: it was recorded by a release before the chain existed; "
@@ -196,6 +205,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 source=str(run_dir),
             )
         sealed = store.verify_chain()
+        store.check_applied_rounds(sealed)
         recorded, planned = store.count_trials(), len(store.rounds())
     finally:
         store.close()
@@ -203,6 +213,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"{run_dir}: the digest chain of {sealed} round(s) matches the {recorded} recorded "
         f"trials; {planned - sealed} round(s) still missing trials are not sealed yet"
     )
+    for line in describe_recoveries(recoveries):
+        print(f"{run_dir}: {line}")
     return 0
 
 
@@ -599,7 +611,10 @@ def _say(prefix: str, message: object) -> None:
     escapes, never sent raw."""
     from adaptive_eval.redact import scrub
 
-    print(f"adaptive-eval: {prefix}{printable(scrub(str(message)))}", file=sys.stderr)
+    text = printable(scrub(str(message)))
+    if len(text) > MAX_LINE:  # one line a person reads, whatever a value from a file holds
+        text = f"{text[:MAX_LINE]}... ({len(text) - MAX_LINE:,} more characters)"
+    print(f"adaptive-eval: {prefix}{text}", file=sys.stderr)
 
 
 def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.inputfiles import MAX_CONFIG_BYTES, check, read_bytes
 from adaptive_eval.redact import redact, remember, without_secrets
 
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
@@ -476,6 +477,10 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return "".join(parts)
 
 
+#: Characters of a refused value shown in an error line.
+MAX_VALUE_SHOWN = 120
+
+
 def _raise_validation(error: ValidationError, source: str) -> None:
     """One line naming every invalid field with its value (not only the first)."""
     found = []
@@ -483,6 +488,8 @@ def _raise_validation(error: ValidationError, source: str) -> None:
         field = _location(tuple(item["loc"])) or "<root>"
         value = item.get("input")
         shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+        if len(shown) > MAX_VALUE_SHOWN:  # a value is named, not printed whole
+            shown = f"{shown[:MAX_VALUE_SHOWN]}... ({len(shown):,} characters)"
         if item["type"] == "extra_forbidden":
             found.append((field, f"unknown key (value {shown})"))
         else:
@@ -558,9 +565,58 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
     node[last] = load_yaml(raw, f"{source}: override {override!r}")
 
 
+#: The most nodes a config may expand to once its aliases are followed. A config is a few
+#: hundred nodes; nine levels of nine aliases (a "billion laughs") expand to 10^9.
+MAX_YAML_NODES = 100_000
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the
-    last one silently, so ``seed: 1`` then ``seed: 2`` ran with seed 2)."""
+    last one silently, so ``seed: 1`` then ``seed: 2`` ran with seed 2), and a document whose
+    aliases expand it past :data:`MAX_YAML_NODES` (a 26-line alias bomb took 504 MB and printed
+    a 28 MB error line)."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return self.construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the nodes ``root`` stands for with every alias expanded, without expanding any:
+    an aliased node is one object, counted once and multiplied by its uses."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(
+                None, None, "an alias refers to a node that holds it (a cycle)", node.start_mark
+            )
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"the document expands to more than {MAX_YAML_NODES:,} values once its "
+                "aliases are followed (aliases of aliases); write the values out",
+                node.start_mark,
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -606,10 +662,7 @@ def load_yaml(text: str, source: str) -> Any:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CampaignConfig:
     """Read a YAML campaign, apply ``KEY.PATH=VALUE`` overrides, validate."""
     source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as error:
-        raise InputError(f"cannot read config: {error.strerror}", source=source) from None
+    raw = read_bytes(path, limit=MAX_CONFIG_BYTES, what="config", source=source)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -631,6 +684,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Campaig
 
 
 def file_sha256(path: Path) -> str:
+    """The content hash of an input file (read in chunks; a device or pipe is refused first,
+    as it would never end)."""
+    check(path, limit=1 << 50, what="file")
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

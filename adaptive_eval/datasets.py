@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 DEFAULT_TEMPLATE = "{problem}\n\n{instruction}"
@@ -85,10 +86,7 @@ def load_dataset(
     problem or answer (the message says which), a duplicate id, an empty file.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read dataset: {exc.strerror or exc}", source=str(p)) from None
+    raw = read_bytes(p, limit=MAX_TEXT_BYTES, what="dataset")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

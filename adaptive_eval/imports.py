@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.inputfiles import MAX_MEMBER_BYTES, MAX_TEXT_BYTES, check, size_text
 from adaptive_eval.storage import atomic_output
 
 FORMATS = ("lm-eval", "inspect")
@@ -52,16 +54,19 @@ _SAMPLES_NAME = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[\
 
 @dataclass(frozen=True)
 class Score:
-    """One scored attempt read from a harness log."""
+    """One scored attempt read from a harness log; ``where`` is its place in the file (``line
+    12``, ``member samples/3_epoch_1.json``)."""
 
     model: str
     question: str
     trial: int
     value: Any
     source: str
+    where: str = ""
 
 
 def _norm(value: Any) -> float | str:
+    """A score value as a number or a stripped string; ValueError for anything else."""
     if isinstance(value, bool | int | float):
         return float(value)
     if isinstance(value, str):
@@ -70,7 +75,7 @@ def _norm(value: Any) -> float | str:
             return float(text)
         except ValueError:
             return text
-    raise InputError(f"score {value!r} is neither a number nor a string")
+    raise ValueError(f"score {json.dumps(value)} is neither a number nor a string")
 
 
 def parse_map(items: Sequence[str]) -> dict[float | str, int]:
@@ -80,10 +85,9 @@ def parse_map(items: Sequence[str]) -> dict[float | str, int]:
         value, sep, category = item.rpartition("=")
         if not sep or not value:
             raise InputError(f"--map {item!r} is not VALUE=CATEGORY")
+        key = _norm(value.lower() if value.lower() in ("true", "false") else value)
         try:
-            out[_norm(value.lower() if value.lower() in ("true", "false") else value)] = int(
-                category
-            )
+            out[key] = int(category)
         except ValueError:
             raise InputError(f"--map {item!r}: category {category!r} is not an integer") from None
     for key in [k for k in out if k in ("true", "false")]:
@@ -95,8 +99,17 @@ def parse_map(items: Sequence[str]) -> dict[float | str, int]:
 
 # -- lm-evaluation-harness -----------------------------------------------------------------------
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
+    check(path, limit=MAX_TEXT_BYTES, what="lm-eval samples file")
+    with path.open("rb") as handle:  # decoded line by line, so a bad byte names its line
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(
+                    f"line {number}: not valid UTF-8 (byte 0x{raw[error.start]:02x}); lm-eval "
+                    "writes UTF-8: is this a samples file?",
+                    source=str(path),
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -150,6 +163,7 @@ def read_lm_eval(
     scores: list[Score] = []
     for (model, task), files in sorted(runs.items()):
         for trial, (_, path) in enumerate(sorted(files)):
+            before = len(scores)
             for number, record in _jsonl(path):
                 if filter_name is not None and record.get("filter") != filter_name:
                     continue
@@ -166,33 +180,84 @@ def read_lm_eval(
                         source=str(path),
                     )
                 scores.append(
-                    Score(model, f"{task}/{record['doc_id']}", trial, record[key], str(path))
+                    Score(
+                        model,
+                        f"{task}/{record['doc_id']}",
+                        trial,
+                        record[key],
+                        str(path),
+                        f"line {number}",
+                    )
+                )
+            if len(scores) == before:  # the model's run would be missing without a word
+                chosen = f" of filter {filter_name!r}" if filter_name is not None else ""
+                raise InputError(
+                    f"holds no scored sample{chosen} (an empty file?); every file given is one "
+                    f"trial of {model!r} on {task!r}: remove it or give a complete one",
+                    source=str(path),
                 )
     return scores
 
 
 # -- inspect_ai ----------------------------------------------------------------------------------
-def _inspect_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(eval header, samples) of a ``.json`` or ``.eval`` inspect_ai log."""
+#: Epochs a sample may have (1-based; epoch e is trial e - 1): a dense tensor holds every one.
+MAX_EPOCH = 1_000_000
+#: What a corrupt zip, a member that is not UTF-8 JSON or an unsupported compression raises.
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    NotImplementedError,
+    RuntimeError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+
+
+def _member(archive: zipfile.ZipFile, name: str, path: Path) -> Any:
+    """One JSON member of an ``.eval`` zip, bounded before it is read."""
+    size = archive.getinfo(name).file_size
+    if size > MAX_MEMBER_BYTES:
+        raise InputError(
+            f"member {name} is {size_text(size)} unpacked, more than the "
+            f"{size_text(MAX_MEMBER_BYTES)} a sample or header may be",
+            source=str(path),
+        )
+    try:
+        return json.loads(archive.read(name))
+    except _UNREADABLE as error:
+        raise InputError(
+            f"member {name} is not readable JSON ({type(error).__name__}: {error})",
+            source=str(path),
+        ) from None
+
+
+def _inspect_log(path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """(eval header, samples each with where it was read) of a ``.json`` or ``.eval`` log."""
+    check(path, limit=MAX_TEXT_BYTES, what="inspect_ai log")
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
                 if "header.json" in names:
-                    header = json.loads(archive.read("header.json"))
+                    header = _member(archive, "header.json", path)
                 elif "_journal/start.json" in names:
-                    header = json.loads(archive.read("_journal/start.json"))
+                    header = _member(archive, "_journal/start.json", path)
                 else:
                     raise InputError("an .eval zip without header.json", source=str(path))
                 samples = [
-                    json.loads(archive.read(name))
+                    (f"member {name}", _member(archive, name, path))
                     for name in sorted(names)
                     if name.startswith("samples/") and name.endswith(".json")
                 ]
+            if not isinstance(header, dict):
+                raise InputError("header.json is not a JSON object", source=str(path))
             return header, samples
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, zipfile.BadZipFile, KeyError) as error:
-        raise InputError(f"not a readable inspect_ai log ({error})", source=str(path)) from None
+        data = json.loads(path.read_bytes())
+    except _UNREADABLE as error:
+        reason = f"{type(error).__name__}: {error}"
+        raise InputError(f"not a readable inspect_ai log ({reason})", source=str(path)) from None
     if not isinstance(data, dict) or "eval" not in data:
         raise InputError("not an inspect_ai eval log (no 'eval' header)", source=str(path))
     listed = data.get("samples")
@@ -200,7 +265,22 @@ def _inspect_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         raise InputError(
             "the log holds no samples (was it written with --no-log-samples?)", source=str(path)
         )
-    return data, list(listed)
+    if not isinstance(listed, list):
+        raise InputError("'samples' is not a list", source=str(path))
+    return data, [(f"samples[{index}]", sample) for index, sample in enumerate(listed)]
+
+
+def _epoch(sample: dict[str, Any], where: str, path: Path) -> int:
+    """A sample's epoch: a whole number in 1..MAX_EPOCH (epoch 0 or 10^9 used to give an npz
+    of N = 0 trials that ``score`` refused)."""
+    epoch = sample.get("epoch", 1)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_EPOCH:
+        raise InputError(
+            f"{where}: sample {sample.get('id')!r} has epoch {json.dumps(epoch)}; inspect_ai "
+            f"numbers epochs 1, 2, ... (at most {MAX_EPOCH:,} here)",
+            source=str(path),
+        )
+    return epoch
 
 
 def read_inspect(paths: Iterable[Path], scorer: str | None = None) -> list[Score]:
@@ -212,23 +292,34 @@ def read_inspect(paths: Iterable[Path], scorer: str | None = None) -> list[Score
         model, task = info.get("model"), info.get("task")
         if not model or not task:
             raise InputError("eval header lacks model or task", source=str(path))
-        for sample in samples:
-            found = sample.get("scores") or {}
-            name = scorer or (next(iter(found)) if len(found) == 1 else None)
-            if name is None or name not in found:
+        for where, sample in samples:
+            if not isinstance(sample, dict) or sample.get("id") is None:
                 raise InputError(
-                    f"sample {sample.get('id')!r} epoch {sample.get('epoch')}: choose a scorer "
-                    f"with --metric (scores present: {sorted(found)})",
+                    f"{where}: not an inspect_ai sample (no 'id'; keys: "
+                    f"{sorted(sample) if isinstance(sample, dict) else type(sample).__name__})",
                     source=str(path),
                 )
-            epoch = int(sample.get("epoch", 1))
+            found = sample.get("scores") or {}
+            if not isinstance(found, dict):
+                raise InputError(f"{where}: 'scores' is not a mapping", source=str(path))
+            name = scorer or (next(iter(found)) if len(found) == 1 else None)
+            if name is None or name not in found:
+                choose = "choose a scorer with --metric" if len(found) > 1 else "no score to read"
+                raise InputError(
+                    f"{where}: sample {sample['id']!r} epoch {sample.get('epoch')}: {choose} "
+                    f"(scores present: {sorted(found)})",
+                    source=str(path),
+                )
+            entry = found[name]
+            value = entry.get("value") if isinstance(entry, dict) else entry
             scores.append(
                 Score(
                     str(model),
                     f"{task}/{sample['id']}",
-                    epoch - 1,
-                    found[name].get("value"),
+                    _epoch(sample, where, path) - 1,
+                    value,
                     str(path),
+                    where,
                 )
             )
     return scores
@@ -268,11 +359,18 @@ def to_tensor(scores: Sequence[Score], mapping: Mapping[float | str, int] | None
     model_index = {m: i for i, m in enumerate(models)}
     question_index = {q: i for i, q in enumerate(questions)}
     for score in scores:
-        value = _norm(score.value)
+        where = f"{score.where}: " if score.where else ""
+        try:
+            value = _norm(score.value)
+        except ValueError as error:  # a null score, a list, ...
+            raise InputError(
+                f"{where}{error} ({score.model} on {score.question})", source=score.source
+            ) from None
         if value not in table:
             raise InputError(
-                f"score {score.value!r} of {score.model} on {score.question} has no category; "
-                f"map it with --map {score.value}=CATEGORY (mapped: {sorted(map(str, table))})",
+                f"{where}score {score.value!r} of {score.model} on {score.question} has no "
+                f"category; map it with --map {score.value}=CATEGORY (mapped: "
+                f"{sorted(map(str, table))})",
                 source=score.source,
             )
         cell = cells[(model_index[score.model], question_index[score.question])]
@@ -301,6 +399,13 @@ def to_tensor(scores: Sequence[Score], mapping: Mapping[float | str, int] | None
             run += 1
         counts[key] = run
     low, high = min(counts.values()), max(len(c) for c in cells.values())
+    if low == 0:  # a cell without its first trial: the tensor would hold no trial at all
+        (mi, qi), cell = next((k, c) for k, c in cells.items() if counts[k] == 0)
+        raise InputError(
+            f"{models[mi]} on {questions[qi]} has no first trial (trial 0: lm-eval's first run, "
+            f"inspect's epoch 1), only trial(s) {sorted(cell)[:5]}; every cell needs trials "
+            "0, 1, ... without a gap"
+        )
     outcomes = np.zeros((len(models), len(questions), low), dtype=np.int64)
     for (mi, qi), cell in cells.items():
         outcomes[mi, qi] = [cell[t] for t in range(low)]
@@ -327,8 +432,7 @@ def import_files(
     if filter_name is not None and fmt != "lm-eval":
         raise InputError(f"--filter applies to --format lm-eval, not {fmt}")
     for path in paths:
-        if not path.is_file():
-            raise InputError("file not found", source=str(path))
+        check(path, limit=MAX_TEXT_BYTES, what=f"{fmt} log")
     scores = (
         read_lm_eval(paths, metric, filter_name)
         if fmt == "lm-eval"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.inputfiles import MAX_ARRAY_BYTES, check, size_text
 
 
 class NpzFile:
@@ -16,10 +17,19 @@ class NpzFile:
     def __init__(self, path: str | Path, field: str | None = None) -> None:
         self.path = str(path)
         self.field = field
+        size = check(path, limit=MAX_ARRAY_BYTES, what="npz file", field=field)
         try:
             if not zipfile.is_zipfile(path):  # np.load would read a .npy or a pickle instead
-                size = Path(path).stat().st_size
                 raise ValueError("empty file" if size == 0 else "not a zip of .npy arrays")
+            with zipfile.ZipFile(path) as archive:  # arrays are read whole: bound them first
+                unpacked = sum(info.file_size for info in archive.infolist())
+            if unpacked > MAX_ARRAY_BYTES:
+                raise InputError(
+                    f"its arrays take {size_text(unpacked)} unpacked, more than the "
+                    f"{size_text(MAX_ARRAY_BYTES)} an npz input may hold",
+                    source=self.path,
+                    field=field,
+                )
             with np.load(path, allow_pickle=False) as data:
                 self.arrays = {name: data[name] for name in data.files}
         except FileNotFoundError:
@@ -49,6 +59,14 @@ class NpzFile:
             )
         if array.dtype.kind not in kind:
             if "i" in kind and array.dtype.kind == "u":
+                # Unsigned values past int64 would wrap to negatives (2^63 + 1 was reported as
+                # "negative category -9223372036854775807"): name the value as stored.
+                if array.size and int(array.max()) > np.iinfo(np.int64).max:
+                    big = int(array.max())
+                    index = tuple(int(i) for i in np.argwhere(array == array.max())[0])
+                    raise self.error(
+                        name, f"value {big} at index {index} is too large for a category"
+                    )
                 array = array.astype(np.int64)
                 return array
             raise self.error(name, f"expected dtype kind {kind!r}, got {array.dtype}")

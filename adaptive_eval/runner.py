@@ -25,7 +25,7 @@ from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.redact import without_secrets
 from adaptive_eval.report import render_console, summarize, write_outputs
 from adaptive_eval.storage import atomic_write, storage_error
-from adaptive_eval.store import RunLock, StoreError, TrialStore
+from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
 
@@ -90,11 +90,15 @@ def _earlier_outputs(run_dir: Path) -> list[str]:
 MAX_CHANGES_SHOWN = 5
 
 
-def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bool]:
+def open_run_dir(
+    campaign: Campaign, run_dir: Path, *, recover: bool = False
+) -> tuple[TrialStore, str, bool]:
     """Open or create the store; refuse a directory that holds another campaign.
 
     Also refused: a directory whose outputs say a campaign ran there but whose store is gone or
-    empty (starting afresh would overwrite its summary), and a damaged store.
+    empty (starting afresh would overwrite its summary), and a damaged store, unless
+    ``recover`` (a resume): then the rounds whose digests verify are kept and the rest is
+    sampled again (:mod:`adaptive_eval.recovery`).
     """
     config = campaign.config
     if run_dir.exists() and not run_dir.is_dir():
@@ -107,7 +111,12 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
             f"{TrialStore.FILENAME} is missing; restore it, or use a new --out directory",
             source=str(run_dir),
         )
-    store = TrialStore(run_dir, fsync=config.output.fsync)
+    try:
+        store = TrialStore(run_dir, fsync=config.output.fsync)
+    except CorruptStore:
+        if not recover:
+            raise
+        store = _recovered(campaign, run_dir)
     identity = campaign.identity
     stored = store.get_meta("fingerprint")
     if stored is None and outputs:
@@ -129,10 +138,7 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
         )
         _write_config_copy(config, run_dir)
         return store, campaign_id, False
-    # A run recorded before credentials left the identity still holds them: not a change.
-    changes = _differences(without_secrets(store.get_meta("identity")), identity)
-    # Runs recorded before the limits left the identity still hold them there: not a change.
-    changes = [c for c in changes if not c.startswith(_LIMIT_PATHS)]
+    changes = _identity_changes(store.get_meta("identity"), identity)
     if stored != campaign.fingerprint and not changes:
         store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
     elif stored != campaign.fingerprint:
@@ -157,17 +163,54 @@ def open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bo
     return store, str(store.get_meta("campaign_id")), True
 
 
+def _recovered(campaign: Campaign, run_dir: Path) -> TrialStore:
+    """The run's store rebuilt from its damaged file's verified rounds (same campaign only)."""
+    from adaptive_eval.recovery import recover, salvage
+
+    path = run_dir / TrialStore.FILENAME
+    found = salvage(path)
+    stored = found.meta.get("identity")
+    if not isinstance(stored, dict) or _identity_changes(stored, campaign.identity):
+        raise StoreError(
+            "is damaged and its recorded campaign cannot be read or is another one; restore "
+            "trials.sqlite from a backup, or start afresh with a new --out",
+            source=str(path),
+        )
+    recover(run_dir, campaign.config.output.fsync, found)
+    store = TrialStore(run_dir, fsync=campaign.config.output.fsync)
+    store.notes.append(
+        (
+            "store_recovered",
+            f"{path}: the store was damaged; {found.describe()}. The damaged file is kept "
+            "beside it",
+        )
+    )
+    return store
+
+
+def _identity_changes(stored: Any, identity: dict[str, Any]) -> list[str]:
+    """What differs between a stored identity and this campaign's, less what may change."""
+    # A run recorded before credentials left the identity still holds them: not a change.
+    changes = _differences(without_secrets(stored), identity)
+    # Runs recorded before the limits left the identity still hold them there: not a change.
+    return [c for c in changes if not c.startswith(_LIMIT_PATHS)]
+
+
 def _check_chain(store: TrialStore) -> None:
     """Verify the store's digest chain (a changed trial is refused, naming its round); a store
     written before the chain existed gets one, and a note saying so."""
+    store.check_meta()
     if store.has_chain:
-        store.verify_chain()
+        store.check_applied_rounds(store.verify_chain())
         return
     built = store.build_chain()
     store.notes.append(
-        f"{store.path}: recorded before the digest chain existed; built it from the "
-        f"{built} complete round(s) as they are now (a change made before today cannot be "
-        "detected; every later one is)"
+        (
+            "digest_chain_built",
+            f"{store.path}: recorded before the digest chain existed; built it from the "
+            f"{built} complete round(s) as they are now (a change made before today cannot be "
+            "detected; every later one is)",
+        )
     )
 
 
@@ -480,7 +523,7 @@ def _run_locked(
     dispatcher_class: Any,
     finish: Finish | None = None,
 ) -> dict[str, Any]:
-    store, campaign_id, resumed = open_run_dir(campaign, run_dir)
+    store, campaign_id, resumed = open_run_dir(campaign, run_dir, recover=True)
     try:
         with _ray_output_to(run_dir / RAY_LOG, console or sys.stderr) as terminal:
             return _run_opened(
@@ -521,8 +564,8 @@ def _run_opened(
         getattr(log, level)(kind, **payload)
 
     store.on_event = on_event
-    for note in store.notes:
-        log.warning("digest_chain_built", message=note)
+    for kind, note in store.notes:
+        log.warning(kind, message=note)
     try:
         execution = config.execution
         log.info(
@@ -705,7 +748,7 @@ def _report_locked(
     if not resumed:
         store.close()
         raise InputError("holds no recorded campaign", source=str(run_dir))
-    for note in store.notes:
+    for _, note in store.notes:
         print(f"adaptive-eval: note: {note}", file=sys.stderr)
     kept = _kept_from_run(store, run_dir)
     try:

@@ -64,6 +64,10 @@ CREATE INDEX IF NOT EXISTS trials_by_round ON trials(round);
     + chain.TABLE
 )
 
+SALVAGE_HINT = (
+    "`adaptive-eval run` with the run's config keeps every round whose digest still verifies "
+    "and samples the rest again (trials are functions of their seeds)"
+)
 RECOVERY_HINT = (
     "restore trials.sqlite from a backup, or salvage its readable rows with "
     "`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, or start afresh with a new --out"
@@ -72,6 +76,12 @@ RECOVERY_HINT = (
 
 class StoreError(InputError):
     """The run directory's store is missing, damaged or held by another process (exit 2)."""
+
+
+class CorruptStore(StoreError):
+    """SQLite itself finds the file damaged (its integrity check fails, or it reads a page
+    that is not one): what :mod:`adaptive_eval.recovery` salvages, as opposed to a value
+    changed through SQL, which the digest chain refuses."""
 
 
 #: SQLite's names for a file that is not a database, or one whose pages are damaged: the only
@@ -208,8 +218,10 @@ class TrialStore:
         self._chain: _Chain | None = None
         #: Whether the store holds a digest chain (False: written by a release before it).
         self.has_chain = True
-        #: What the store's users should tell the user about it (a chain built on open).
-        self.notes: list[str] = []
+        #: What the store's users should tell the user about it, as (event kind, message): a
+        #: chain built on open (``digest_chain_built``), a damaged store salvaged
+        #: (``store_recovered``).
+        self.notes: list[tuple[str, str]] = []
         try:
             self.conn = self._connect()
         except sqlite3.Error as error:
@@ -254,7 +266,7 @@ class TrialStore:
         -wal file, a full disk or a read-only file system named as such."""
         name = getattr(error, "sqlite_errorname", "") or ""
         if name.startswith(_DAMAGED):
-            return self.damaged(f"is not a readable SQLite database ({error})")
+            return self.damaged(f"is not a readable SQLite database ({error})", corrupt=True)
         shm = self.path.with_name(self.path.name + "-shm")
         # The -shm index says the -wal holds frames, and the -wal is gone (or is a new, empty
         # file: a reader that found none creates one).
@@ -273,7 +285,7 @@ class TrialStore:
         problems = [row[0] for row in self.conn.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
             found = "; ".join(" ".join(str(p).split()) for p in problems)
-            raise self.damaged(f"fails SQLite's integrity check ({found})")
+            raise self.damaged(f"fails SQLite's integrity check ({found})", corrupt=True)
         version = int(self.conn.execute("PRAGMA user_version").fetchone()[0])
         tables = {
             row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
@@ -332,11 +344,13 @@ class TrialStore:
                 },
             )
 
-    def damaged(self, what: str, *, hint: bool = True) -> StoreError:
+    def damaged(self, what: str, *, hint: bool = True, corrupt: bool = False) -> StoreError:
         message = f"the trial store {what}"
+        if corrupt:
+            message += "; " + SALVAGE_HINT
         if hint:
             message += "; " + RECOVERY_HINT.format(path=self.path)
-        return StoreError(message, source=str(self.path))
+        return (CorruptStore if corrupt else StoreError)(message, source=str(self.path))
 
     def check_ranges(self, num_models: int, num_questions: int, num_categories: int) -> None:
         """Refuse rows whose model, question, category, trial or round is out of range.
@@ -381,7 +395,62 @@ class TrialStore:
     # -- metadata -----------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else self._meta_value(key, row[0])
+
+    def _meta_value(self, key: str, text: Any) -> Any:
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as error:
+            shown = repr(text)[:60]
+            raise self.damaged(
+                f"holds a meta value {key!r} that is not JSON ({shown}: {error}); it was "
+                "changed outside adaptive-eval"
+            ) from None
+
+    def check_meta(self) -> None:
+        """Every meta value must parse, and the run's identity be of the types it is written
+        with (a garbage ``campaign_id`` passed ``verify`` and failed ``report`` with a
+        JSONDecodeError)."""
+        values = {
+            str(key): self._meta_value(str(key), text)
+            for key, text in self.conn.execute("SELECT key, value FROM meta ORDER BY key")
+        }
+        if not values:
+            return
+        expected: dict[str, tuple[type, ...]] = {
+            "fingerprint": (str,),
+            "campaign_id": (str,),
+            "identity": (dict,),
+            "models": (list,),
+            "questions": (list,),
+        }
+        for key, kinds in expected.items():
+            value = values.get(key)
+            bad = not isinstance(value, kinds) or not value
+            if isinstance(value, str):
+                bad = bad or not value.isprintable()
+            if isinstance(value, list):
+                bad = bad or not all(isinstance(item, str) for item in value)
+            if bad:
+                shown = "missing" if key not in values else repr(value)[:60]
+                raise self.damaged(
+                    f"holds a meta value {key!r} of the wrong kind ({shown}); it was changed "
+                    "outside adaptive-eval"
+                )
+
+    def check_applied_rounds(self, sealed: int) -> None:
+        """The rounds the run applied (its decisions were committed through them) must still be
+        recorded: deleting the last round's trials and its digest used to leave a shortened run
+        that ``verify`` and ``report`` presented as final."""
+        through = self.get_meta("events_through")
+        if isinstance(through, int) and through > sealed:
+            raise StoreError(
+                f"the run is incomplete: its decisions were committed through round {through}, "
+                f"but only rounds 0..{sealed - 1} are recorded whole; the trials of round "
+                f"{sealed} on were deleted after the run recorded them (with their digests). "
+                "Restore trials.sqlite from a backup, or start afresh with a new --out",
+                source=str(self.path),
+            )
 
     def set_meta(self, **values: Any) -> None:
         with self._transaction():
@@ -446,9 +515,10 @@ class TrialStore:
         state = self._chain_state()
         found, checked = chain.first_mismatch(self.conn, state.planned, state.recorded)
         if found is not None:
+            earlier = f"rounds 0..{found.round - 1} match" if found.round else "no earlier round"
             raise StoreError(
                 f"the trial store's round {found.round} does not match its digest: {found.why} "
-                f"(rounds 0..{found.round - 1} match). A trial recorded in round {found.round} "
+                f"({earlier}). A trial recorded in round {found.round} "
                 "was changed, added or removed outside adaptive-eval; restore trials.sqlite "
                 "from a backup, or start afresh with a new --out",
                 source=str(self.path),

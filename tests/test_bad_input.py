@@ -10,8 +10,11 @@ their command.
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import sqlite3
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,7 +289,16 @@ CONFIG_CASES = [
         "models=[{backend: simulated, path: s.npz}, {backend: simulated, path: s.npz}]",
     ),
     scenario("scenario-missing", "file not found", "missing.npz"),
-    scenario("scenario-folder", "not a readable npz", "folder"),
+    scenario("scenario-folder", "is a folder", "folder"),
+    # Issue 22, failure 3: a device or a pipe never ends (validate used to hang at 9.7 GB).
+    scenario("scenario-dev-zero", "/dev/zero is a device, not a file", "/dev/zero"),
+    scenario("scenario-named-pipe", "pipe.npz is a named pipe", "pipe.npz"),
+    case("prior-dev-zero", "is a device", "policy.prior={path: /dev/zero}"),
+    replay("replay-dev-zero", "is a device", "/dev/zero"),
+    openai("dataset-named-pipe", "is a named pipe", "dataset.path=pipe.npz"),
+    case("library-dev-null", "is a device", "library=/dev/null"),
+    # Issue 22, failure 15: unsigned values past int64 used to wrap to "negative category".
+    replay("replay-uint64-huge", "value 9223372036854775809 at index", "r_u64.npz"),
     scenario("scenario-no-questions", "has no questions", "zero_q.npz"),
     scenario("scenario-no-models", "serves no model", "zero_m.npz"),
     scenario("scenario-one-category", "categories", "one_cat.npz"),
@@ -371,6 +383,9 @@ CONFIG_CASES = [
     raw("yaml-python-tag", "invalid YAML", "name: !!python/object/apply:os.system [echo]\n"),
     raw("yaml-not-utf8", "not valid UTF-8", "name: caf\xe9\n"),
     raw("yaml-nul", "invalid YAML", "name: t\x00\n"),
+    # Issue 22, failure 13: an alias bomb took 504 MB and printed a 28 MB line.
+    raw("yaml-alias-bomb", "expands to more than 100,000 values", "BOMB"),
+    raw("yaml-alias-cycle", "a cycle", "seed: &a [1, *a]\n"),
     # -- --set ------------------------------------------------------------------------------
     case("set-bad-yaml", "invalid YAML", "seed=[1"),
     case("set-no-key", "bad key part", "=3"),
@@ -381,6 +396,14 @@ CONFIG_CASES = [
     case("set-duplicate-key", "duplicate key 'a'", "models[0].options={a: 1, a: 2}"),
     case("set-control", "invalid YAML", "name=\x1b[31m"),
 ]
+
+
+#: Nine levels of nine aliases: 9^9 values once expanded ("billion laughs").
+ALIAS_BOMB = (
+    "name: t\nl0: &l0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9))
+    + "seed: *l8\n"
+)
 
 
 def _arrays(root: Path) -> dict[str, dict[str, Any]]:
@@ -418,6 +441,7 @@ def _arrays(root: Path) -> dict[str, dict[str, Any]]:
             "tokens": np.ones((2, 4, 4), dtype=np.int64),
         },
         "r_ok": {"outcomes": rng.integers(0, 2, (2, 4, 5))},
+        "r_u64": {"outcomes": np.full((2, 4, 5), 2**63 + 1, dtype=np.uint64)},
     }
 
 
@@ -429,6 +453,7 @@ def _write_inputs(root: Path) -> None:
     (root / "text.npz").write_text("not an npz")
     (root / "pickled.npz").write_bytes(pickle.dumps({"probs": [1, 2]}))
     (root / "folder").mkdir()
+    os.mkfifo(root / "pipe.npz")
     (root / "notes.txt").write_text("a text file, not a library")
     with sqlite3.connect(root / "other.sqlite") as conn:
         conn.execute("CREATE TABLE unrelated (x)")
@@ -442,6 +467,52 @@ def _write_inputs(root: Path) -> None:
     )
     (root / "ds_dup.jsonl").write_text(question * 2)
     (root / "ds_noanswer.jsonl").write_text('{"id": "q1", "problem": "1+1?"}\n')
+    _write_harness_logs(root)
+
+
+def _lm_eval_line(doc: int, score: Any) -> str:
+    return json.dumps({"doc_id": doc, "filter": "strict-match", "exact_match": score}) + "\n"
+
+
+def _write_harness_logs(root: Path) -> None:
+    """Harness logs made bad, for ``import`` (issue 22, failures 6, 7, 8, 14 and 20)."""
+    lm = root / "lm"
+    for model in ("org__a", "org__b", "org__c"):
+        (lm / model).mkdir(parents=True)
+    good = "".join(_lm_eval_line(doc, 1.0) for doc in range(3))
+    (lm / "org__a" / "samples_gsm8k_2024-05-01T10-00-00.0.jsonl").write_text(good)
+    (lm / "org__b" / "samples_gsm8k_2024-05-01T10-00-00.0.jsonl").write_text("")
+    (lm / "org__c" / "samples_gsm8k_2024-05-01T10-00-00.0.jsonl").write_text(
+        good + _lm_eval_line(3, None)
+    )
+    (lm / "org__c" / "samples_gsm8k_2024-05-02T10-00-00.0.jsonl").write_bytes(
+        good.encode() + '{"doc_id": 3, "note": "caf\xe9"}\n'.encode("latin-1")
+    )
+    header = {"eval": {"task": "arc", "model": "m"}}
+
+    def inspect_log(name: str, samples: list[dict[str, Any]]) -> None:
+        (root / name).write_text(json.dumps({**header, "samples": samples}))
+
+    def sample(ident: Any, epoch: Any) -> dict[str, Any]:
+        return {"id": ident, "epoch": epoch, "scores": {"match": {"value": "C"}}}
+
+    inspect_log("epoch0.json", [sample(1, 0), sample(2, 1)])
+    inspect_log("epoch-huge.json", [sample(1, 1), sample(1, 10**9)])
+    inspect_log("epoch-text.json", [sample(1, "one")])
+    with zipfile.ZipFile(root / "big-member.eval", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("header.json", json.dumps(header))
+        archive.writestr("samples/1_epoch_1.json", b" " * (65 << 20) + b"{}")
+    with zipfile.ZipFile(root / "no-id.eval", "w") as archive:
+        archive.writestr("header.json", json.dumps(header))
+        archive.writestr("samples/1_epoch_1.json", json.dumps({"epoch": 1, "scores": {}}))
+    with zipfile.ZipFile(root / "corrupt.eval", "w") as archive:  # stored, then garbled
+        archive.writestr("header.json", json.dumps(header))
+        archive.writestr("samples/1_epoch_1.json", json.dumps(sample(1, 1)))
+    data = bytearray((root / "corrupt.eval").read_bytes())
+    start = data.index(b'{"id"')
+    data[start : start + 6] = b"\xff\xfe\x00ab\x01"
+    (root / "corrupt.eval").write_bytes(bytes(data))
+    (root / "not-utf8.json").write_bytes('{"eval": {"task": "caf\xe9"}}'.encode("latin-1"))
 
 
 @pytest.fixture(scope="module")
@@ -455,7 +526,7 @@ def _config_file(case: Case, inputs: Path, folder: Path) -> Path:
     """The case's config, written beside the input files it names (paths resolve there)."""
     path = inputs / f"{case.id}.yaml"
     if case.text is not None:
-        text = case.text.replace("SEED\n", "seed: 1\n")
+        text = case.text.replace("SEED\n", "seed: 1\n").replace("BOMB", ALIAS_BOMB)
         path.write_bytes(text.encode("latin-1") if "\xe9" in text else text.encode())
         return path
     data = base_config("s.npz")
@@ -478,6 +549,7 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert code == 2, f"exit {code}: {err}"
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("adaptive-eval: error: "), err
+    assert len(err) < 2200, f"a {len(err)}-character line"  # issue 22: a bomb printed 28 MB
     return err
 
 
@@ -538,7 +610,82 @@ def completions(ident: str, expect: str, *extra: str) -> Any:
     return command(ident, expect, lambda i, r, t: ["completions", str(r), *extra])
 
 
+def imports(ident: str, expect: str, fmt: str, *files: str) -> Any:
+    return command(
+        ident,
+        expect,
+        lambda i, r, t: [
+            "import",
+            "--format",
+            fmt,
+            *[str(i / f) for f in files],
+            "--out",
+            str(t / "x.npz"),
+        ],
+    )
+
+
+LM = "lm/org__{}/samples_gsm8k_2024-05-0{}T10-00-00.0.jsonl"
+
 COMMAND_CASES = [
+    # -- import (issue 22, failures 6, 7, 8, 14, 20) -----------------------------------------
+    imports(
+        "lm-eval-empty-file",
+        "org__b/samples_gsm8k_2024-05-01T10-00-00.0.jsonl: holds no scored sample",
+        "lm-eval",
+        LM.format("a", 1),
+        LM.format("b", 1),
+    ),
+    imports(
+        "lm-eval-null-score",
+        "org__c/samples_gsm8k_2024-05-01T10-00-00.0.jsonl: line 4: score null is neither",
+        "lm-eval",
+        LM.format("c", 1),
+    ),
+    imports(
+        "lm-eval-not-utf8",
+        "2024-05-02T10-00-00.0.jsonl: line 4: not valid UTF-8 (byte 0xe9)",
+        "lm-eval",
+        LM.format("c", 2),
+    ),
+    imports(
+        "inspect-epoch-zero",
+        "epoch0.json: samples[0]: sample 1 has epoch 0",
+        "inspect",
+        "epoch0.json",
+    ),
+    imports(
+        "inspect-epoch-huge",
+        "epoch-huge.json: samples[1]: sample 1 has epoch 1000000000",
+        "inspect",
+        "epoch-huge.json",
+    ),
+    imports("inspect-epoch-text", 'has epoch "one"', "inspect", "epoch-text.json"),
+    imports(
+        "inspect-member-too-big",
+        "big-member.eval: member samples/1_epoch_1.json is 65 MB unpacked",
+        "inspect",
+        "big-member.eval",
+    ),
+    imports(
+        "inspect-sample-without-id",
+        "no-id.eval: member samples/1_epoch_1.json: not an inspect_ai sample (no 'id'",
+        "inspect",
+        "no-id.eval",
+    ),
+    imports(
+        "inspect-corrupt-zip",
+        "corrupt.eval: member samples/1_epoch_1.json is not readable JSON",
+        "inspect",
+        "corrupt.eval",
+    ),
+    imports(
+        "inspect-not-utf8",
+        "not-utf8.json: not a readable inspect_ai log (UnicodeDecodeError",
+        "inspect",
+        "not-utf8.json",
+    ),
+    imports("inspect-device", "is a device", "inspect", "/dev/zero"),
     night("night-month-13", "--night must be a date", "--night", "2026-13-45"),
     night("night-feb-30", "--night must be a date", "--night", "2026-02-30"),
     night("night-short-year", "--night must be a date", "--night", "26-01-01"),

@@ -132,3 +132,66 @@ def test_an_interrupted_round_is_sealed_when_the_resume_completes_it(
     assert main(["verify", str(tmp_path / "run")]) == 0
     rounds = _sql(tmp_path / "run", "SELECT COUNT(*) FROM rounds")[0][0]
     assert _sql(tmp_path / "run", "SELECT COUNT(*) FROM digests")[0][0] == rounds
+
+
+# Issue 22, failures 9, 10 and 20: the metadata and the last rounds are checked too. Before, a
+# garbage campaign_id passed `verify` and failed `report` and resume with a JSONDecodeError
+# (exit 1), a store whose last round (trials and digest) was deleted was presented as the final
+# run, and a changed round 0 was said to follow "rounds 0..-1 match".
+LAST = "(SELECT MAX(round) FROM rounds)"
+STORE_CASES = {
+    "campaign-id-not-json": (
+        "UPDATE meta SET value = 'not json {' WHERE key = 'campaign_id'",
+        "meta value 'campaign_id' that is not JSON",
+    ),
+    "campaign-id-a-number": (
+        "UPDATE meta SET value = '42' WHERE key = 'campaign_id'",
+        "meta value 'campaign_id' of the wrong kind (42)",
+    ),
+    "campaign-id-control-characters": (
+        "UPDATE meta SET value = '\"t-\\u001b[31m\"' WHERE key = 'campaign_id'",
+        "meta value 'campaign_id' of the wrong kind",
+    ),
+    "models-not-a-list": (
+        "UPDATE meta SET value = '\"a\"' WHERE key = 'models'",
+        "meta value 'models' of the wrong kind",
+    ),
+    "events-through-not-json": (
+        "UPDATE meta SET value = '[' WHERE key = 'events_through'",
+        "meta value 'events_through' that is not JSON",
+    ),
+    "last-round-deleted": (
+        f"DELETE FROM trials WHERE round = {LAST}; DELETE FROM digests WHERE round = {LAST}",
+        "the run is incomplete: its decisions were committed through round",
+    ),
+    "last-round-and-its-plan-deleted": (
+        f"DELETE FROM trials WHERE round = {LAST}; DELETE FROM digests WHERE round = {LAST}; "
+        f"DELETE FROM rounds WHERE round = {LAST}",
+        "the run is incomplete",
+    ),
+    "round-0-changed": (
+        "UPDATE trials SET category = 1 - category WHERE (model, question, trial) IN "
+        "(SELECT model, question, trial FROM trials WHERE round = 0 LIMIT 1)",
+        "round 0 does not match its digest: a recorded value was changed after it was sealed "
+        "(no earlier round)",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(STORE_CASES))
+def test_tampered_metadata_and_deleted_rounds_are_refused_in_one_line(
+    run: tuple[Path, Path], capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    config, run_dir = run
+    statement, expect = STORE_CASES[how]
+    with sqlite3.connect(run_dir / "trials.sqlite") as conn:
+        conn.executescript(statement)
+    conn.close()
+    for args in (
+        ["verify", str(run_dir)],
+        ["report", str(run_dir)],
+        ["run", str(config), "--out", str(run_dir)],
+    ):
+        err = _refused(args, capsys)
+        assert expect in err, (args[0], err)
+        assert "rounds 0..-1" not in err

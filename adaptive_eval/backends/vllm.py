@@ -73,6 +73,7 @@ from adaptive_eval.backends.generation import (
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import GeneratedSample, Graded
+from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
 from adaptive_eval.registry import backends
 from adaptive_eval.types import Batch, BatchResult
 
@@ -820,11 +821,10 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if template_file is not None:
         template_path = Path(context.resolve_path(template_file))
         try:
-            template_text = template_path.read_text()
-        except OSError as error:
-            raise options.error(
-                "chat_template", f"cannot read {template_path}: {error.strerror}"
-            ) from None
+            raw = read_bytes(template_path, limit=MAX_TEXT_BYTES, what="chat template")
+            template_text = raw.decode("utf-8")
+        except (InputError, UnicodeDecodeError) as error:
+            raise options.error("chat_template", f"{template_path}: {error}") from None
     elif find_chat_template(tokenizer_dir) is None:
         raise InputError(
             f"the tokenizer in {tokenizer_dir} has no chat template (no chat_template.jinja, "
