@@ -54,6 +54,8 @@ class Campaign:
     fixed_n: int
     fingerprint: str  # hash of ``identity``
     identity: dict[str, Any]  # what decides the trials: config (less execution), files, prior
+    #: What the config asks for that this campaign will not do (shown by validate and run).
+    warnings: tuple[str, ...] = ()
 
     @property
     def num_models(self) -> int:
@@ -84,6 +86,14 @@ def build_pair_rules(config: CampaignConfig) -> tuple[PairRule, ...]:
         # One error-controlled boundary both resolves pairs and declares equivalence within
         # policy.rope (read from the view), at the budget set by policy.error_control.
         refs: list[str | PluginSpec] = [DEFAULT_PAIR_RULE]
+    elif not policy.pair_rules:
+        raise InputError(
+            "is empty: no pair could ever be decided, so the campaign would sample every model "
+            f"to the cap and report every pair undecided; leave it out for the default "
+            f"({DEFAULT_PAIR_RULE}) or name a rule",
+            source=config.source,
+            field="policy.pair_rules",
+        )
     else:
         refs = list(policy.pair_rules)
     return tuple(
@@ -119,6 +129,33 @@ def budget_rule(config: CampaignConfig) -> StoppingRule | None:
         field="budget",
     )
     return rule
+
+
+def describe_stopping(config: CampaignConfig) -> str:
+    """What stops the campaign, in words (``validate`` prints it): an empty
+    ``policy.stopping`` is the fixed-N run, and says so."""
+    policy = config.policy
+    if policy.stopping is None:
+        rules = "pairs_settled (the default: once every adjacent pair is settled or futile)"
+    elif not policy.stopping:
+        rules = (
+            "none (policy.stopping is empty): every model is sampled to max_trials_per_question"
+            f" = {policy.max_trials_per_question} on every question whatever the decisions, "
+            "as a fixed-N run"
+        )
+    else:
+        rules = ", ".join(_spec(ref)[0] for ref in policy.stopping)
+    budget = config.budget
+    limits = [
+        f"{name} {value}"
+        for name, value in (
+            ("trials", budget.trials),
+            ("tokens", budget.tokens),
+            ("wall clock s", budget.wall_clock_s),
+        )
+        if value is not None
+    ]
+    return rules + (f"; and the budget ({', '.join(limits)})" if limits else "")
 
 
 def fingerprint_of(identity: dict[str, Any]) -> str:
@@ -261,6 +298,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
             )
         if plan.validate_categories is not None:
             plan.validate_categories(len(weights))
+    _check_token_budget(config, plans)
     offsets = tuple(int(x) for x in np.cumsum([0] + [len(p.models) for p in plans[:-1]]))
     max_trials = config.policy.max_trials_per_question
     capacity = np.asarray(
@@ -296,6 +334,41 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         fixed_n,
         fingerprint,
         identity,
+        _ignored_sections(config, plans),
+    )
+
+
+def _check_token_budget(config: CampaignConfig, plans: list[BackendPlan]) -> None:
+    """``budget.tokens`` counts the tokens trials report: a backend that reports none would
+    never reach it (the budget was accepted and silently ignored)."""
+    if config.budget.tokens is None:
+        return
+    for index, plan in enumerate(plans):
+        if not plan.reports_tokens:
+            raise InputError(
+                f"{config.budget.tokens} tokens cannot be counted: models[{index}] "
+                f"({plan.describe or plan.backend}) reports no token counts (a scenario without "
+                "tokens_mean, a replay without tokens), so this budget would never be reached; "
+                "use budget.trials, or give the file its token counts",
+                source=config.source,
+                field="budget.tokens",
+            )
+
+
+#: Config sections only generating backends (vllm, openai) read.
+GENERATION_SECTIONS = ("dataset", "sampling", "grader")
+
+
+def _ignored_sections(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
+    """Warnings for sections given that no entry of this config reads."""
+    given = [name for name in GENERATION_SECTIONS if name in config.model_fields_set]
+    if not given or any(plan.generating for plan in plans):
+        return ()
+    backends = sorted({plan.backend for plan in plans})
+    return (
+        f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} ignored: no model of this "
+        f"config generates ({', '.join(backends)} entries draw simulated or recorded outcomes; "
+        "only vllm and openai entries read a dataset, sampling and a grader)",
     )
 
 

@@ -52,8 +52,35 @@ def _parse_ints(text: str, what: str) -> list[int]:
     return [int(v) for v in values]
 
 
+class _StoreOnce(argparse._StoreAction):
+    """An option that takes one value refuses a second (``--candidate a --candidate b`` used
+    to take the last silently)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given: set[str] = vars(namespace).setdefault("_options_given", set())
+        if option_string is not None and self.dest in given:
+            parser.error(
+                f"{option_string} given twice ({getattr(namespace, self.dest)!r}, then "
+                f"{values!r}); give it once"
+            )
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with its errors in one line (no usage block), exit code 2."""
+    """argparse with its errors in one line (no usage block), exit code 2, and an option given
+    twice refused (:class:`_StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         self.exit(
@@ -107,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.campaign import build_campaign, describe_stopping
     from adaptive_eval.cluster_address import address_problem
     from adaptive_eval.config import load_config
     from adaptive_eval.preflight import check_before_sampling
@@ -139,12 +166,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
         ),
         f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
         f"rope {policy.rope}",
+        f"  stops on: {describe_stopping(config)}",
         f"  budget: trials {config.budget.trials}, tokens {config.budget.tokens}, wall clock "
         f"{config.budget.wall_clock_s} s",
         f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials",
     ]
+    lines += [f"  warning: {config.source}: {warning}" for warning in campaign.warnings]
     try:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine

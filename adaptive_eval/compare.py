@@ -205,6 +205,8 @@ def compare_campaign(
             source=config.source,
         )
     index = campaign.names.index(candidate)
+    if margin is not None:
+        _check_margin_matters(campaign, index, margin)
     gate = None
     if margin is not None:
         gate = NonInferiority(index, margin, look_schedule(campaign.pair_rules))
@@ -227,6 +229,38 @@ def compare_campaign(
         fingerprint=fingerprint,
     )
     return steered, judge
+
+
+def vacuous_against(campaign: Campaign, candidate: int, margin: float) -> list[tuple[str, float]]:
+    """Incumbents (name, score) a candidate scoring the lowest weight on every question would
+    pass against: their score, where the backend knows it (simulated, replay), is within the
+    margin of the floor."""
+    floor = float(campaign.weights.min())
+    found = []
+    for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
+        if plan.known_scores is None:
+            continue
+        scores = plan.known_scores(campaign.weights)
+        for local, name in enumerate(plan.models):
+            if offset + local != candidate and float(scores[local]) - floor <= margin:
+                found.append((name, float(scores[local])))
+    return found
+
+
+def _check_margin_matters(campaign: Campaign, candidate: int, margin: float) -> None:
+    """Refuse a margin that makes the gate vacuous at the campaign's scores (``--margin 0.99``
+    passed every candidate at round 2)."""
+    found = vacuous_against(campaign, candidate, margin)
+    if found:
+        name, score = min(found, key=lambda item: item[1])
+        floor = float(campaign.weights.min())
+        raise InputError(
+            f"--margin {margin:g} makes the gate vacuous against {name} (score {score:.4f}): "
+            f"a candidate scoring {floor:g} on every question would be within the margin and "
+            f"pass; give a margin below {score - floor:.4f} (the largest drop you would ship "
+            "unnoticed, typically 0.01-0.05)",
+            source=campaign.config.source,
+        )
 
 
 def _per_comparison(rule: PairRule) -> PairRule:

@@ -41,11 +41,13 @@ from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, decide_pairs
 from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.state import RunState
-from adaptive_eval.storage import atomic_output, atomic_write
+from adaptive_eval.storage import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Verdict
 
 EXIT_ALERT = 3
+#: What a nightly history folder holds (see the module docstring).
+HISTORY_FILES = ("library.sqlite", "nights.jsonl", "summary.md", "runs", "error.log")
 Runner = Callable[[CampaignConfig, Path], dict[str, Any]]
 
 
@@ -259,6 +261,15 @@ def run_nightly(
     check_before_sampling(campaign)
     if history.exists() and not history.is_dir():
         raise InputError("exists and is not a folder", source=str(history), field="--history")
+    if history.is_dir():
+        foreign = foreign_entries(history, HISTORY_FILES)
+        if foreign:
+            raise InputError(
+                f"holds files that are not a nightly history's ({', '.join(foreign[:3])}); "
+                "give a new or empty folder",
+                source=str(history),
+                field="--history",
+            )
     history.mkdir(parents=True, exist_ok=True)
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)

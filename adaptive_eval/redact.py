@@ -7,47 +7,47 @@ A config may carry a credential: an HTTP header (``Authorization``, ``x-api-key`
 identity (its fingerprint, kept in the store) leaves them out, so a rotated key resumes the same
 campaign and the store never holds one.
 
-Which keys hold a credential is decided by their words (``x-api-key`` -> x, api, key): a word
-such as ``authorization``, ``password``, ``secret``, ``cookie``; ``key`` after ``api``,
-``access``, ``private``, ...; ``token`` alone or after ``auth``, ``access``, ``hf``, ... Counts
-and names are not credentials: ``max_tokens``, ``key`` (an npz array name), ``api_key_env`` (the
-name of the variable that holds the key).
+Which keys hold a credential is decided by their words (``x-api-key`` -> x, api, key): any key
+with a credential word in it (``token``, ``secret``, ``password``, ``key``, ``auth``,
+``cookie``, ...; ``extra_body.user_token`` was stored in plain text when only ``token`` after
+``auth``, ``hf``, ... counted). Counts, descriptions and names are not credentials:
+``max_tokens`` (plural), ``key`` alone (an npz array name), keys whose last word points at or
+describes one (``api_key_env``, ``token_file``, ``auth_type``), a tokenizer's ``eos_token``.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from typing import Any
 
 REDACTED = "[redacted]"
 
-_ALWAYS = frozenset(
+#: Words that make a key a credential's wherever they stand in it (``user_token``,
+#: ``extra_body.session_secret``, ``x-api-key``): a list of credential words, not of keys.
+_CREDENTIAL_WORDS = frozenset(
     {
-        "authorization",
-        "auth",
-        "apikey",
-        "secret",
-        "password",
-        "passwd",
-        "passphrase",
-        "credential",
-        "credentials",
-        "cookie",
-        "bearer",
-        "signature",
-        "privatekey",
+        *("token", "secret", "secrets", "password", "passwd", "passphrase", "pwd", "pin"),
+        *("key", "apikey", "privatekey", "accesskey", "secretkey", "jwt", "otp"),
+        *("auth", "authorization", "credential", "credentials", "cookie", "cookies"),
+        *("bearer", "signature", "sessionid", "sas"),
     }
 )
-_BEFORE_KEY = frozenset(
-    {"api", "access", "private", "secret", "subscription", "client", "signing", "session"}
+#: The same words glued to others (``usertoken``, ``xapikey``).
+_CREDENTIAL_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "privatekey")
+#: Last words of keys that describe or point at a credential rather than hold it
+#: (``api_key_env``, ``token_file``, ``auth_type``, ``stop_token_ids``, ``key_size``).
+_POINTERS = frozenset(
+    {
+        *("env", "var", "file", "path", "name", "header", "id", "ids", "url", "uri"),
+        *("type", "kind", "mode", "method", "scheme", "format", "prefix", "field"),
+        *("count", "size", "length", "limit", "timeout", "enabled", "required", "version"),
+    }
 )
-_BEFORE_TOKEN = frozenset(
-    {"access", "auth", "api", "bearer", "refresh", "session", "hf", "id", "github", "gh", "oauth"}
-    | {"security", "csrf", "xsrf", "personal", "service", "bot", "hub"}
+#: Words before ``token`` that make it a tokenizer's token, not a credential (``eos_token``).
+_TOKEN_NAMES = frozenset(
+    {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "start", "end", "stop"}
+    | {"max", "min", "num", "image", "audio", "video"}
 )
-#: Last words of keys that name where a credential is, not the credential itself.
-_POINTERS = frozenset({"env", "var", "file", "path", "name", "header"})
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
 _BEARER = re.compile(r"\b(Bearer)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
@@ -61,24 +61,25 @@ def _words(key: str) -> list[str]:
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a mapping key names a credential.
+    """Whether a mapping key names a credential: any credential word in it (token, secret,
+    password, key, auth, ...), unless its last word says it describes or points at one.
 
     >>> [is_secret_key(k) for k in ("Authorization", "x-api-key", "hf_token", "max_tokens")]
     [True, True, True, False]
     >>> [is_secret_key(k) for k in ("api_key_env", "key", "tokens_median", "password")]
     [False, False, False, True]
+    >>> [is_secret_key(k) for k in ("user_token", "usertoken", "cache_key", "eos_token_id")]
+    [True, True, True, False]
     """
     words = _words(key)
-    if not words or words[-1] in _POINTERS:
+    if not words or words[-1] in _POINTERS or words == ["key"]:
         return False
-    if _ALWAYS.intersection(words):
-        return True
-    for before, word in itertools.pairwise(words):
-        if word == "key" and before in _BEFORE_KEY:
+    for before, word in zip([None, *words], words, strict=False):
+        if word == "token" and before in _TOKEN_NAMES:
+            continue
+        if word in _CREDENTIAL_WORDS or word.endswith(_CREDENTIAL_ENDINGS):
             return True
-        if word == "token" and before in _BEFORE_TOKEN:
-            return True
-    return words == ["token"]
+    return False
 
 
 def _secret_text(value: str) -> str:

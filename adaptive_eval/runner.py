@@ -24,7 +24,7 @@ from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.redact import without_secrets
 from adaptive_eval.report import render_console, summarize, write_outputs
-from adaptive_eval.storage import atomic_write, storage_error
+from adaptive_eval.storage import atomic_write, foreign_entries, storage_error
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
@@ -72,10 +72,37 @@ def check_engines(campaign: Campaign) -> None:
             )
 
 
+#: What a run writes in its folder (and nothing else: a folder holding other files is not one).
+RUN_FILES = (
+    *("summary.json", "config.yaml", "events.jsonl", "report.md", "report.html"),
+    *(TrialStore.FILENAME, "lock", "ray.log", "error.log", "recovery"),
+    *("posterior.npz", "alert.json", "alert.md"),  # a nightly run's
+)
+
+
+def check_out_folder(run_dir: Path, field: str = "--out") -> None:
+    """Refuse a folder that holds files but no run: the run's files would be mixed in among
+    someone else's (and a later ``--keep`` or clean-up would not tell them apart)."""
+    if not run_dir.is_dir() or (run_dir / TrialStore.FILENAME).exists():
+        return
+    foreign = foreign_entries(run_dir, RUN_FILES)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise InputError(
+            f"holds files that are not a run's ({shown}); give a new or empty folder (a run "
+            "writes its store, reports and logs there)",
+            source=str(run_dir),
+            field=field,
+        )
+
+
 def prepare_run_dir(run_dir: Path) -> RunLock:
     """Create the run directory (after every input was checked) and take its lock."""
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
+    check_out_folder(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -566,6 +593,8 @@ def _run_opened(
     store.on_event = on_event
     for kind, note in store.notes:
         log.warning(kind, message=note)
+    for warning in campaign.warnings:
+        log.warning("config_ignored", message=f"{config.source}: {warning}")
     try:
         execution = config.execution
         log.info(

@@ -18,7 +18,7 @@ import errno
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -159,6 +159,19 @@ def atomic_output(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     _fsync_folder(path.parent)
 
 
+def foreign_entries(folder: Path, known: Collection[str]) -> list[str]:
+    """Names in ``folder`` that are not among ``known`` (the files a command writes there),
+    their SQLite companions (``-wal``), temporary files (``.NAME.*.tmp``) or kept copies
+    (``NAME.damaged-*``); sorted. A command given a folder of someone else's files refuses
+    it instead of mixing its own files in."""
+    out = []
+    for entry in folder.iterdir():
+        name = entry.name.removeprefix(".")
+        if not any(name == k or name.startswith((f"{k}.", f"{k}-")) for k in known):
+            out.append(entry.name + ("/" if entry.is_dir() else ""))
+    return sorted(out)
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through :func:`atomic_output`."""
     with atomic_output(path, "wb" if isinstance(data, bytes) else "w") as handle:
@@ -170,6 +183,7 @@ __all__ = [
     "ReadOnlyStorage",
     "atomic_output",
     "atomic_write",
+    "foreign_entries",
     "free_bytes",
     "is_read_only",
     "nearest_existing",

@@ -210,6 +210,8 @@ CONFIG_CASES = [
     ),
     case("prior-categories", "outside 0..1", "policy.prior={path: prior_cat.npz}"),
     case("policy-unknown-key", "unknown key", "policy.unknown=1"),
+    # Issue 22, failure 5: no pair rule decides nothing; the campaign sampled to the cap.
+    case("pair-rules-empty", "no pair could ever be decided", "policy.pair_rules=[]"),
     # -- budget, baseline ------------------------------------------------------------------
     case("budget-trials-zero", "greater than or equal to 1", "budget.trials=0"),
     case("budget-trials-negative", "greater than or equal to 1", "budget.trials=-5"),
@@ -349,6 +351,10 @@ CONFIG_CASES = [
     replay("replay-category-beyond-weights", "outside 0..1", "r_big.npz"),
     replay("replay-tokens-shape", "differs from", "r_tokens.npz"),
     replay("replay-fixed-n", "exceeds the 5 trials", "r_ok.npz", "baseline.fixed_n=8"),
+    # Issue 22, failure 4: a token budget a backend cannot count was accepted and ignored.
+    replay(
+        "budget-tokens-uncounted", "100 tokens cannot be counted", "r_ok.npz", "budget.tokens=100"
+    ),
     replay("replay-missing", "file not found", "missing.npz"),
     # -- openai and its dataset ------------------------------------------------------------
     openai("openai-no-url", "needs options.base_url", "models[0].options={}"),
@@ -816,6 +822,30 @@ COMMAND_CASES = [
             ("text", "x", "invalid float value"),
         )
     ],
+    # Issue 22, failure 16: an option given twice used to take the last silently, and a
+    # margin above the incumbents' scores passed every candidate at round 2.
+    command(
+        "candidate-twice",
+        "--candidate given twice ('a', then 'b'); give it once",
+        lambda i, r, t: [
+            *("compare", str(i / "c.yaml"), "--candidate", "a", "--candidate", "b"),
+            *("--out", str(t / "cmp")),
+        ],
+    ),
+    command(
+        "out-twice",
+        "--out given twice",
+        lambda i, r, t: ["run", str(i / "c.yaml"), "--out", str(t / "a"), "--out", str(t / "b")],
+    ),
+    score("k-twice", "--k given twice", "--k", "1", "--k", "2"),
+    command(
+        "compare-margin-vacuous",
+        "--margin 0.6 makes the gate vacuous against b (score 0.5",
+        lambda i, r, t: [
+            *("compare", str(i / "c.yaml"), "--candidate", "a", "--margin", "0.6"),
+            *("--out", str(t / "cmp")),
+        ],
+    ),
     command(
         "compare-unknown-candidate",
         "'nope'",
@@ -827,6 +857,17 @@ COMMAND_CASES = [
             "--out",
             str(t / "cmp"),
         ],
+    ),
+    # Issue 22, failure 17: run files used to be mixed in among a user's files.
+    command(
+        "run-out-foreign-folder",
+        "--out: holds files that are not a run's (",
+        lambda i, r, t: ["run", str(i / "c.yaml"), "--out", str(i)],
+    ),
+    command(
+        "nightly-history-foreign-folder",
+        "--history: holds files that are not a nightly history's (org__a/",
+        lambda i, r, t: ["nightly", str(i / "c.yaml"), "--history", str(i / "lm")],
     ),
     command(
         "run-out-is-a-file",

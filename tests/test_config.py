@@ -139,3 +139,41 @@ def test_demo_scenario_matches_the_paper_scores() -> None:
     means = data["probs"][:, :, 1].mean(axis=1)
     np.testing.assert_allclose(means, data["true_scores"], atol=1e-9)
     assert data["probs"].shape == (11, 30, 2)
+
+
+# -- issue 22, failures 5 and 19: say what a campaign will do and what it ignores ---------------
+def test_generation_sections_with_a_simulated_backend_are_named_as_ignored(
+    tmp_path: Path, scenario: Path, no_ray: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adaptive_eval.cli import main
+
+    data = base_config(scenario.name)
+    data["sampling"] = {"temperature": 1.0}
+    data["grader"] = "math"
+    config = write_config(tmp_path / "c.yaml", data)
+    assert main(["validate", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "warning:" in out and "sampling, grader are ignored: no model of this config" in out
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert "config_ignored" in capsys.readouterr().err  # the run's console says so too
+    events = (tmp_path / "run" / "events.jsonl").read_text()
+    assert "sampling, grader are ignored" in events
+    data.pop("sampling")
+    data.pop("grader")
+    assert main(["validate", str(write_config(tmp_path / "c.yaml", data))]) == 0
+    assert "ignored" not in capsys.readouterr().out
+
+
+def test_validate_says_an_empty_stopping_list_samples_every_model_to_the_cap(
+    tmp_path: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adaptive_eval.cli import main
+
+    data = base_config(scenario.name, stopping=[])
+    assert main(["validate", str(write_config(tmp_path / "c.yaml", data))]) == 0
+    out = capsys.readouterr().out
+    assert "stops on: none (policy.stopping is empty): every model is sampled to" in out
+    data = base_config(scenario.name)
+    data["budget"] = {"trials": 500}
+    assert main(["validate", str(write_config(tmp_path / "c.yaml", data))]) == 0
+    assert "stops on: pairs_settled (the default" in capsys.readouterr().out

@@ -93,6 +93,51 @@ def test_a_header_key_is_redacted_in_the_run_folder_and_never_printed(
     assert "headers.Authorization" in capsys.readouterr().err
 
 
+USER_TOKEN = "ut-5555666677778888"
+
+
+def test_any_key_that_looks_like_a_credential_is_redacted_not_a_word_list(
+    tmp_path: Path, no_ray: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22, failure 18: ``extra_body.user_token`` was stored in plain text in config.yaml
+    and in the store (``token`` counted only after ``auth``, ``hf``, ...)."""
+    run_dir = tmp_path / "run"
+    with FlakyServer() as server:
+        config = _openai_config(tmp_path, server.url, KEY)
+        data = yaml.safe_load(config.read_text())
+        data["models"][0]["options"]["extra_body"] = {
+            "user_token": USER_TOKEN,
+            "sessionSecret": "ss-1234123412341234",
+            "top_k": 20,
+        }
+        write_config(config, data)
+        assert main(["validate", str(config)]) == 0
+        assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+        sent = server.bodies[0]
+    assert sent["user_token"] == USER_TOKEN and sent["top_k"] == 20  # sent as given
+    out, err = capsys.readouterr()
+    assert USER_TOKEN not in out + err
+    assert _files_holding(run_dir, (USER_TOKEN, "ss-1234123412341234")) == []
+    copied = yaml.safe_load((run_dir / "config.yaml").read_text())
+    body = copied["models"][0]["options"]["extra_body"]
+    assert body == {"user_token": REDACTED, "sessionSecret": REDACTED, "top_k": 20}
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        *[(k, True) for k in ("user_token", "refreshToken", "client_secret", "db-password")],
+        *[(k, True) for k in ("signing_key", "cache_key", "auth", "x-auth", "usertoken")],
+        *[(k, False) for k in ("max_tokens", "min_tokens", "stop_token_ids", "eos_token")],
+        *[(k, False) for k in ("api_key_env", "token_file", "auth_type", "key", "tokenizer")],
+    ],
+)
+def test_credential_keys_are_judged_by_their_words(key: str, secret: bool) -> None:
+    from adaptive_eval.redact import is_secret_key
+
+    assert is_secret_key(key) is secret
+
+
 def test_a_rotated_key_is_the_same_campaign(tmp_path: Path) -> None:
     first = build_campaign(load_config(_openai_config(tmp_path, "http://a:1/v1", KEY)))
     second = build_campaign(

@@ -72,6 +72,13 @@ class BackendPlan:
     actor_concurrency: int = 1
     # Entry options that change how trials run, not what they are: a resume may change them.
     execution_options: frozenset[str] = frozenset()
+    # Whether its trials carry a token count (``budget.tokens`` can only count those).
+    reports_tokens: bool = True
+    # Whether it generates from ``dataset`` with ``sampling`` and grades with ``grader``.
+    generating: bool = False
+    # Each model's true (simulated) or recorded (replay) score under rubric weights, where the
+    # backend knows it before sampling; None for generating backends.
+    known_scores: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:

@@ -505,4 +505,5 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         describe=f"openai {model} at {base_url} ({settings.endpoint}): "
         f"{len(setup.questions)} questions, grader {setup.grader_name}",
         execution_options=OPENAI_EXECUTION_OPTIONS,
+        generating=True,
     )

@@ -67,6 +67,12 @@ class ReplayWorker:
         )
 
 
+def _recorded_scores(outcomes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each model's score over every recorded trial."""
+    scores: np.ndarray = weights[outcomes].mean(axis=(1, 2))
+    return scores
+
+
 def _make(
     names: tuple[str, ...],
     question_ids: tuple[str, ...],
@@ -121,6 +127,8 @@ def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             _make, kept_names, question_ids, kept_outcomes, kept_tokens, context.campaign_seed
         ),
         files={"outcomes": file_sha256(path)},
+        reports_tokens=kept_tokens is not None,
+        known_scores=partial(_recorded_scores, kept_outcomes),
         describe=f"replay {path.name}[{key}]: {len(kept_names)} models x {num_questions} "
         f"questions x {recorded} recorded trials",
         validate_categories=partial(check_categories, kept_outcomes, file=file, name=key),

@@ -230,6 +230,12 @@ def _make(
     )
 
 
+def _true_scores(probs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each model's true score: the mean over questions of its expected weight."""
+    scores: np.ndarray = (probs @ weights).mean(axis=1)
+    return scores
+
+
 def select_models(
     names: tuple[str, ...], select: list[str] | None, file: NpzFile, field: str
 ) -> list[int]:
@@ -335,6 +341,8 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             options.load_s,
         ),
         files={"scenario": file_sha256(path)},
+        reports_tokens=kept_tokens is not None,
+        known_scores=partial(_true_scores, probs[keep]),
         weights=weights,
         swappable=options.swappable,
         execution_options=frozenset(SimulatedOptions.model_fields),

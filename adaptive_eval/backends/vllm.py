@@ -910,4 +910,5 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         actor_concurrency=feed_concurrency(config),
         execution_options=EXECUTION_OPTIONS | {"engine_cpus"},
         devices_per_worker=float(num_gpus),
+        generating=True,
     )
