@@ -48,8 +48,8 @@ def summarize(
     ``design`` (``intervals``: ``score_low``, ``score_high``; valid under the campaign's
     stopping, see :mod:`adaptive_eval.stats.intervals`). Models are listed in its order. The
     paper's Bayes@N posterior mean and credible interval (clipped to the weight range) follow
-    under ``bayes_*`` names, labelled for what they are. ``rank`` is dense over the final pair decisions: a
-    resolved pair steps down a rank, an equivalent or undecided one shares it.
+    under ``bayes_*`` names, labelled for what they are. ``rank`` is dense over the final pair
+    decisions: a resolved pair steps down a rank, an equivalent or undecided one shares it.
     """
     lo_w, hi_w = weight_range
     score = intervals.estimate
