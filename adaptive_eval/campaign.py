@@ -19,8 +19,9 @@ from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
 from adaptive_eval.errors import InputError
 from adaptive_eval.inputfiles import not_a_device
 from adaptive_eval.npzio import NpzFile, check_categories
-from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
+from adaptive_eval.policy import Allocator, PairRule, StoppingRule, all_of, any_of
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
 DEFAULT_FIXED_N = 80
 DEFAULT_PAIR_RULE = "group_sequential"
@@ -28,11 +29,14 @@ DEFAULT_PAIR_RULE = "group_sequential"
 #: identity, so a run recorded under earlier rules refuses to resume under these (and says so)
 #: instead of mixing two rules in one campaign.
 DECISION_RULES = (
-    "2: Holm step-down over the adjacent pairs under error_control ranking; futility stops "
+    "3: Holm step-down over the adjacent pairs under error_control ranking; futility stops "
     "(policy.futility, from 8 trials per question); group_sequential with shorter horizons "
     "(horizons=3, ratio=4, cap_share=0.5, shortest=16); per-trial variance centred on the "
-    "model's pooled score"
+    "model's pooled score; ci_width stops on a repeated confidence interval of the unbiased "
+    "score (12 looks, HSD -4) and its models get trial targets"
 )
+#: Stopping rules that combine others: ``{name: all_of, rules: [...]}``.
+COMPOSITES = {"all_of": all_of, "any_of": any_of}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Campaign:
     pair_rules: tuple[PairRule, ...]
     stopping: StoppingRule
     allocator: Allocator
+    interval_design: IntervalDesign  # how each model's reported score interval is built
     fixed_n: int
     fingerprint: str  # hash of ``identity``
     identity: dict[str, Any]  # what decides the trials: config (less execution), files, prior
@@ -108,13 +113,95 @@ def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], Stopping
     rules = build_pair_rules(config)
     stop_refs = policy.stopping if policy.stopping is not None else ["pairs_settled"]
     stopping = [
-        stopping_rules.build(*_spec(ref), source=source, field=f"policy.stopping[{i}]")
-        for i, ref in enumerate(stop_refs)
+        _build_stopping(ref, source, f"policy.stopping[{i}]") for i, ref in enumerate(stop_refs)
     ]
     budget = budget_rule(config)
     if budget is not None:
         stopping.append(budget)
     return rules, any_of(*stopping)
+
+
+def _build_stopping(ref: str | PluginSpec, source: str | None, field: str) -> StoppingRule:
+    """One stopping rule; ``all_of`` / ``any_of`` build their ``rules`` the same way."""
+    name, params = _spec(ref)
+    if name not in COMPOSITES:
+        rule: StoppingRule = stopping_rules.build(name, params, source=source, field=field)
+        return rule
+    children = params.pop("rules", None)
+    if params or not isinstance(children, list) or not children:
+        raise InputError(
+            f"{name} takes one parameter, rules: a non-empty list of stopping rules "
+            f"(got {sorted(params) or children!r})",
+            source=source,
+            field=field,
+        )
+    built = []
+    for j, child in enumerate(children):
+        if not isinstance(child, str | dict) or (isinstance(child, dict) and "name" not in child):
+            raise InputError(
+                f"rules[{j}] must be a rule name or {{name: ..., ...}}, got {child!r}",
+                source=source,
+                field=field,
+            )
+        spec = child if isinstance(child, str) else PluginSpec(**child)
+        built.append(_build_stopping(spec, source, f"{field}.rules[{j}]"))
+    return COMPOSITES[name](*built)
+
+
+def _check_width_goal(
+    config: CampaignConfig, design: IntervalDesign, capacity: np.ndarray, num_questions: int
+) -> None:
+    """A width goal must be narrower than the weights' range, and reachable by the cap for any
+    model: one whose every trial is a coin between the extreme weights (the largest per-trial
+    variance, ``(span / 2)^2``) needs the most trials."""
+    if design.half_width is None:
+        return
+    span = config.rubric.span
+    field = _width_field(config)
+    if 2 * design.half_width >= span:
+        raise InputError(
+            f"+-{design.half_width:g} (width {2 * design.half_width:g}) is not below the range "
+            f"of the rubric weights ({span:g}): every interval is that wide before any trial; "
+            "give a narrower width",
+            source=config.source,
+            field=field,
+        )
+    num_models = len(capacity)
+    need = int(trials_for_width(np.array((span / 2) ** 2), num_questions, design, num_models))
+    cap = int(capacity.min())
+    if cap < need:
+        where = (
+            "the replay's recorded trials per question"
+            if cap < config.policy.max_trials_per_question
+            else f"policy.max_trials_per_question={config.policy.max_trials_per_question}"
+        )
+        raise InputError(
+            f"+-{design.half_width:g} at {100 * design.confidence:g}% cannot be reached by the "
+            f"cap for every model: one scoring halfway between the extreme weights on every "
+            f"question needs {need} trials per question (M = {num_questions}), {where} allows "
+            f"{cap}; raise the cap (models that need fewer trials still stop early) or widen "
+            "the goal",
+            source=config.source,
+            field=field,
+        )
+
+
+def _width_field(config: CampaignConfig) -> str:
+    """The config path of the (first) ci_width rule, for error messages."""
+
+    def find(refs: list[Any], path: str) -> str | None:
+        for i, ref in enumerate(refs):
+            name, params = _spec(ref) if not isinstance(ref, dict) else (ref.get("name"), ref)
+            here = f"{path}[{i}]"
+            if name == "ci_width":
+                return here
+            if name in COMPOSITES and isinstance(params.get("rules"), list):
+                found = find(params["rules"], f"{here}.rules")
+                if found:
+                    return found
+        return None
+
+    return find(list(config.policy.stopping or []), "policy.stopping") or "policy.stopping"
 
 
 def budget_rule(config: CampaignConfig) -> StoppingRule | None:
@@ -185,7 +272,8 @@ def describe_rules(campaign: Campaign) -> dict[str, Any]:
             "M = 30; benchmarks/sequential.py). Use group_sequential or anytime."
         )
     prior_in_test = (
-        "none (uniform prior)"
+        "none: the decision statistic is the unbiased estimate; policy.bayes_prior shapes "
+        "only the reported Bayes@N"
         if policy.prior is None
         else "the prior trials enter the reported Bayes@N score and the per-question variance "
         "of the test only; the decision statistic uses this campaign's own trials"
@@ -308,6 +396,10 @@ def build_campaign(config: CampaignConfig) -> Campaign:
     fixed_n = _fixed_n(config, plans)
     prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
     rules, stopping = _build_rules(config)
+    design = stopping.interval_design(config.policy.confidence) or IntervalDesign(
+        config.policy.confidence
+    )
+    _check_width_goal(config, design, capacity, len(question_ids))
     allocator = allocators.build(
         *_spec(config.policy.allocation), source=source, field="policy.allocation"
     )
@@ -331,6 +423,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         rules,
         stopping,
         allocator,
+        design,
         fixed_n,
         fingerprint,
         identity,

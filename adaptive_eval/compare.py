@@ -39,7 +39,7 @@ from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, finger
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
-from adaptive_eval.policy import CampaignView, PairRule, StoppingRule, any_of, even_plan
+from adaptive_eval.policy import CampaignView, Goals, PairRule, StoppingRule, any_of, even_plan
 from adaptive_eval.report import COMPARE_EXIT_MEANING
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
@@ -175,6 +175,7 @@ class NeededOnly:
         decisions: tuple[PairDecision, ...],
         needs: np.ndarray,
         round_trials: int,
+        goals: Goals | None = None,
     ) -> np.ndarray:
         chosen = needs & (view.planned.min(axis=1) < view.capacity)
         return even_plan(view, chosen, round_trials, None)

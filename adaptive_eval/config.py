@@ -237,12 +237,24 @@ class PolicyConfig(_Strict):
         "resolves and declares equivalence within rope from one boundary).",
     )
     stopping: list[PluginRef] | None = Field(
-        None, description="Campaign stopping rules (any fires -> stop); default: pairs_settled."
+        None,
+        description="Campaign stopping rules (any fires -> stop); default: pairs_settled. "
+        "`{name: ci_width, half_width: 0.01}` is the width goal (every model's score to "
+        "+-0.01 at policy.confidence; `simultaneous: true` for all models at once); "
+        "`{name: all_of, rules: [pairs_settled, {name: ci_width, ...}]}` asks for both.",
     )
     round_trials: int = Field(
         256, ge=1, le=10**9, description="Minimum trials planned per round (amortises dispatch)."
     )
     prior: PriorConfig | None = None
+    bayes_prior: Literal["empirical", "uniform"] = Field(
+        "empirical",
+        description="Prior of the reported Bayes@N score: `empirical` (a Dirichlet per model "
+        "centred on its pooled category frequencies, strength fitted by marginal likelihood "
+        "over its questions: stays right when questions and models get different numbers of "
+        "trials) or `uniform` (the paper's; exactly its Bayes@N with equal trial counts). "
+        "Never enters the decisions.",
+    )
 
     @model_validator(mode="after")
     def _min_le_max(self) -> PolicyConfig:

@@ -70,7 +70,9 @@ class Controller:
         self.dispatcher = dispatcher
         self.log = log
         self.on_progress = on_progress
-        self.state = RunState(campaign.prior, campaign.weights)
+        self.state = RunState(
+            campaign.prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior
+        )
         self.rounds: dict[int, _Round] = {}
         self.decisions: tuple[PairDecision, ...] = ()
         self.stop: Stop | None = None
@@ -298,7 +300,11 @@ class Controller:
             needs = np.ones(view.num_models, dtype=bool)
         self._wanted = needs | view.below_min()
         plan = self.campaign.allocator(
-            view, self.decisions, self._wanted, self.config.policy.round_trials
+            view,
+            self.decisions,
+            self._wanted,
+            self.config.policy.round_trials,
+            self.campaign.stopping.goals(view, self.decisions),
         )
         budget = self.config.budget.trials
         left = None if budget is None else budget - int(view.planned.sum())

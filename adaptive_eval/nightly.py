@@ -101,7 +101,7 @@ def _two_model_view(
     prior = np.stack([before["prior"][i], now["prior"][j]])
     counts = np.stack([before["counts"][i], now["counts"][j]]).astype(np.int64)
     trials = counts.sum(axis=2)
-    state = RunState(prior, campaign.weights)
+    state = RunState(prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior)
     state.add_plan(trials)
     state.apply_counts(counts)
     name = str(now["names"][j])
@@ -186,7 +186,17 @@ def _night_record(
         "ranking": [
             {
                 k: m[k]
-                for k in ("name", "rank", "estimate", "estimate_se", "mu", "sigma", "trials")
+                for k in (
+                    "name",
+                    "rank",
+                    "score",
+                    "score_se",
+                    "score_low",
+                    "score_high",
+                    "bayes_mu",
+                    "bayes_sigma",
+                    "trials",
+                )
                 if k in m
             }
             for m in summary["models"]
@@ -212,13 +222,23 @@ def _alert_markdown(record: dict[str, Any]) -> str:
 
 
 def score(model: dict[str, Any]) -> float:
-    """A night's score of a model: the unbiased estimate (Bayes@N in records that predate it)."""
-    return float(model.get("estimate", model["mu"]))
+    """A night's score of a model: the unbiased estimate (named ``estimate`` in records before
+    the one-score summary, Bayes@N ``mu`` in records older still)."""
+    return float(_first(model, "score", "estimate", "mu"))
 
 
 def spread(model: dict[str, Any]) -> float:
     """The standard error of :func:`score`."""
-    return float(model.get("estimate_se", model["sigma"]))
+    return float(_first(model, "score_se", "estimate_se", "sigma"))
+
+
+def bayes_at_n(model: dict[str, Any]) -> tuple[float, float]:
+    """A night's Bayes@N posterior mean and sd of a model (any record version)."""
+    return float(_first(model, "bayes_mu", "mu")), float(_first(model, "bayes_sigma", "sigma"))
+
+
+def _first(model: dict[str, Any], *keys: str) -> Any:
+    return next(model[k] for k in keys if k in model)
 
 
 def _summary_markdown(records: list[dict[str, Any]]) -> str:
@@ -231,12 +251,13 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             f"Sampled {record['sampled']} trials, reused {record['reused']}; stopped on "
             f"{record['stop_reason']}.",
             "",
-            "| rank | model | estimate | se | Bayes@N mu | sigma | trials |",
+            "| rank | model | score | se | Bayes@N | Bayes@N sd | trials |",
             "|---:|---|---:|---:|---:|---:|---:|",
         ]
         lines += [
             f"| {m['rank']} | {md.text(m['name'])} | {score(m):.4f} | {spread(m):.4f} | "
-            f"{m['mu']:.4f} | {m['sigma']:.4f} | {m['trials']} |"
+            + " | ".join(f"{x:.4f}" for x in bayes_at_n(m))
+            + f" | {m['trials']} |"
             for m in record["ranking"]
         ]
         lines.append("")

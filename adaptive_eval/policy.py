@@ -19,12 +19,14 @@ from __future__ import annotations
 import abc
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from adaptive_eval import stats
+from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals, wald_intervals
 from adaptive_eval.types import PairDecision, Stop
 
 
@@ -34,8 +36,9 @@ class CampaignView:
 
     names: tuple[str, ...]
     counts: np.ndarray  # (L, M, K) observed category counts
-    mu: np.ndarray  # (L,)
-    sigma: np.ndarray  # (L,)
+    #: The reported Bayes@N posterior ``(mu, sigma)``, (L,) each, computed on first use: the
+    #: default rules decide on the unbiased estimate, so a round need not fit the prior.
+    posterior: Callable[[], tuple[np.ndarray, np.ndarray]]
     trials: np.ndarray  # (L, M) applied trials per cell
     planned: np.ndarray  # (L, M) trials recorded or in flight per cell
     capacity: np.ndarray  # (L,) most trials per question for each model
@@ -59,10 +62,22 @@ class CampaignView:
     #: Predictive probability of settling by the cap below which an open pair is futile
     #: (``policy.futility``; 0: never).
     futility: float = 0.0
+    #: Each model's score interval under a design (computed on first use); ``None``: the
+    #: Wald interval ``theta +- c se`` from the estimate and its standard error.
+    intervals: Callable[[IntervalDesign], ScoreIntervals] | None = None
 
     @property
     def num_models(self) -> int:
         return len(self.names)
+
+    @property
+    def mu(self) -> np.ndarray:
+        """Bayes@N posterior mean per model (the paper's score, under the campaign's prior)."""
+        return self.posterior()[0]
+
+    @property
+    def sigma(self) -> np.ndarray:
+        return self.posterior()[1]
 
     @property
     def theta(self) -> np.ndarray:
@@ -96,10 +111,6 @@ class CampaignView:
         counts and a uniform prior this is the posterior-mean order (mu is affine in avg@N)."""
         return np.argsort(-self.theta, kind="stable")
 
-    def ci(self) -> tuple[np.ndarray, np.ndarray]:
-        low, high = stats.credible_interval(self.mu, self.sigma, self.confidence)
-        return np.asarray(low), np.asarray(high)
-
     def pair_z(self, a: int, b: int) -> float:
         spread = float(np.hypot(self.sigma[a], self.sigma[b]))
         gap = float(self.mu[a] - self.mu[b])
@@ -107,9 +118,32 @@ class CampaignView:
             return 0.0 if gap == 0 else float("inf")
         return abs(gap) / spread
 
+    def score_intervals(self, design: IntervalDesign) -> ScoreIntervals:
+        """Each model's score interval under ``design`` (not clipped beyond the weights)."""
+        if self.intervals is not None:
+            return self.intervals(design)
+        return wald_intervals(self.theta, self.theta_se, design, (-np.inf, np.inf))
+
     def below_min(self) -> np.ndarray:
         """(L,) models with a question below ``min_trials``."""
         return np.asarray(self.trials.min(axis=1) < self.min_trials)
+
+
+@dataclass(frozen=True)
+class Goals:
+    """What the stopping rules ask of the allocator besides ``needs``.
+
+    ``trial_targets`` (L,): total trials each model should reach for a goal that can say (the
+    width goal; 0 where none), or ``None``. ``settle_pairs``: some rule wants the undecided
+    adjacent pairs settled (a width goal alone does not, so pairs then draw no trials of their
+    own).
+    """
+
+    trial_targets: np.ndarray | None = None
+    settle_pairs: bool = True
+    #: How a model served only for its trial target spreads trials over questions
+    #: (``uniform`` or ``neyman``); ``None``: the allocator's own scheme.
+    questions: str | None = None
 
 
 class PairRule(Protocol):
@@ -131,8 +165,9 @@ class Allocator(Protocol):
     """Plan the next round: trials to add per (model, question), an int64 (L, M) array.
 
     ``needs`` marks models some stopping rule still wants data from; ``round_trials`` is the
-    smallest round worth dispatching. The controller then caps the plan at each model's
-    capacity and at the trial budget (:func:`cap_plan`).
+    smallest round worth dispatching; ``goals`` says more where the stopping rules can (trial
+    targets, whether pairs are to be settled; ``None``: pairs are, no targets). The controller
+    then caps the plan at each model's capacity and at the trial budget (:func:`cap_plan`).
     """
 
     @property
@@ -144,6 +179,7 @@ class Allocator(Protocol):
         decisions: tuple[PairDecision, ...],
         needs: np.ndarray,
         round_trials: int,
+        goals: Goals | None = None,
     ) -> np.ndarray: ...
 
 
@@ -158,6 +194,8 @@ class StoppingRule(abc.ABC):
 
     name: str = "rule"
     respects_min_trials: bool = True
+    #: Whether the rule wants the undecided adjacent pairs settled (allocation serves them).
+    settles_pairs: bool = True
 
     def should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if self.respects_min_trials and view.below_min().any():
@@ -172,6 +210,25 @@ class StoppingRule(abc.ABC):
     def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         return None
 
+    def trial_targets(
+        self, view: CampaignView, decisions: tuple[PairDecision, ...]
+    ) -> np.ndarray | None:
+        """(L,) total trials each model needs for this rule's goal, where it can say (else
+        ``None``)."""
+        return None
+
+    def interval_design(self, confidence: float) -> IntervalDesign | None:
+        """The score interval this rule stops on, if it is a width goal (else ``None``)."""
+        return None
+
+    #: How the models this rule gives trial targets spread them over questions (``None``:
+    #: the allocator's scheme).
+    questions: str | None = None
+
+    def goals(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Goals:
+        """What this rule asks of the allocator this round."""
+        return Goals(self.trial_targets(view, decisions), self.settles_pairs, self.questions)
+
 
 class AnyOf(StoppingRule):
     """Stop when any rule stops; a model is needed if any steering rule needs it."""
@@ -181,6 +238,8 @@ class AnyOf(StoppingRule):
 
     def __init__(self, *rules: StoppingRule) -> None:
         self.rules = rules
+        self.settles_pairs = any(rule.settles_pairs for rule in rules)
+        self.questions = next((r.questions for r in rules if r.questions is not None), None)
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         for rule in self.rules:
@@ -195,6 +254,21 @@ class AnyOf(StoppingRule):
             return None
         union: np.ndarray = np.logical_or.reduce(masks)
         return union
+
+    def trial_targets(
+        self, view: CampaignView, decisions: tuple[PairDecision, ...]
+    ) -> np.ndarray | None:
+        found = [t for t in (r.trial_targets(view, decisions) for r in self.rules) if t is not None]
+        if not found:
+            return None
+        most: np.ndarray = np.maximum.reduce(found)
+        return most
+
+    def interval_design(self, confidence: float) -> IntervalDesign | None:
+        return next(
+            (d for d in (r.interval_design(confidence) for r in self.rules) if d is not None),
+            None,
+        )
 
 
 class AllOf(AnyOf):
@@ -221,8 +295,9 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
     """Decisions on the adjacent pairs of the current ordering, best first.
 
     A pair stays undecided until both models have ``min_trials`` on every question; otherwise
-    the first rule that settles it wins. ``z`` passed to the rules is the paper's posterior z;
-    an undecided pair reports the z of the unbiased decision statistic.
+    the first rule that settles it wins. ``z`` passed to the rules, and reported for an
+    undecided pair, is the z of the unbiased decision statistic (the paper's posterior z is
+    :meth:`CampaignView.pair_z`).
     """
     for rule in rules:
         rule.observe(view)
@@ -231,13 +306,13 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
     decisions = []
     for a, b in itertools.pairwise(order):
         a, b = int(a), int(b)
-        z = view.pair_z(a, b)
+        gap, spread = view.pair_stat(a, b)
+        z = abs(gap) / spread if spread > 0 else 0.0
         decision = None
         if not (young[a] or young[b]):
             decision = next((d for d in (rule(view, a, b, z) for rule in rules) if d), None)
         if decision is None:
-            gap, spread = view.pair_stat(a, b)
-            decision = PairDecision.undecided(a, b, abs(gap) / spread if spread > 0 else 0.0)
+            decision = PairDecision.undecided(a, b, z)
         decisions.append(decision)
     return tuple(decisions)
 

@@ -11,6 +11,7 @@ import numpy as np
 from adaptive_eval import markdown as md
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
+from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
 from adaptive_eval.storage import atomic_write
 from adaptive_eval.types import PairDecision, Stop
 
@@ -23,8 +24,6 @@ def summarize(
     name: str,
     campaign_id: str,
     names: tuple[str, ...],
-    mu: np.ndarray,
-    sigma: np.ndarray,
     trials: np.ndarray,
     weighted_mean: np.ndarray,
     confidence: float,
@@ -32,50 +31,59 @@ def summarize(
     stop: Stop | None,
     savings: Savings,
     prior_note: str,
+    score_se: np.ndarray,
+    intervals: ScoreIntervals,
+    design: IntervalDesign,
+    bayes_mu: np.ndarray,
+    bayes_sigma: np.ndarray,
+    bayes_prior: str = "empirical",
     extra: dict[str, Any] | None = None,
-    estimate: np.ndarray | None = None,
-    estimate_se: np.ndarray | None = None,
     weight_range: tuple[float, float] = (0.0, 1.0),
     decision_rules: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary document. ``trials`` is (L, M); ``weighted_mean`` is each model's avg@n.
 
-    Models are listed in decision order (the unbiased ``estimate``, see
-    :mod:`adaptive_eval.stats.sequential`), with the paper's Bayes@N ``mu``/``sigma`` and
-    credible interval (clipped to the weight range) and the estimate's frequentist interval.
-    ``rank`` is dense over the final pair decisions: a resolved pair steps down a rank, an
-    equivalent or undecided one shares it.
+    One score leads: ``score``, the unbiased estimate the decisions use (the mean of
+    per-question means, :mod:`adaptive_eval.stats.sequential`), with its interval under
+    ``design`` (``intervals``: ``score_low``, ``score_high``; valid under the campaign's
+    stopping, see :mod:`adaptive_eval.stats.intervals`). Models are listed in its order. The
+    paper's Bayes@N posterior mean and credible interval (clipped to the weight range) follow
+    under ``bayes_*`` names, labelled for what they are. ``rank`` is dense over the final pair
+    decisions: a resolved pair steps down a rank, an equivalent or undecided one shares it.
     """
     lo_w, hi_w = weight_range
-    low, high = (np.clip(x, lo_w, hi_w) for x in stats.credible_interval(mu, sigma, confidence))
-    theta = mu if estimate is None else estimate
-    theta_se = sigma if estimate_se is None else estimate_se
-    f_low, f_high = (
-        np.clip(x, lo_w, hi_w) for x in stats.credible_interval(theta, theta_se, confidence)
+    score = intervals.estimate
+    b_low, b_high = (
+        np.clip(x, lo_w, hi_w) for x in stats.credible_interval(bayes_mu, bayes_sigma, confidence)
     )
-    order = np.argsort(-theta, kind="stable")
+    order = np.argsort(-score, kind="stable")
     ranks = _decision_ranks(order, decisions)
     plain = {int(m): k + 1 for k, m in enumerate(order)}
-    models = [
-        {
+    goal = design.half_width
+    models = []
+    for i in order:
+        row: dict[str, Any] = {
             "name": names[i],
-            "mu": float(mu[i]),
-            "sigma": float(sigma[i]),
-            "ci_low": float(low[i]),
-            "ci_high": float(high[i]),
-            "estimate": float(theta[i]),
-            "estimate_se": float(theta_se[i]),
-            "estimate_ci_low": float(f_low[i]),
-            "estimate_ci_high": float(f_high[i]),
+            "rank": ranks[int(i)],
+            "rank_no_ties": plain[int(i)],
+            "score": float(score[i]),
+            "score_se": float(score_se[i]),
+            "score_low": float(np.clip(intervals.low[i], lo_w, hi_w)),
+            "score_high": float(np.clip(intervals.high[i], lo_w, hi_w)),
+        }
+        if goal is not None:
+            row["width_goal_met"] = bool(intervals.half_width[i] <= goal + 1e-12)
+        row |= {
             "trials": int(trials[i].sum()),
             "trials_per_question_min": int(trials[i].min()),
             "trials_per_question_max": int(trials[i].max()),
             "avg": float(weighted_mean[i]),
-            "rank": ranks[int(i)],
-            "rank_no_ties": plain[int(i)],
+            "bayes_mu": float(bayes_mu[i]),
+            "bayes_sigma": float(bayes_sigma[i]),
+            "bayes_low": float(b_low[i]),
+            "bayes_high": float(b_high[i]),
         }
-        for i in order
-    ]
+        models.append(row)
     pairs = [
         {
             "a": names[d.a],
@@ -98,6 +106,7 @@ def summarize(
         "tokens": savings.baseline_tokens,
         "gpu_s": savings.baseline_gpu_s,
     }
+    num_models = len(names)
     return {
         "name": name,
         "campaign_id": campaign_id,
@@ -105,6 +114,17 @@ def summarize(
         "stop_detail": None if stop is None else stop.detail,
         "confidence": confidence,
         "prior": prior_note,
+        "score": {
+            "statistic": SCORE_STATISTIC,
+            "interval": design.kind,
+            "confidence": design.confidence,
+            "simultaneous": design.simultaneous,
+            "half_width": goal,
+            "boundary_at_horizon": design.final_boundary(num_models),
+            "guarantee": design.guarantee(num_models),
+            "width_goal_met": None if goal is None else all(m["width_goal_met"] for m in models),
+        },
+        "bayes": {"prior": bayes_prior, "description": bayes_description(bayes_prior)},
         "trials_used": savings.trials_used,
         "tokens_used": savings.tokens_used,
         "gpu_s_used": savings.gpu_s_used,
@@ -119,6 +139,107 @@ def summarize(
         "pairs": pairs,
         **(extra or {}),
     }
+
+
+#: What the leading score is, for every page that shows it.
+SCORE_STATISTIC = (
+    "the mean over questions of each question's observed mean score: unbiased however many "
+    "trials each question got; it orders the ranking and decides the pairs"
+)
+
+
+def bayes_description(prior: str) -> str:
+    """What the Bayes@N column is, under the campaign's ``policy.bayes_prior``."""
+    which = (
+        "an empirical-Bayes Dirichlet prior per model (centred on its pooled outcomes, "
+        "strength fitted to its questions)"
+        if prior == "empirical"
+        else "the paper's uniform prior (biased toward the prior mean where questions got "
+        "few trials)"
+    )
+    return (
+        f"Bayes@N: the paper's posterior mean and credible interval under {which}; shown for "
+        "reference, it does not order the ranking or decide pairs"
+    )
+
+
+def interval_label(summary: dict[str, Any]) -> str:
+    """A short column header for the score interval, e.g. ``95% interval (anytime)``."""
+    info = summary.get("score") or {}
+    level = f"{100 * float(info.get('confidence', summary['confidence'])):g}%"
+    kind = {"anytime": "anytime", "group_sequential": "repeated"}.get(str(info.get("interval")), "")
+    joint = ", all models" if info.get("simultaneous") else ""
+    return f"{level} interval ({kind}{joint})" if kind else f"{level} interval"
+
+
+def width_goal_line(summary: dict[str, Any]) -> str | None:
+    """``Width goal +-h at 95% (each model): met by k of L models.``, where there is a goal."""
+    info = summary.get("score") or {}
+    goal = info.get("half_width")
+    if goal is None:
+        return None
+    met = sum(bool(m.get("width_goal_met")) for m in summary["models"])
+    who = "all models at once" if info.get("simultaneous") else "each model"
+    return (
+        f"Width goal +-{goal:g} at {100 * float(info['confidence']):g}% ({who}): met by {met} "
+        f"of {len(summary['models'])} models."
+    )
+
+
+def ranking_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The ranking's header and rows as report.md and report.html show them: the score and its
+    interval first, in the ranking's order; Bayes@N after, labelled."""
+    level = f"{100 * float(summary['confidence']):g}%"
+    goal = (summary.get("score") or {}).get("half_width")
+    header = [
+        "rank",
+        "order",
+        "model",
+        "score",
+        interval_label(summary),
+        *(["width goal"] if goal is not None else []),
+        "trials",
+        "avg",
+        "Bayes@N",
+        f"Bayes@N {level} credible",
+    ]
+    rows = []
+    for m in summary["models"]:
+        met = []
+        if goal is not None:
+            met = ["met" if m.get("width_goal_met") else "not met"]
+        rows.append(
+            [
+                str(m["rank"]),
+                str(m["rank_no_ties"]),
+                m["name"],
+                f"{m['score']:.4f}",
+                f"[{m['score_low']:.4f}, {m['score_high']:.4f}]",
+                *met,
+                str(m["trials"]),
+                f"{m['avg']:.4f}",
+                f"{m['bayes_mu']:.4f}",
+                f"[{m['bayes_low']:.4f}, {m['bayes_high']:.4f}]",
+            ]
+        )
+    return header, rows
+
+
+def ranking_notes(summary: dict[str, Any]) -> list[str]:
+    """The sentences under the ranking that say what each column is."""
+    info = summary.get("score") or {}
+    notes = [
+        "Rank: models share a rank until the pair between them is decided; order: by score.",
+        f"Score: {info.get('statistic', SCORE_STATISTIC)}.",
+    ]
+    if info.get("guarantee"):
+        notes.append(f"Interval: {info['guarantee']}.")
+    line = width_goal_line(summary)
+    if line:
+        notes.append(line)
+    bayes = summary.get("bayes") or {}
+    notes.append(f"{bayes.get('description', bayes_description('uniform'))}.")
+    return notes
 
 
 def _decision_ranks(order: np.ndarray, decisions: tuple[PairDecision, ...]) -> dict[int, int]:
@@ -149,22 +270,15 @@ def render_markdown(summary: dict[str, Any]) -> str:
         *_decision_lines(summary.get("decision_rules") or {}),
         "## Ranking",
         "",
-        f"| rank (decided) | order | model | Bayes@N mu | sigma | "
-        f"{int(100 * summary['confidence'])}% CI | estimate | frequentist CI | avg | trials |",
-        "|---:|---:|---|---:|---:|---|---:|---|---:|---:|",
     ]
-    for m in summary["models"]:
-        estimate = m.get("estimate", m["mu"])
-        freq = (
-            f"[{m['estimate_ci_low']:.4f}, {m['estimate_ci_high']:.4f}]"
-            if "estimate_ci_low" in m
-            else ""
-        )
-        lines.append(
-            f"| {m['rank']} | {m['rank_no_ties']} | {md.text(m['name'])} | {m['mu']:.4f} | "
-            f"{m['sigma']:.4f} | [{m['ci_low']:.4f}, {m['ci_high']:.4f}] | "
-            f"{estimate:.4f} | {freq} | {m['avg']:.4f} | {m['trials']} |"
-        )
+    header, rows = ranking_table(summary)
+    lines += [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if h == "model" else "---:" for h in header) + "|",
+        *("| " + " | ".join(md.text(cell) for cell in row) + " |" for row in rows),
+        "",
+        *(f"{note}  " for note in ranking_notes(summary)),
+    ]
     comparison = summary.get("comparison")
     if comparison is not None:  # compare settles only the candidate's pairs: show those
         lines += ["", *comparison_lines(comparison)]
@@ -293,17 +407,32 @@ def _undecided_note(summary: dict[str, Any]) -> str:
 def render_console(summary: dict[str, Any]) -> str:
     """A compact human summary for the terminal."""
     saved = summary["compute_saved"]
+    interval = interval_label(summary)
     out = [
         f"campaign {summary['name']}: stopped on {summary['stop_reason']} "
         f"({summary['stop_detail']})",
         "",
-        f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'CI':>19} {'trials':>7}",
+        f"{'rank':>4}  {'model':<24} {'score':>7} {interval:>26} {'trials':>7} {'Bayes@N':>8}",
     ]
     for m in summary["models"]:
+        bounds = f"[{m['score_low']:.4f}, {m['score_high']:.4f}]"
         out.append(
-            f"{m['rank']:>4} {m['rank_no_ties']:>7}  {m['name']:<24} {m['mu']:7.4f} "
-            f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}] {m['trials']:>7}"
+            f"{m['rank']:>4}  {m['name']:<24} {m['score']:7.4f} {bounds:>26} {m['trials']:>7} "
+            f"{m['bayes_mu']:8.4f}"
         )
+    out += [
+        "rank: models share a rank until their pair is decided; score: the unbiased estimate "
+        "(it orders the table);",
+        "Bayes@N: the paper's posterior mean, for reference"
+        + (
+            " (empirical-Bayes prior)"
+            if (summary.get("bayes") or {}).get("prior") == "empirical"
+            else " (uniform prior)"
+        ),
+    ]
+    line = width_goal_line(summary)
+    if line:
+        out.append(line)
     out.append("")
     for p in summary["pairs"]:
         out.append(f"  {p['a']} vs {p['b']}: {decision_text(p)} (z = {p['z']:.2f})")

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.report import COMPARE_EXIT_MEANING, decision_text, optional
+from adaptive_eval.report import (
+    COMPARE_EXIT_MEANING,
+    decision_text,
+    interval_label,
+    optional,
+    ranking_notes,
+    ranking_table,
+)
 from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
@@ -119,9 +126,9 @@ def forest_plot(summary: dict[str, Any]) -> str:
     models = summary["models"]  # best first, by the estimate
     fig, ax = _figure(9, 0.35 * len(models) + 1.4)
     y = np.arange(len(models))[::-1]
-    estimate = np.array([m.get("estimate", m["mu"]) for m in models])
-    low = np.array([m.get("estimate_ci_low", m["ci_low"]) for m in models])
-    high = np.array([m.get("estimate_ci_high", m["ci_high"]) for m in models])
+    estimate = np.array([m["score"] for m in models])
+    low = np.array([m["score_low"] for m in models])
+    high = np.array([m["score_high"] for m in models])
     for shade, group in enumerate(rank_groups(models)):
         if shade % 2 == 0:
             band = ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
@@ -133,17 +140,21 @@ def forest_plot(summary: dict[str, Any]) -> str:
         fmt="o",
         color="#1c7ed6",
         capsize=3,
-        label="estimate (decisions use it) and its interval",
+        label=f"score (it orders the ranking), {interval_label(summary)}",
     )
-    bars.lines[0].set_gid("estimate")
+    bars.lines[0].set_gid("score")
     (bayes,) = ax.plot(
-        [m["mu"] for m in models], y, "x", color="#868e96", label="Bayes@N posterior mean"
+        [m["bayes_mu"] for m in models],
+        y,
+        "x",
+        color="#868e96",
+        label="Bayes@N posterior mean (reference)",
     )
     bayes.set_gid("bayes-at-n")
     ax.set_yticks(y, [f"{m['rank']}. {m['name']}" for m in models])
     ax.set_xlabel(
-        f"score, {round(100 * summary['confidence'])}% interval; shaded bands alternate between "
-        "the groups the decisions settled (same rank)"
+        "score and its interval; shaded bands alternate between the groups the decisions "
+        "settled (same rank)"
     )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
@@ -391,33 +402,8 @@ def render(
     saved = summary["compute_saved"]["trials_fraction"]
     saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
-    ranking = _table(
-        [
-            "rank (decided)",
-            "order",
-            "model",
-            "Bayes@N mu",
-            "credible interval",
-            "estimate",
-            "frequentist CI",
-            "trials",
-        ],
-        [
-            [
-                str(m["rank"]),
-                str(m["rank_no_ties"]),
-                m["name"],
-                f"{m['mu']:.4f}",
-                f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
-                f"{m.get('estimate', m['mu']):.4f}",
-                f"[{m['estimate_ci_low']:.4f}, {m['estimate_ci_high']:.4f}]"
-                if "estimate_ci_low" in m
-                else "",
-                str(m["trials"]),
-            ]
-            for m in summary["models"]
-        ],
-    )
+    ranking = _table(*ranking_table(summary))
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
     pairs = _table(
         ["a", "b", "z", "decision", "rule", "boundary on z", "error budget spent", "round"],
         [
@@ -476,6 +462,7 @@ def render(
         *_comparison_html(summary.get("comparison")),
         "<h2>Ranking</h2>",
         ranking,
+        f"<ul id='ranking-notes' class='note'>{notes}</ul>",
         *([] if "comparison" in summary else ["<h2>Adjacent pairs</h2>", pairs]),
     ]
     for ident, title, svg in figures:

@@ -386,15 +386,13 @@ def build_summary(
 ) -> dict[str, Any]:
     state = controller.state
     mu, sigma = state.moments()
-    theta, theta_se, _ = state.estimate()
+    _, theta_se, _ = state.estimate()
     with np.errstate(invalid="ignore", divide="ignore"):
         weighted = (state.counts @ campaign.weights).sum(axis=1) / state.trials.sum(axis=1)
     return summarize(
         name=campaign.config.name,
         campaign_id=campaign_id,
         names=campaign.names,
-        mu=mu,
-        sigma=sigma,
         trials=state.trials,
         weighted_mean=np.nan_to_num(weighted),
         confidence=campaign.config.policy.confidence,
@@ -402,9 +400,13 @@ def build_summary(
         stop=controller.stop,
         savings=controller.savings(),
         prior_note=campaign.prior_note,
+        score_se=theta_se,
+        intervals=state.intervals(campaign.interval_design),
+        design=campaign.interval_design,
+        bayes_mu=mu,
+        bayes_sigma=sigma,
+        bayes_prior=state.bayes_prior,
         extra=extra,
-        estimate=theta,
-        estimate_se=theta_se,
         weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
         decision_rules=describe_rules(campaign),
     )

@@ -51,6 +51,7 @@ class SimPolicy:
     error_control: str = "ranking"
     futility: float = 0.2
     pooled_variance: bool = True
+    bayes_prior: str = "empirical"
     min_trials: int = 2
     max_trials: int = 400
     round_trials: int = 256
@@ -64,7 +65,9 @@ class SimResult:
     stop: Stop | None
     rounds: int
     estimate: np.ndarray
-    mu: np.ndarray
+    estimate_se: np.ndarray
+    mu: np.ndarray  # Bayes@N under the policy's bayes_prior
+    counts: np.ndarray  # (L, M, K) observed category counts
 
     @property
     def total_trials(self) -> int:
@@ -103,7 +106,7 @@ def simulate(
 ) -> SimResult:
     num_models = truth.shape[0]
     prior = np.ones(truth.probs.shape)
-    state = RunState(prior, truth.weights, policy.pooled_variance)
+    state = RunState(prior, truth.weights, policy.pooled_variance, policy.bayes_prior)
     capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
     rules = policy.make_rules()
     names = truth.names or tuple(f"m{i}" for i in range(num_models))
@@ -138,7 +141,11 @@ def simulate(
             if needs is None:
                 needs = np.ones(num_models, dtype=bool)
             plan = policy.allocator(
-                current, decisions, needs | current.below_min(), policy.round_trials
+                current,
+                decisions,
+                needs | current.below_min(),
+                policy.round_trials,
+                policy.stopping.goals(current, decisions),
             )
             plan = cap_plan(plan, current, None)
             if plan.sum() == 0:
@@ -157,9 +164,18 @@ def simulate(
             state.apply_counts(sampler(plan, state.trials, rng))
         decide()
         plan_ahead()
-    theta, _, _ = state.estimate()
+    theta, se, _ = state.estimate()
     mu, _ = state.moments()
-    return SimResult(decisions, state.trials.copy(), stop, state.applied_rounds, theta, mu)
+    return SimResult(
+        decisions,
+        state.trials.copy(),
+        stop,
+        state.applied_rounds,
+        theta,
+        se,
+        mu,
+        state.counts.copy(),
+    )
 
 
 def wrong_calls(

@@ -12,15 +12,31 @@ import numpy as np
 from adaptive_eval import stats
 from adaptive_eval.policy import CampaignView
 from adaptive_eval.stats import sequential
+from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals, score_intervals
+
+#: The reported Bayes@N score's prior (``policy.bayes_prior``): ``empirical`` fits a Dirichlet
+#: per model to its own counts (:func:`adaptive_eval.stats.posterior.empirical_bayes_prior`);
+#: ``uniform`` is the paper's (exactly its Bayes@N with equal trial counts).
+BAYES_PRIORS = ("empirical", "uniform")
 
 
 class RunState:
-    """``pooled_variance=False`` is the per-trial variance as it landed before (uniform target,
+    """``prior`` holds the Dirichlet counts of the uniform prior plus any prior trials
+    (``policy.prior``); ``bayes_prior`` says what replaces the uniform part in the reported
+    Bayes@N score. The decision statistic and its variance never depend on ``bayes_prior``.
+    ``pooled_variance=False`` is the per-trial variance as it landed before (uniform target,
     :func:`adaptive_eval.stats.sequential.variance_probabilities`), for the benchmarks only."""
 
     def __init__(
-        self, prior: np.ndarray, weights: np.ndarray, pooled_variance: bool = True
+        self,
+        prior: np.ndarray,
+        weights: np.ndarray,
+        pooled_variance: bool = True,
+        bayes_prior: str = "empirical",
     ) -> None:
+        if bayes_prior not in BAYES_PRIORS:
+            raise ValueError(f"bayes_prior must be one of {BAYES_PRIORS}, got {bayes_prior!r}")
+        self.bayes_prior = bayes_prior
         self.pooled_variance = pooled_variance
         num_models, num_questions, num_categories = (int(n) for n in prior.shape)
         self._shape = (num_models, num_questions, num_categories)
@@ -36,6 +52,7 @@ class RunState:
         self.applied_rounds = 0
         self._moments: tuple[int, np.ndarray, np.ndarray] | None = None
         self._estimate: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._intervals: tuple[tuple[int, IntervalDesign], ScoreIntervals] | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -91,9 +108,19 @@ class RunState:
         self.applied_rounds += 1
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and sd per model, computed once per applied round."""
+        """Bayes@N posterior mean and sd per model, computed at most once per applied round.
+
+        ``uniform``: ``nu = prior + counts`` (the paper). ``empirical``: the uniform pseudo-trials
+        are replaced by a Dirichlet fitted to each model's evidence (its prior trials and
+        counts), ``nu = eb(evidence) + evidence``."""
         if self._moments is None or self._moments[0] != self.applied_rounds:
-            mu, sigma = stats.posterior_moments(self.prior + self.counts, self.weights)
+            nu: np.ndarray
+            if self.bayes_prior == "uniform":
+                nu = self.prior + self.counts
+            else:
+                evidence = self.prior - 1.0 + self.counts
+                nu = stats.empirical_bayes_prior(evidence) + evidence
+            mu, sigma = stats.posterior_moments(nu, self.weights)
             self._moments = (self.applied_rounds, np.asarray(mu), np.asarray(sigma))
         return self._moments[1], self._moments[2]
 
@@ -108,6 +135,20 @@ class RunState:
             self._estimate = (self.applied_rounds, theta, se, variance)
         return self._estimate[1], self._estimate[2], self._estimate[3]
 
+    def intervals(self, design: IntervalDesign) -> ScoreIntervals:
+        """Each model's score interval under ``design``, computed at most once per applied
+        round and design (:func:`adaptive_eval.stats.intervals.score_intervals`)."""
+        key = (self.applied_rounds, design)
+        if self._intervals is None or self._intervals[0] != key:
+            counts = self.counts.astype(np.float64)
+            found = score_intervals(counts, self.prior + counts, self.weights, design)
+            self._intervals = (key, found)
+        return self._intervals[1]
+
+    def _frozen_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        mu, sigma = self.moments()
+        return _frozen(mu), _frozen(sigma)
+
     def view(
         self,
         names: tuple[str, ...],
@@ -119,7 +160,6 @@ class RunState:
         error_control: str = "ranking",
         futility: float = 0.0,
     ) -> CampaignView:
-        mu, sigma = self.moments()
         theta, se, variance = self.estimate()
         with np.errstate(invalid="ignore", divide="ignore"):
             tokens = np.where(
@@ -129,8 +169,7 @@ class RunState:
         return CampaignView(
             names=names,
             counts=_frozen(self.counts),
-            mu=_frozen(mu),
-            sigma=_frozen(sigma),
+            posterior=self._frozen_moments,
             trials=_frozen(self.trials),
             planned=_frozen(self.planned),
             capacity=capacity,
@@ -148,10 +187,12 @@ class RunState:
             rope=rope,
             error_control=error_control,
             futility=futility,
+            intervals=self.intervals,
         )
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only view (policies must not write to the state's arrays)."""
     view = array.view()
     view.flags.writeable = False
     return view

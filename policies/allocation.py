@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adaptive_eval.policy import Allocator, CampaignView, even_plan
+from adaptive_eval.policy import Allocator, CampaignView, Goals, even_plan
 from adaptive_eval.registry import allocators
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.types import PairDecision
@@ -26,6 +26,7 @@ class Uniform:
         decisions: tuple[PairDecision, ...],
         needs: np.ndarray,
         round_trials: int,
+        goals: Goals | None = None,
     ) -> np.ndarray:
         chosen = view.planned.min(axis=1) < view.capacity
         return even_plan(view, chosen, round_trials, self.trials_per_round)
@@ -49,6 +50,7 @@ class Pairwise:
         decisions: tuple[PairDecision, ...],
         needs: np.ndarray,
         round_trials: int,
+        goals: Goals | None = None,
     ) -> np.ndarray:
         room = view.planned.min(axis=1) < view.capacity
         # Pairs whose models are both at capacity cannot be served: skip them before the cap,
@@ -172,6 +174,9 @@ class TrackAndStop:
     budget and ``c_i`` the model's observed cost per trial (``cost``); then give the round's
     trials so that each model's total tracks its share of the solution (C-tracking), with
     forced exploration: a model in an open pair below ``sqrt(total)`` trials is served first.
+    A model a goal gives a trial target (the width goal's ``goals.trial_targets``) tracks the
+    larger of that target and its share of the pair program; pairs are served only where a
+    goal wants them settled (``goals.settle_pairs``).
     Within a model, trials go to questions by ``questions``: ``neyman`` (proportional to the
     question's posterior sd over sqrt(cost), at least ``min_trials`` each; a saturated question
     gets little) or ``uniform``. The estimate stays the mean of per-question means, so the
@@ -183,7 +188,7 @@ class TrackAndStop:
     trials_per_round: int | None = None
     name: str = "track_and_stop"
 
-    def targets(
+    def pair_targets(
         self, view: CampaignView, pairs: list[tuple[int, int]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """The program's solution T* (L,) and the model costs used."""
@@ -206,42 +211,69 @@ class TrackAndStop:
         decisions: tuple[PairDecision, ...],
         needs: np.ndarray,
         round_trials: int,
+        goals: Goals | None = None,
     ) -> np.ndarray:
         room = np.maximum(view.capacity[:, None] - view.planned, 0)
         has_room = room.sum(axis=1) > 0
-        open_pairs = [(d.a, d.b) for d in decisions if d.open and (has_room[d.a] or has_room[d.b])]
+        goals = goals or Goals()
+        open_pairs = [
+            (d.a, d.b)
+            for d in decisions
+            if goals.settle_pairs and d.open and (has_room[d.a] or has_room[d.b])
+        ]
         in_pairs = np.zeros(view.num_models, dtype=bool)
         for a, b in open_pairs:
             in_pairs[[a, b]] = True
+        target = np.zeros(view.num_models)
+        if goals.trial_targets is not None:
+            target = np.where(needs, np.asarray(goals.trial_targets, dtype=np.float64), 0.0)
         young = view.below_min()
-        plan = np.zeros_like(view.planned)
-        # Models below min_trials or needed by another goal get an even top-up first.
-        others = ((needs & ~in_pairs) | young) & has_room
+        # A model below min_trials is topped up to it at once, counting the trials already in
+        # flight (one more per question per round would overshoot the minimum by the rounds in
+        # flight); a model a goal needs without a target gets an even trial per question.
+        plan: np.ndarray = np.minimum(
+            np.maximum(view.min_trials - view.planned, 0) * young[:, None], room
+        )
+        others = needs & ~in_pairs & ~(target > 0) & ~young & has_room
         plan += even_plan(view, others, 0, 1)
-        active = in_pairs & has_room & ~young
+        active = (in_pairs | (target > 0)) & has_room & ~young
         if not active.any():
             return plan
-        optimal, _ = self.targets(view, open_pairs)
+        optimal, _ = self.pair_targets(view, open_pairs)
         totals = view.planned.sum(axis=1).astype(np.float64)
         # At least one trial per question for each active model, as the even allocators give.
         size = self.trials_per_round or max(round_trials, view.planned.shape[1] * int(active.sum()))
-        share = np.where(active, optimal, 0.0)
+        share = np.where(active, np.maximum(optimal, target), 0.0)
         if share.sum() <= 0:
             share = active.astype(np.float64)
-        goal = share / share.sum() * (totals[active].sum() + size)
-        deficit = np.where(active, np.maximum(goal - totals, 0.0), 0.0)
+        tracked = share / share.sum() * (totals[active].sum() + size)
+        deficit = np.where(active, np.maximum(tracked - totals, 0.0), 0.0)
         explore = active & (totals < np.sqrt(totals[active].sum() + size))
         if explore.any():
             deficit = np.where(explore, np.maximum(deficit, deficit.max(initial=1.0)), deficit)
         model_room = np.where(active, room.sum(axis=1), 0)
+        # A model only a target needs takes no more than it lacks of it: a round larger than
+        # the remaining need (late in a campaign, few models left) is not spent on it.
+        lacking = np.ceil(np.maximum(target - totals, 0.0)).astype(np.int64)
+        model_room = np.where(active & ~in_pairs, np.minimum(model_room, lacking), model_room)
         per_model = split_integer(size, deficit, model_room)
         for model in np.nonzero(per_model)[0]:
-            plan[model] += self.spread(view, int(model), int(per_model[model]), room[model])
+            scheme = self.questions
+            if goals.questions is not None and not in_pairs[model]:
+                scheme = goals.questions  # the goal's own scheme for a model only it needs
+            plan[model] += self.spread(view, int(model), int(per_model[model]), room[model], scheme)
         return plan
 
-    def spread(self, view: CampaignView, model: int, count: int, room: np.ndarray) -> np.ndarray:
+    def spread(
+        self,
+        view: CampaignView,
+        model: int,
+        count: int,
+        room: np.ndarray,
+        scheme: str | None = None,
+    ) -> np.ndarray:
         """Give ``count`` trials of ``model`` to its questions by the question scheme."""
-        weights = question_weights(view, model, self.questions, self.cost)
+        weights = question_weights(view, model, scheme or self.questions, self.cost)
         planned = view.planned[model].astype(np.float64)
         goal = weights / weights.sum() * (planned.sum() + count)
         deficit = np.maximum(goal - planned, 0.0)

@@ -78,6 +78,7 @@ class ZRank:
 
     def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
         threshold = self.threshold(view)
+        z = view.pair_z(a, b)  # the paper's rule tests the posterior z, not the estimate's
         if z >= threshold:
             a_wins = bool(view.mu[a] >= view.mu[b])
             return PairDecision.resolved(a, b, z, a_wins, self.name, threshold, None, view.round)

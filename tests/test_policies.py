@@ -8,6 +8,7 @@ from scipy.stats import norm
 
 from adaptive_eval.policy import CampaignView, all_of, any_of, cap_plan, decide_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
+from adaptive_eval.stats.intervals import IntervalDesign
 from adaptive_eval.types import StopReason, Verdict
 
 
@@ -20,11 +21,11 @@ def view(
     **kw: object,
 ) -> CampaignView:
     num = len(mu)
+    moments = (np.array(mu), np.array(sigma))
     fields = dict(
         names=tuple(f"m{i}" for i in range(num)),
         counts=np.zeros((num, questions, 2)),
-        mu=np.array(mu),
-        sigma=np.array(sigma),
+        posterior=lambda: moments,
         trials=np.full((num, questions), trials),
         planned=np.full((num, questions), trials),
         capacity=np.full(num, capacity),
@@ -94,14 +95,30 @@ def test_pairs_settled_and_needs() -> None:
     assert stop is not None and stop.reason is StopReason.GOAL_MET
 
 
-def test_ci_width_rule() -> None:
-    rule = stopping_rules.build("ci_width", {"width": 0.05})
-    half = norm.ppf(0.975)
-    v = view([0.3, 0.6], [0.024 / half, 0.026 / half])
+def test_ci_width_rule_stops_on_the_repeated_interval() -> None:
+    rule = stopping_rules.build("ci_width", {"width": 0.05})  # +-0.025
+    c_k = IntervalDesign(0.95, 0.025).final_boundary(2)  # the last look's boundary, > 1.96
+    assert norm.ppf(0.975) < c_k < 2.01
+    v = view([0.3, 0.6], [0.0249 / c_k, 0.0251 / c_k])
     assert rule.should_stop(v, ()) is None
     assert list(rule.needs(v, ())) == [False, True]
-    v2 = view([0.3, 0.6], [0.024 / half, 0.024 / half])
-    assert rule.should_stop(v2, ()).reason is StopReason.CI_WIDTH
+    targets = rule.trial_targets(v, ())
+    assert targets[0] == 0 and targets[1] > 0
+    v2 = view([0.3, 0.6], [0.0249 / c_k, 0.0249 / c_k])
+    stop = rule.should_stop(v2, ())
+    assert stop is not None and stop.reason is StopReason.CI_WIDTH
+    # The fixed-sample interval (1.96 se) would have stopped earlier: not a valid one.
+    v3 = view([0.3, 0.6], [0.0251 / c_k, 0.0251 / c_k])
+    assert 1.96 * 0.0251 / c_k < 0.025 and rule.should_stop(v3, ()) is None
+
+
+def test_ci_width_simultaneous_splits_the_error_over_the_models() -> None:
+    each = stopping_rules.build("ci_width", {"half_width": 0.02})
+    joint = stopping_rules.build("ci_width", {"half_width": 0.02, "simultaneous": True})
+    se = 0.0199 / IntervalDesign(0.95, 0.02).final_boundary(5)
+    v = view([0.1, 0.3, 0.5, 0.7, 0.9], [se] * 5)
+    assert each.should_stop(v, ()) is not None
+    assert joint.should_stop(v, ()) is None  # alpha / 5 per model: a wider boundary
 
 
 def test_budget_and_composition() -> None:
