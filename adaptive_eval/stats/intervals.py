@@ -294,7 +294,7 @@ def _look_boundaries(alpha: float) -> tuple[float, ...]:
 def _anytime_table(alpha: float) -> tuple[FloatArray, FloatArray]:
     """The anytime boundary on a grid of log information (0.02 apart), rounded up at 1e-4."""
     weights = (1.0 / len(ANYTIME_PRECISIONS),) * len(ANYTIME_PRECISIONS)
-    grid = np.arange(math.log(1.0), math.log(1e9), 0.02)
+    grid = np.arange(math.log(1.0), math.log(1e9), 0.02, dtype=np.float64)
     values = [mixture_grid_boundary(math.exp(g), alpha, ANYTIME_PRECISIONS, weights) for g in grid]
     return grid, np.ceil(np.asarray(values) * 1e4) / 1e4 + 1e-4
 
