@@ -29,6 +29,10 @@ EXIT_FAILED = 1
 MAX_LINE = 2000
 #: Seconds ``validate`` waits for an answer at ``execution.ray_address``.
 VALIDATE_PROBE_S = 3.0
+QUIET_HELP = (
+    "no progress bar, ranking or pair list: only errors, and the one-line result at the end "
+    "(the headline of report.md and report.html)"
+)
 SET_HELP = "override a config field, e.g. --set policy.confidence=0.99"
 #: Options whose value may start with "-" (a list of numbers such as ``-0.5,0,1``).
 _NUMBER_LIST_OPTIONS = ("--weights", "--k")
@@ -129,8 +133,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set)
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
-    print(json.dumps(summary, indent=2) if args.json else render_console(summary))
+    print(_result_text(summary, args, render_console))
     return 0
+
+
+def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -> str:
+    """What a command prints at its end: summary.json with --json, the one-line headline (the
+    pages' first line) with --quiet, else the full console text ``full(summary)``."""
+    from adaptive_eval.headline import headline
+
+    if args.json:
+        return json.dumps(summary, indent=2)
+    return headline(summary).line if args.quiet else str(full(summary))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -438,10 +452,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set)
     summary = run_compare(
-        config, args.candidate, Path(args.out), margin=args.margin, quiet=args.quiet
+        config,
+        args.candidate,
+        Path(args.out),
+        margin=args.margin,
+        settle_all=True if args.settle_all else None,
+        quiet=args.quiet,
     )
     result = summary["comparison"]
-    print(json.dumps(result, indent=2) if args.json else render(result))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_result_text(summary, args, lambda s: render(s["comparison"])))
     code: int = result["exit_code"]
     return code
 
@@ -478,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=SET_HELP,
     )
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
-    run.add_argument("--quiet", action="store_true", help="only warnings on the console")
+    run.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a config and print the plan")
@@ -570,10 +592,16 @@ def build_parser() -> argparse.ArgumentParser:
         "every incumbent by more than this, fail (exit 3) once shown worse by more than this "
         "against one (default: compare.margin in the config, else better/worse/equivalent)",
     )
+    compare.add_argument(
+        "--settle-all",
+        action="store_true",
+        help="keep sampling until every comparison is settled (or the cap), even after a "
+        "regression has fixed the exit code at 3 (default: stop there; compare.settle_all)",
+    )
     compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    compare.add_argument("--quiet", action="store_true", help="only warnings on the console")
+    compare.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     compare.set_defaults(func=cmd_compare)
 
     nightly = sub.add_parser(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,11 +38,14 @@ import numpy as np
 from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, fingerprint_of
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
+from adaptive_eval.headline import trials_text
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
 from adaptive_eval.policy import CampaignView, Goals, PairRule, StoppingRule, any_of, even_plan
 from adaptive_eval.report import COMPARE_EXIT_MEANING
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
+#: Verdicts that fix the exit code at 3 (a regression) once one is reached.
+REGRESSIONS = frozenset({"worse", FAIL})
 EXIT_NOT_WORSE = 0
 EXIT_REGRESSION = 3
 EXIT_UNDECIDED = 4
@@ -102,6 +105,21 @@ def verdicts(
     return out
 
 
+def boundary_at_cap(
+    rules: tuple[PairRule, ...], view: CampaignView, a: int, b: int
+) -> float | None:
+    """The boundary on |z| an undecided pair would have to cross with both models at the cap
+    (by the first rule that has one: the error-controlled rules' last look), None where no rule
+    states one. The pages draw it, so an undecided pair's bar has a mark to be read against."""
+    for rule in rules:
+        final = getattr(rule, "final", None)
+        if not callable(final):
+            continue
+        resolve = float(final(view, a, b)[0])
+        return resolve if math.isfinite(resolve) else None
+    return None
+
+
 def _side(decision: PairDecision, candidate: int) -> str:
     """The verdict seen from the candidate."""
     if decision.verdict is Verdict.UNDECIDED:
@@ -139,19 +157,30 @@ class Judge:
 
 
 class CandidatePlaced(StoppingRule):
-    """Stop once every (candidate, incumbent) pair is settled (with a margin: also at the first
-    failed comparison, which decides the gate); need only their models."""
+    """Stop once the gate's exit code cannot change: at the first regression (a ``worse`` or,
+    with a margin, ``fail`` verdict: exit 3 whatever the rest give) or once every (candidate,
+    incumbent) pair is settled; need only their models. ``settle_all`` keeps sampling after
+    a regression until every pair is settled (the behaviour before issue 22, where the gate
+    went on to the cap on another incumbent after its verdict was fixed)."""
 
     name = "candidate_placed"
 
-    def __init__(self, judge: Judge) -> None:
+    def __init__(self, judge: Judge, settle_all: bool = False) -> None:
         self.judge = judge
+        self.settle_all = settle_all
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         found = self.judge(view)
-        if self.judge.margin is not None and any(v.decision == FAIL for v in found):
-            return Stop(StopReason.GOAL_MET, "the candidate failed a non-inferiority comparison")
-        if all(v.decision != "undecided" for v in found):
+        regressions = [v for v in found if v.decision in REGRESSIONS]
+        open_pairs = [v for v in found if v.decision == "undecided"]
+        if regressions and open_pairs and not self.settle_all:
+            names = ", ".join(view.names[v.incumbent] for v in regressions)
+            return Stop(
+                StopReason.GOAL_MET,
+                f"the candidate is a regression against {names}: exit 3 whatever the "
+                f"{len(open_pairs)} undecided comparison(s) would give (--settle-all settles them)",
+            )
+        if not open_pairs:
             return Stop(StopReason.GOAL_MET, "every pair with the candidate is settled")
         return None
 
@@ -182,10 +211,14 @@ class NeededOnly:
 
 
 def compare_campaign(
-    config: CampaignConfig, candidate: str, margin: float | None = None
+    config: CampaignConfig,
+    candidate: str,
+    margin: float | None = None,
+    settle_all: bool | None = None,
 ) -> tuple[Campaign, Judge]:
     """The config's campaign, steered to place ``candidate`` among the other models, and the
-    judge of its comparisons. ``margin`` (else ``compare.margin``) asks for non-inferiority."""
+    judge of its comparisons. ``margin`` (else ``compare.margin``) asks for non-inferiority;
+    ``settle_all`` (else ``compare.settle_all``) samples on after a regression."""
     campaign = build_campaign(config)
     if candidate not in campaign.names:
         raise InputError(
@@ -212,7 +245,9 @@ def compare_campaign(
     if margin is not None:
         gate = NonInferiority(index, margin, look_schedule(campaign.pair_rules))
     judge = Judge(campaign.pair_rules, index, gate)
-    rules: list[StoppingRule] = [CandidatePlaced(judge)]
+    if settle_all is None:
+        settle_all = config.compare is not None and config.compare.settle_all
+    rules: list[StoppingRule] = [CandidatePlaced(judge, settle_all)]
     budget = budget_rule(config)
     if budget is not None:
         rules.append(budget)
@@ -275,20 +310,35 @@ def _per_comparison(rule: PairRule) -> PairRule:
 
 
 def comparison(
-    campaign: Campaign, view: CampaignView, candidate: str, judge: Judge
+    campaign: Campaign,
+    view: CampaignView,
+    candidate: str,
+    judge: Judge,
+    plans: Sequence[np.ndarray] = (),
+    stop: Stop | None = None,
 ) -> dict[str, Any]:
+    """compare's verdicts for summary.json. Per incumbent, ``trials`` is both models' trials at
+    the end of the run and ``trials_at_decision`` their trials when the verdict was reached
+    (the rounds' ``plans`` up to it); they differ when the run went on for other pairs.
+    ``stopped`` says why sampling ended (the run's stop)."""
     index = campaign.names.index(candidate)
     found = judge(view)
     rows = []
     for verdict in found:
+        pair = [index, verdict.incumbent]
         row: dict[str, Any] = {
             "incumbent": campaign.names[verdict.incumbent],
             "decision": verdict.decision,
             "z": float(verdict.z),
             "boundary": None if verdict.boundary is None else float(verdict.boundary),
             "decided_at_round": verdict.look,
-            "trials": int(view.trials[[index, verdict.incumbent]].sum()),
+            "trials_at_decision": None
+            if verdict.look is None or not plans
+            else int(sum(plan[pair].sum() for plan in plans[: verdict.look])),
+            "trials": int(view.trials[pair].sum()),
         }
+        if verdict.decision == "undecided" and verdict.boundary is None and judge.margin is None:
+            row["boundary_at_cap"] = boundary_at_cap(judge.rules, view, *pair)
         if verdict.reason is not None:
             row["reason"] = verdict.reason
         rows.append(row)
@@ -299,6 +349,7 @@ def comparison(
         "verdicts": rows,
         "exit_code": code,
         "meaning": MEANING[code],
+        "stopped": None if stop is None else stop.detail,
     }
 
 
@@ -308,6 +359,7 @@ def run_compare(
     run_dir: Path,
     *,
     margin: float | None = None,
+    settle_all: bool | None = None,
     dispatcher: Callable[[Campaign], Any] | None = None,
     console: IO[str] | None = None,
     quiet: bool = True,
@@ -317,10 +369,12 @@ def run_compare(
     from adaptive_eval.controller import Controller
     from adaptive_eval.runner import run_campaign
 
-    campaign, judge = compare_campaign(config, candidate, margin)
+    campaign, judge = compare_campaign(config, candidate, margin, settle_all)
 
     def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
-        return {"comparison": comparison(campaign, controller.view(), candidate, judge)}
+        view, plans = controller.view(), controller.state.plans
+        found = comparison(campaign, view, candidate, judge, plans, controller.stop)
+        return {"comparison": found}
 
     replaced: dict[str, Any] = {}
     if dispatcher is not None:
@@ -349,11 +403,10 @@ def render(result: dict[str, Any]) -> str:
     test = f" (non-inferiority, margin {margin})" if margin is not None else ""
     lines = [f"candidate {result['candidate']}{test}:"]
     for row in result["verdicts"]:
-        decided = row.get("decided_at_round")
-        when = "" if decided is None else f", decided at round {decided}"
         lines.append(
-            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}, "
-            f"{row['trials']} trials{when})"
+            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(row)})"
         )
     lines.append(f"exit code {result['exit_code']}: {MEANING[result['exit_code']]}")
+    if result.get("stopped"):
+        lines.append(f"sampling stopped: {result['stopped']}")
     return "\n".join(lines)

@@ -379,6 +379,12 @@ class CompareConfig(_Strict):
         "each incumbent by more than this (on the rubric score), fails one shown worse by more; "
         "null: settle better / worse / equivalent with the pair rules. --margin overrides it.",
     )
+    settle_all: bool = Field(
+        False,
+        description="Keep sampling until every comparison is settled (or the cap), even once "
+        "the exit code cannot change; default: stop at the first regression (exit 3 whatever "
+        "the other comparisons give). --settle-all sets it.",
+    )
 
 
 class CampaignConfig(_Strict):

@@ -38,6 +38,10 @@ SLOW_POLICY_S = 0.05
 #: Speculation follows the cells of this many latest rounds (allocation moves between models
 #: from round to round; one round's cells alone would leave most speculative trials unclaimed).
 SPECULATE_FROM_ROUNDS = 4
+#: Why a ``pair_decision`` event is logged in its round: the pair was decided in it, or was
+#: decided earlier and has just become adjacent in the ranking (``decided_at_round`` says when).
+DECIDED_NOW = "decided in this round"
+BECAME_ADJACENT = "decided earlier; adjacent in the ranking from this round"
 #: Stops that more data cannot undo.
 LATCHED_STOPS = frozenset({StopReason.MAX_TRIALS, StopReason.EXHAUSTED, StopReason.INTERRUPTED})
 
@@ -85,6 +89,7 @@ class Controller:
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
         self._wanted = np.ones(len(campaign.names), dtype=bool)  # models the latest plan served
         self._warmed: set[str] = set()  # phases whose first slow call (table building) was seen
+        self._logged_verdicts: dict[frozenset[int], Verdict] = {}  # see _log_changes
         target = self.config.execution.prefetch_trials
         self.prefetcher = (
             Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
@@ -403,7 +408,10 @@ class Controller:
 
     def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
         names = self.campaign.names
-        before = {frozenset((d.a, d.b)): d.verdict for d in self.decisions}
+        # Each pair's verdict as last logged, whether or not the pair is adjacent now: a pair
+        # that left the adjacent list and came back was logged as decided twice (at rounds 29
+        # and 37 of the demo), and report.html drew it twice.
+        before = self._logged_verdicts
         futile_before = {frozenset((d.a, d.b)) for d in self.decisions if d.futile}
         changed = False
         for d in decisions:
@@ -416,9 +424,12 @@ class Controller:
                     trials_needed_per_question=d.projected,
                     trials_used=self.state.trials_used,
                 )
-            old = before.get(frozenset((d.a, d.b)), Verdict.UNDECIDED)
+            pair = frozenset((d.a, d.b))
+            old = before.get(pair, Verdict.UNDECIDED)
             if d.verdict is not old and (d.settled or old.settled):
                 changed = True
+                before[pair] = d.verdict
+                now = self.state.applied_rounds
                 self._emit(
                     "pair_decision",
                     a=names[d.a],
@@ -429,6 +440,8 @@ class Controller:
                     # The rule's own round: a pair settled before it became adjacent in the
                     # ordering is logged now, but was decided then (as summary.json says).
                     decided_at_round=d.look,
+                    trials_at_decision=self._trials_through(d.look),
+                    logged=DECIDED_NOW if d.look in (None, now) else BECAME_ADJACENT,
                     trials_used=self.state.trials_used,
                 )
         if changed:
@@ -437,6 +450,12 @@ class Controller:
             self._emit("stop", reason=stop.reason.value, detail=stop.detail)
         if stop is None and self.stop is not None:
             self._emit("stop_withdrawn", reason=self.stop.reason.value)
+
+    def _trials_through(self, rounds: int | None) -> int | None:
+        """Trials the campaign had recorded once ``rounds`` rounds were applied."""
+        if rounds is None:
+            return None
+        return int(sum(int(plan.sum()) for plan in self.state.plans[:rounds]))
 
     # -- resume ---------------------------------------------------------------------------------
     def resume(self) -> None:

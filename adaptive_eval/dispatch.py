@@ -894,10 +894,11 @@ class InlineDispatcher:
         self._crash_after = crash_after
         self.stats = DispatchStats()
         self.submitted: list[Batch] = []
+        self._worker_count = len(self._workers)  # as the Ray dispatcher: kept after shutdown
 
     @property
     def num_workers(self) -> int:
-        return len(self._workers)
+        return self._worker_count
 
     def submit(self, batches: Sequence[Batch]) -> None:
         self._queue.extend(batches)

@@ -42,7 +42,7 @@ from adaptive_eval.policy import CampaignView, decide_pairs
 from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.state import RunState
 from adaptive_eval.storage import atomic_output, atomic_write, foreign_entries
-from adaptive_eval.store import TrialStore
+from adaptive_eval.store import RunLock, TrialStore
 from adaptive_eval.types import Verdict
 
 EXIT_ALERT = 3
@@ -153,23 +153,32 @@ def score_drops(
 
 
 def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
-    """Pairs settled one way last night and the other way tonight (from summary.json pairs)."""
+    """Pairs settled one way last night and the other way tonight, over every pair of models
+    both nights ranked, not only the adjacent ones: a model settled above another (a lower
+    decided rank) and tonight settled below it is a flip, however far apart they are (a model
+    that fell two places raised only ``score_drop`` when only adjacent pairs were compared)."""
 
-    def winners(summary: dict[str, Any]) -> dict[frozenset[str], str]:
-        out = {}
-        for pair in summary["pairs"]:
-            if pair["decision"] in ("a>b", "b>a"):
-                out[frozenset((pair["a"], pair["b"]))] = (
-                    pair["a"] if pair["decision"] == "a>b" else pair["b"]
+    def ranks(summary: dict[str, Any]) -> dict[str, int]:
+        return {str(m["name"]): int(m["rank"]) for m in summary["models"] if "rank" in m}
+
+    old, new = ranks(before), ranks(now)
+    names = sorted(old.keys() & new.keys())
+    flips = []
+    for index, first in enumerate(names):
+        for second in names[index + 1 :]:
+            was = old[first] - old[second]
+            is_now = new[first] - new[second]
+            if was and is_now and (was > 0) != (is_now > 0):
+                above = first if was < 0 else second
+                flips.append(
+                    {
+                        "kind": "ranking_flip",
+                        "pair": [first, second],
+                        "before": above,
+                        "now": second if above == first else first,
+                    }
                 )
-        return out
-
-    old, new = winners(before), winners(now)
-    return [
-        {"kind": "ranking_flip", "pair": sorted(key), "before": old[key], "now": new[key]}
-        for key in sorted(old.keys() & new.keys(), key=sorted)
-        if old[key] != new[key]
-    ]
+    return flips
 
 
 def _night_record(
@@ -264,6 +273,32 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _write_night_outputs(
+    run_dir: Path,
+    summary: dict[str, Any],
+    night: str,
+    alerts: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+) -> None:
+    """The night's summary.json, report.md and report.html again, now with the night and its
+    alerts (the run wrote them before the night was compared with the last one: its pages never
+    mentioned an alert); kept in the store, so ``adaptive-eval report`` keeps them too."""
+    from adaptive_eval.report import write_outputs
+
+    summary["nightly"] = {
+        "night": night,
+        "alerts": alerts,
+        "exit_code": EXIT_ALERT if alerts else 0,
+    }
+    with RunLock(run_dir):
+        store = TrialStore(run_dir)
+        try:
+            store.set_meta(nightly=summary["nightly"])
+            write_outputs(run_dir, summary, store, history=records)
+        finally:
+            store.close()
+
+
 def run_nightly(
     config: CampaignConfig,
     history: Path,
@@ -320,9 +355,7 @@ def run_nightly(
     records = [r for r in records if r["night"] != tonight] + [record]
     atomic_write(lines, "".join(json.dumps(r) + "\n" for r in records))
     atomic_write(history / "summary.md", _summary_markdown(records))
-    from adaptive_eval.report_html import write_html
-
-    write_html(run_dir, summary, summary.get("provenance"), history=records)
+    _write_night_outputs(run_dir, summary, tonight, alerts, records)
     for old in sorted(p for p in runs.glob("*") if p.is_dir())[:-keep]:
         shutil.rmtree(old)
     return record

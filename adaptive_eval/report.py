@@ -11,6 +11,7 @@ import numpy as np
 from adaptive_eval import markdown as md
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
+from adaptive_eval.headline import markdown_lines as headline_markdown
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
 from adaptive_eval.storage import atomic_write
 from adaptive_eval.types import PairDecision, Stop
@@ -264,6 +265,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Campaign {md.code(summary['name'])}",
         "",
+        *headline_markdown(summary),  # the verdict, alert or ranking in one line
         f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  ",
         f"Ranking confidence {summary['confidence']}; prior: {md.text(summary['prior'])}.",
         "",
@@ -454,9 +456,15 @@ def render_console(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(run_dir: Path, summary: dict[str, Any], store: TrialStore | None = None) -> None:
+def write_outputs(
+    run_dir: Path,
+    summary: dict[str, Any],
+    store: TrialStore | None = None,
+    history: list[dict[str, Any]] | None = None,
+) -> None:
     """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
-    ``store``: the run's store where the caller holds it open."""
+    ``store``: the run's store where the caller holds it open; ``history``: a nightly run's
+    nights, for report.html's history plot."""
     from adaptive_eval.provenance import collect
     from adaptive_eval.report_html import write_html
 
@@ -467,4 +475,4 @@ def write_outputs(run_dir: Path, summary: dict[str, Any], store: TrialStore | No
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     atomic_write(run_dir / "report.md", render_markdown(summary))
-    write_html(run_dir, summary, summary["provenance"], store=store)
+    write_html(run_dir, summary, summary["provenance"], history=history, store=store)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adaptive_eval.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.report import (
     COMPARE_EXIT_MEANING,
     decision_text,
@@ -63,7 +64,6 @@ class RunData:
     questions: list[str]
     trials: np.ndarray  # (L, M) trials recorded per cell
     per_round: np.ndarray  # (R,) trials recorded in each round
-    decided_rounds: list[int]  # rounds on which some pair's decision changed
 
     @classmethod
     def load(cls, run_dir: Path, opened: TrialStore | None = None) -> RunData:
@@ -83,8 +83,7 @@ class RunData:
             per_round = np.zeros(max((r for r, _ in rows), default=-1) + 1, dtype=np.int64)
             for round_index, count in rows:
                 per_round[round_index] = count
-            decided = sorted({r for r, _, _ in store.events("pair_decision")})
-        return cls(models, questions, trials, per_round, decided)
+        return cls(models, questions, trials, per_round)
 
 
 def _svg(fig: Figure) -> str:
@@ -226,6 +225,7 @@ def pair_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "label": f"{a} vs {b} ({row['decision']})",
             "z": row["z"],
             "boundary": row.get("boundary"),
+            "boundary_at_cap": row.get("boundary_at_cap"),
             "decision": row["decision"],
         }
         for a, b, row in shown
@@ -250,14 +250,43 @@ def pairs_plot(summary: dict[str, Any]) -> str:
             [y[index] - 0.45, y[index] + 0.45],
             color="#212529",
             linewidth=2.5,
-            label="the pair's own boundary" if count == 0 else None,
+            label="the boundary it was decided against" if count == 0 else None,
+        )
+        mark.set_gid(f"boundary-{index}")
+    # An undecided pair is read against the boundary it would have to cross at the cap.
+    open_marks = [
+        (index, p["boundary_at_cap"])
+        for index, p in enumerate(pairs)
+        if p["boundary"] is None and p.get("boundary_at_cap") is not None
+    ]
+    for count, (index, boundary) in enumerate(open_marks):
+        (mark,) = ax.plot(
+            [boundary, boundary],
+            [y[index] - 0.45, y[index] + 0.45],
+            color="#212529",
+            linewidth=2.0,
+            linestyle=(0, (2, 1)),
+            label="undecided: the boundary to cross at the cap" if count == 0 else None,
         )
         mark.set_gid(f"boundary-{index}")
     ax.set_yticks(y, [p["label"] for p in pairs])
-    ax.set_xlabel("|z| of the pair; the black mark is the boundary it was tested against")
-    if bounded:
-        ax.legend(loc="lower right")
+    ax.set_xlabel("|z| of the pair against its boundary (solid: decided; dashed: at the cap)")
+    if bounded or open_marks:  # beside the axes: inside, it covered bars and their marks
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _svg(fig)
+
+
+def decided_rounds(summary: dict[str, Any]) -> list[int]:
+    """The round each decided pair of the summary was decided in (one entry per pair: compare's
+    verdicts, else the adjacent pairs), in order. Rounds count from 1: round r is decided
+    once r rounds are applied."""
+    comparison = summary.get("comparison")
+    rows = comparison["verdicts"] if comparison is not None else summary["pairs"]
+    return sorted(
+        int(row["decided_at_round"])
+        for row in rows
+        if row["decision"] != "undecided" and row.get("decided_at_round") is not None
+    )
 
 
 def compute_plot(summary: dict[str, Any], data: RunData) -> str:
@@ -266,15 +295,19 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
     rounds = np.arange(1, len(cumulative) + 1)
     ax.step(rounds, cumulative, where="post", color="#1c7ed6", label="trials recorded")
     ax.axhline(summary["baseline"]["trials"], color="#495057", linestyle="--", label="fixed-N run")
-    decided = [r for r in data.decided_rounds if r < len(cumulative)]
+    # One dot per decided pair of the summary (the decision events logged a pair each time it
+    # became adjacent again: 6 dots for the demo's 5 decided pairs), at its own round.
+    decided = [r for r in decided_rounds(summary) if 1 <= r <= len(cumulative)]
     if decided:
-        ax.plot(
-            [r + 1 for r in decided],
-            cumulative[decided],
+        dots = ax.plot(
+            decided,
+            cumulative[[r - 1 for r in decided]],
             "o",
             color="#2b8a3e",
-            label="a pair decided",
+            alpha=0.8,
+            label=f"a pair decided ({len(decided)} pairs)",
         )
+        dots[0].set_gid("pairs-decided")
     ax.set_xlabel("round")
     ax.set_ylabel("trials")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -326,6 +359,9 @@ td, th { border: 1px solid #dee2e6; padding: 0.25rem 0.6rem; text-align: right; 
 td:nth-child(3), th:nth-child(3) { text-align: left; }
 figure { margin: 1.5rem 0; } figure svg { width: 100%; height: auto; }
 .note { color: #c92a2a; font-weight: 600; }
+.headline { font-size: 1.15rem; padding: 0.5rem 0.8rem; border-left: 6px solid #868e96; }
+.headline.good { border-color: #2b8a3e; } .headline.warning { border-color: #e8590c; }
+.headline.bad { border-color: #c92a2a; background: #fff5f5; }
 .warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
 
@@ -376,6 +412,19 @@ def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _headline_html(summary: dict[str, Any]) -> list[str]:
+    """The page's first line: compare's verdict, the nightly alert, or the ranking."""
+    found = headline(summary)
+    out = [
+        f"<p id='headline' class='headline {found.tone.value}'><b>"
+        f"{html.escape(found.kind.value)}:</b> {html.escape(found.text)}</p>"
+    ]
+    if found.details:
+        items = "".join(f"<li>{html.escape(detail)}</li>" for detail in found.details)
+        out.append(f"<ul id='headline-details'>{items}</ul>")
+    return out
+
+
 def _decision_html(rules: dict[str, Any]) -> list[str]:
     """The decision rules, their guarantee and (for a rule without one) the warning."""
     if not rules:
@@ -399,7 +448,8 @@ def render(
     provenance: dict[str, Any] | None,
     history: list[dict[str, Any]] | None = None,
 ) -> str:
-    saved = summary["compute_saved"]["trials_fraction"]
+    # Reused library trials cost nothing now: the saving counts what this run sampled.
+    saved, counted = saved_fraction(summary)
     saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
     ranking = _table(*ranking_table(summary))
@@ -445,12 +495,12 @@ def render(
         f"<title>Campaign {html.escape(summary['name'])}</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Campaign <code>{html.escape(summary['name'])}</code></h1>",
+        *_headline_html(summary),
         f"<p id='stop'>Stopped: <b>{html.escape(str(summary['stop_reason']))}</b> "
         f"({html.escape(str(summary['stop_detail']))}). Prior: "
         f"{html.escape(summary['prior'])}.</p>",
-        f"<p id='saved'>Trials used {summary['trials_used']} of the fixed-N run's "
-        f"{summary['baseline']['trials']} (N = {summary['baseline']['fixed_n']}): saved "
-        f"{saved_text}."
+        f"<p id='saved'>Trials used {summary['trials_used']} against "
+        f"{html.escape(baseline_text(summary))}: saved {saved_text}, {html.escape(counted)}."
         + (
             f" <span class='note'>{undecided} pair(s) still undecided at the stop: the saving "
             "is not a settled ranking's.</span>"

@@ -278,11 +278,15 @@ class Progress:
     """The run's progress: a tqdm bar on a terminal, a status line every ``interval_s``
     seconds elsewhere (CI logs get a line, not minutes of silence).
 
-    The total is the cap-bound: the trials recorded and planned so far plus what the models the
-    stopping rules still need could take up to ``max_trials_per_question`` (and at most the
-    trial budget). The campaign cannot use more, so the bar never goes backwards and its ETA
-    (at the rate since the first recorded batch, so Ray's start-up is left out) is an upper
-    bound; the total only shrinks, as models are settled.
+    The total is an upper bound the campaign cannot pass: every cell at its cap (or what it
+    already planned, where that is more), and at most the trial budget. It used to count only
+    the models the stopping rules needed at that moment, but a model they had set aside can be
+    needed again (``configs/demo-settle-all.yaml`` ended at 95,792 trials against "at most
+    90,534"). The bar never goes backwards, the total never grows, and the ETA (at the rate
+    since the first recorded batch, so Ray's start-up is left out) is to that bound. Beside the
+    bar: the undecided pairs, the trials recorded and the fixed-N run's trials; once the run
+    has finished, the trials it saved against that run (it used to print the trials recorded
+    as "trials saved").
     """
 
     def __init__(
@@ -300,23 +304,26 @@ class Progress:
         self.bar: Any = None
         self.total: int | None = None
         self.done = 0
+        self.baseline = 0  # the fixed-N run's trials
         self._first: tuple[float, int] | None = None  # (time, trials) at the first call
         self._last_line = 0.0
 
-    def bound(self, controller: Controller) -> int:
-        """Trials the campaign can still reach: planned so far plus the needed models' room."""
+    @staticmethod
+    def bound(controller: Controller) -> int:
+        """Trials the campaign can reach at most: every cell up to its cap (what it planned,
+        where that is more), within the trial budget."""
         planned = controller.state.planned
-        room = controller.campaign.capacity[:, None] - planned
-        needed = np.asarray(controller.wanted, dtype=bool)
-        bound = int(planned.sum()) + int(np.clip(room[needed], 0, None).sum())
+        cap = np.broadcast_to(controller.campaign.capacity[:, None], planned.shape)
+        bound = int(np.maximum(planned, cap).sum())
         budget = controller.config.budget.trials
-        return bound if budget is None else min(bound, budget)
+        return bound if budget is None else min(bound, max(budget, int(planned.sum())))
 
     def __call__(self, controller: Controller) -> None:
         if not self.enabled:
             return
         now = self.clock()
         self.done = max(self.done, controller.store.count_trials())
+        self.baseline = controller.campaign.fixed_n * controller.state.planned.size
         bound = self.bound(controller)
         self.total = max(bound if self.total is None else min(self.total, bound), self.done)
         undecided = sum(not d.settled for d in controller.decisions)
@@ -330,7 +337,7 @@ class Progress:
             self.console.write(self.status_line(now, undecided) + "\n")
 
     def eta_s(self, now: float) -> float | None:
-        """Seconds to the cap-bound at the rate since the first call (None before a rate)."""
+        """Seconds to the bound at the rate since the first call (None before a rate)."""
         if self._first is None or self.total is None:
             return None
         start, trials = self._first
@@ -342,10 +349,16 @@ class Progress:
         share = f"{100 * self.done / total:.1f}%" if total else "n/a"
         eta = self.eta_s(now)
         return (
-            f"progress: {self.done:,} of at most {total:,} trials ({share}), "
-            f"{undecided} pair(s) undecided, "
-            + ("ETA n/a" if eta is None else f"at most {eta:.0f} s to go")
+            f"progress: {self.done:,} of at most {total:,} trials ({share}; the fixed-N run: "
+            f"{self.baseline:,}), {undecided} pair(s) undecided, "
+            + ("ETA n/a" if eta is None else f"at most {eta:.0f} s to go at the current rate")
         )
+
+    def saved_text(self) -> str:
+        """What the finished run saved against the fixed-N run, in trials."""
+        saved = self.baseline - self.done
+        share = f" ({100 * saved / self.baseline:.1f}%)" if self.baseline else ""
+        return f"trials saved {saved:,}{share} of the fixed-N run's {self.baseline:,}"
 
     def _draw(self, undecided: int) -> None:
         if self.bar is None:
@@ -365,7 +378,8 @@ class Progress:
         self.bar.total = self.total
         self.bar.n = self.done
         self.bar.set_postfix_str(
-            f"undecided pairs {undecided}, trials saved {self.done}", refresh=False
+            f"undecided pairs {undecided}, recorded {self.done:,} (fixed-N run {self.baseline:,})",
+            refresh=False,
         )
         self.bar.refresh()
 
@@ -373,9 +387,12 @@ class Progress:
         if self.bar is not None:
             if finished:
                 self.bar.total = self.bar.n
+                self.bar.set_postfix_str(self.saved_text(), refresh=False)
                 self.bar.refresh()
             self.bar.close()
             self.console.bar_active = False
+        elif finished and self.enabled and self._first is not None:
+            self.console.write(f"progress: done, {self.saved_text()}\n")
 
 
 def build_summary(
@@ -389,7 +406,7 @@ def build_summary(
     _, theta_se, _ = state.estimate()
     with np.errstate(invalid="ignore", divide="ignore"):
         weighted = (state.counts @ campaign.weights).sum(axis=1) / state.trials.sum(axis=1)
-    return summarize(
+    summary = summarize(
         name=campaign.config.name,
         campaign_id=campaign_id,
         names=campaign.names,
@@ -410,6 +427,23 @@ def build_summary(
         weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
         decision_rules=describe_rules(campaign),
     )
+    _mark_open_boundaries(summary, campaign, controller)
+    return summary
+
+
+def _mark_open_boundaries(
+    summary: dict[str, Any], campaign: Campaign, controller: Controller
+) -> None:
+    """Each undecided pair gets ``boundary_at_cap``: the boundary it would have to cross with
+    both models at the cap (report.html drew no mark for undecided pairs)."""
+    from adaptive_eval.compare import boundary_at_cap
+
+    view = controller.view()
+    index = {name: i for i, name in enumerate(campaign.names)}
+    for pair in summary["pairs"]:
+        if pair["decision"] == "undecided" and pair.get("boundary") is None:
+            a, b = index[pair["a"]], index[pair["b"]]
+            pair["boundary_at_cap"] = boundary_at_cap(campaign.pair_rules, view, a, b)
 
 
 def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
@@ -425,6 +459,46 @@ def _dispatch_summary(dispatcher: Any) -> dict[str, Any]:
         "request_retries": stats.request_retries,
         "request_retry_reasons": dict(stats.retry_reasons),
     }
+
+
+#: Dispatch figures that describe the workers rather than add up over a run's legs.
+_LARGEST = ("workers",)
+
+
+def combine_dispatch(
+    before: dict[str, Any] | None, this_leg: dict[str, Any], dispatched: bool
+) -> dict[str, Any]:
+    """summary.json's ``dispatch`` over every leg of a run (a resume is a leg): batches,
+    failures, restarts, loads and retries summed, workers the most any leg had, utilisation
+    weighted by batches. A leg that started no worker adds nothing."""
+    if not isinstance(before, dict) or not before:
+        return this_leg
+    if not dispatched:
+        return before
+    merged: dict[str, Any] = {}
+    for key in before.keys() | this_leg.keys():
+        old, new = before.get(key), this_leg.get(key)
+        if key in _LARGEST:
+            merged[key] = max(old or 0, new or 0)
+        elif key == "worker_utilisation":
+            old_batches, new_batches = before.get("batches") or 0, this_leg.get("batches") or 0
+            weight = old_batches + new_batches
+            merged[key] = (
+                ((old or 0.0) * old_batches + (new or 0.0) * new_batches) / weight
+                if weight
+                else 0.0
+            )
+        elif isinstance(old, dict) or isinstance(new, dict):
+            parts = [part for part in (old, new) if isinstance(part, dict)]
+            merged[key] = {
+                name: sum(part.get(name, 0) for part in parts)
+                for name in sorted({name for part in parts for name in part})
+            }
+        elif isinstance(new, int | float) and isinstance(old, int | float):
+            merged[key] = old + new
+        else:
+            merged[key] = new if new is not None else old
+    return merged
 
 
 def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> None:
@@ -638,9 +712,11 @@ def _run_opened(
         finally:
             port.shutdown()
             progress.close(controller.finished())
-        dispatch = _dispatch_summary(dispatcher)
+        this_leg = _dispatch_summary(dispatcher)
         if controller.prefetcher is not None:
-            dispatch["prefetch"] = controller.prefetcher.summary()
+            this_leg["prefetch"] = controller.prefetcher.summary()
+        # A resume that samples nothing (a finished run run again) used to zero the block.
+        dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)
         store.set_meta(dispatch=dispatch, resumed=resumed)
         extra = {"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch}
         if finish is not None:
@@ -702,7 +778,7 @@ class StartOnDemand:
 
 
 #: Summary keys only a run can know; ``report`` carries them over.
-RUN_ONLY_KEYS = ("resumed", "dispatch")
+RUN_ONLY_KEYS = ("resumed", "dispatch", "nightly")
 
 
 def _kept_from_run(store: TrialStore, run_dir: Path) -> dict[str, Any]:
@@ -753,7 +829,9 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
 
         def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
-            return {"comparison": comparison(campaign, controller.view(), candidate, judge)}
+            view, plans = controller.view(), controller.state.plans
+            found = comparison(campaign, view, candidate, judge, plans, controller.stop)
+            return {"comparison": found}
 
     with RunLock(run_dir):
         return _report_locked(campaign, run_dir, finish)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,12 @@ def test_a_worse_candidate_is_a_regression(
     tmp_path: Path, incumbents: tuple[Path, np.ndarray]
 ) -> None:
     _, success = incumbents
-    result = _compare(_config(tmp_path, np.clip(success[0] - 0.2, 0.01, 1)), tmp_path / "run")
-    assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
+    path = _config(tmp_path, np.clip(success[0] - 0.2, 0.01, 1))
+    result = _compare(path, tmp_path / "run")
+    assert "worse" in _decisions(result).values()  # the gate stops at its first regression
     assert result["exit_code"] == 3
+    every = run_compare(load(path), "cand", tmp_path / "all", settle_all=True, dispatcher=_inline)
+    assert _decisions(every["comparison"]) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
 
 
 def test_a_tied_candidate_is_equivalent_and_passes(
@@ -255,3 +259,101 @@ def test_margin_from_the_config_and_a_bad_margin(
     args = ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "x")]
     assert main([*args, "--margin", "-0.1"]) == 2
     assert "--margin must be > 0, got -0.1" in capsys.readouterr().err
+
+
+# -- issue 22, workflows 7-9: the gate stops once its exit code is fixed; figures say what they
+# are; the verdict is the page's headline -------------------------------------------------------
+def test_the_gate_stops_at_the_first_regression_and_settle_all_keeps_the_old_behaviour(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+) -> None:
+    """A candidate tied with inc-50 and clearly worse than inc-70: the regression fixes exit
+    3 early; sampling on to settle the tie (to the cap) cost trials for nothing."""
+    _, success = incumbents
+    path = _config(tmp_path, success[1], rope=0.005)
+    stopped = run_compare(load(path), "cand", tmp_path / "run", dispatcher=_inline)
+    settled = run_compare(load(path), "cand", tmp_path / "all", settle_all=True, dispatcher=_inline)
+    first, every = stopped["comparison"], settled["comparison"]
+    assert first["exit_code"] == every["exit_code"] == 3
+    assert _decisions(first)["inc-70"] == _decisions(every)["inc-70"] == "worse"
+    assert _decisions(first)["inc-50"] == "undecided"
+    assert (
+        stopped["stop_reason"] == "goal_met"
+        and "regression against inc-70" in (stopped["stop_detail"])
+    )
+    worse = next(v for v in first["verdicts"] if v["incumbent"] == "inc-70")
+    rounds = len(_rounds(tmp_path / "run"))
+    assert rounds <= worse["decided_at_round"] + 2  # at most the pipelined rounds after it
+    assert stopped["trials_used"] < settled["trials_used"]
+    assert first["stopped"] == stopped["stop_detail"]
+
+
+def _rounds(run_dir: Path) -> list[Any]:
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        return store.rounds()
+    finally:
+        store.close()
+
+
+def test_each_verdict_says_its_trials_at_the_decision_and_at_the_end(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compare printed end-of-run totals as "6810 trials, decided at round 8" (2,700 trials
+    existed then)."""
+    _, success = incumbents
+    path = _config(tmp_path, success[1], rope=0.005)
+    summary = run_compare(load(path), "cand", tmp_path / "run", settle_all=True, dispatcher=_inline)
+    worse = next(v for v in summary["comparison"]["verdicts"] if v["incumbent"] == "inc-70")
+    plans = _rounds(tmp_path / "run")
+    cand, inc = 0, 3  # model indices: the candidate's entry first, then inc-30, inc-50, inc-70
+    expected = sum(int(plan[[cand, inc]].sum()) for plan in plans[: worse["decided_at_round"]])
+    assert worse["trials_at_decision"] == expected < worse["trials"]
+    from adaptive_eval.compare import render
+
+    text = render(summary["comparison"])
+    assert (
+        f"decided at round {worse['decided_at_round']} with {expected:,} trials of the two "
+        f"models ({worse['trials']:,} by the end of the run)"
+    ) in text
+    events = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+        if '"pair_decision"' in line
+    ]
+    assert events and all(e["logged"] for e in events)
+    for event in events:
+        through = sum(int(plan.sum()) for plan in plans[: event["decided_at_round"]])
+        assert event["trials_at_decision"] == through
+
+
+def test_the_verdict_leads_the_compare_pages_and_quiet_prints_only_it(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, success = incumbents
+    path = _config(tmp_path, success[1], rope=0.005)
+    run_dir = tmp_path / "run"
+    run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+    page = (run_dir / "report.html").read_text()
+    lead = re.sub("<[^>]+>", "", "<p" + page.split("<p id='headline'", 1)[1].split("</p>")[0])
+    assert "Verdict: exit 3, a regression: cand is" in lead and "worse than inc-70" in lead
+    assert page.index("id='headline'") < page.index("id='stop'") < page.index("id='comparison'")
+    assert "class='headline bad'" in page
+    report = (run_dir / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**Verdict:** exit 3, a regression")
+    # The pairs figure: every comparison has its boundary mark (undecided ones at the cap), and
+    # the legend stands beside the axes, not over the bars.
+    figure = page.split("<figure id='pairs'>", 1)[1].split("</figure>", 1)[0]
+    verdicts = json.loads((run_dir / "summary.json").read_text())["comparison"]["verdicts"]
+    assert all(f'id="boundary-{i}"' in figure for i in range(len(verdicts)))
+    assert _legend_left(figure) > _axes_right(figure)
+
+
+def _axes_right(svg: str) -> float:
+    path = svg.split('<g id="patch_2">', 1)[1].split(' d="', 1)[1].split('"', 1)[0]
+    return max(float(x) for x in re.findall(r"[ML] ([\d.]+) ", path))
+
+
+def _legend_left(svg: str) -> float:
+    legend = svg.split('<g id="legend_1">', 1)[1]
+    path = legend.split(' d="', 1)[1].split('"', 1)[0]
+    return min(float(x) for x in re.findall(r"[MLQ] ([\d.]+) ", path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -342,3 +343,89 @@ def test_log_lines_do_not_run_into_the_progress_bar() -> None:
     # The line is whole, on a line of its own, and the bar is drawn again after it.
     assert "\nwarning: slow_policy phase=decide\n" in text.replace("\r", "\n")
     assert text.rindex("sampling") > text.index("warning: slow_policy")
+
+
+# -- issue 22: workflows 3, 4 and 10, and the console's rank header -------------------------------
+def test_running_a_finished_run_again_keeps_its_dispatch_and_an_extension_adds_to_it(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
+) -> None:
+    """A finished run run again (a resume that samples nothing) zeroed summary.json's dispatch
+    block (workers 2, batches 309 -> 0); an extension's block held only its own leg."""
+    run_dir = tmp_path / "run"
+    capped = load(scenario_config, ["budget.trials=300"])
+    first = runner.run_campaign(capped, run_dir, console=io.StringIO())
+    assert first["dispatch"]["batches"] > 0 and first["dispatch"]["workers"] > 0
+    again = runner.run_campaign(capped, run_dir, console=io.StringIO())
+    assert again["dispatch"] == first["dispatch"]
+    extended = runner.run_campaign(load(scenario_config), run_dir, console=io.StringIO())
+    with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
+        batches = conn.execute("SELECT COUNT(DISTINCT batch_id) FROM trials").fetchone()[0]
+    conn.close()
+    assert extended["dispatch"]["batches"] == batches > first["dispatch"]["batches"]
+    assert extended["dispatch"]["workers"] == first["dispatch"]["workers"]
+
+
+def test_quiet_prints_only_the_one_line_result(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]], capsys: Any
+) -> None:
+    """--quiet printed the whole ranking and pair list (33 lines); its help said "only
+    warnings"."""
+    capsys.readouterr()
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and out.startswith("Ranking: 3 models in "), out
+    assert err == ""
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    from adaptive_eval.headline import headline
+
+    assert out.strip() == headline(summary).line
+    help_text = subprocess.run(
+        [sys.executable, "-m", "adaptive_eval.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "only warnings" not in help_text and "one-line result" in " ".join(help_text.split())
+
+
+def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
+    tmp_path: Path, scenario_config: Path
+) -> None:
+    """The demo's events logged LLM_10 > LLM_7 at rounds 29 and 37 (it left the adjacent pairs
+    and came back), and report.html drew 6 "decided" dots for 5 decided pairs."""
+    from helpers import NullLog
+
+    from adaptive_eval.controller import Controller
+    from adaptive_eval.dispatch import InlineDispatcher
+    from adaptive_eval.types import PairDecision
+
+    campaign = build_campaign(load(scenario_config))
+    store, _, _ = runner.open_run_dir(campaign, tmp_path / "run")
+    try:
+        controller = Controller(
+            campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), NullLog()
+        )
+        settled = PairDecision.resolved(0, 1, 4.0, True, "group_sequential", 3.0, 0.01, 0)
+        rounds = [
+            (settled, PairDecision.undecided(1, 2, 0.5)),
+            (PairDecision.undecided(0, 2, 0.3), PairDecision.undecided(2, 1, 0.5)),
+            (settled, PairDecision.undecided(1, 2, 0.5)),
+        ]
+        for decisions in rounds:
+            controller._log_changes(decisions, None)
+            controller.decisions = decisions
+        logged = [payload for kind, _, payload in controller._events if kind == "pair_decision"]
+    finally:
+        store.close()
+    assert len(logged) == 1 and logged[0]["decided_at_round"] == 0
+
+
+def test_the_console_ranking_header_is_explained(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]], capsys: Any
+) -> None:
+    """The console's "rank (no CI)" header was unexplained (report.md said "rank (decided) |
+    order"); issue 20's one-score table replaced it with an explained rank column."""
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "(no CI)" not in out
+    assert "rank: models share a rank until their pair is decided" in out

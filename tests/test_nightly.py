@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from helpers import NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.campaign import build_campaign
+from adaptive_eval.cli import main
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
@@ -124,6 +127,47 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
     assert "2026-01-03 - **" in (history / "summary.md").read_text()
     page = (history / "runs" / "2026-01-03" / "report.html").read_text()
     assert "<figure id='history'>" in page and page.count("<svg") == 6
+    # Issue 22, workflow 6: the night's own pages lead with its alert, and report keeps it.
+    night = history / "runs" / "2026-01-03"
+    headline = page.split("<p id='headline'", 1)[1].split("</p>", 1)[0]
+    assert "Alert:" in headline and "ckpt&#x27;s score dropped" in headline
+    assert page.index("id='headline'") < page.index("id='stop'")
+    markdown = (night / "report.md").read_text()
+    assert markdown.split("\n")[2].startswith("**Alert:** night 2026-01-03, exit 3")
+    summary = json.loads((night / "summary.json").read_text())
+    assert summary["nightly"]["alerts"] == third["alerts"]
+    assert main(["report", str(night)]) == 0
+    assert "**Alert:**" in (night / "report.md").read_text()
+    # A night that reused trials: report.html says so, and its saving counts only the sampled.
+    quiet_night = (history / "runs" / "2026-01-02" / "report.html").read_text()
+    assert f"counting only the 0 trials this run sampled ({second['reused']:,} reused" in (
+        quiet_night
+    )
+    lead = re.sub(
+        "<[^>]+>", "", "<p" + quiet_night.split("<p id='headline'", 1)[1].split("</p>")[0]
+    )
+    assert "Ranking: night 2026-01-02, no alert" in html.unescape(lead)
+
+
+def test_a_settled_pair_that_flipped_is_an_alert_however_far_apart_they_are() -> None:
+    """Issue 22, workflow 5: only pairs adjacent on both nights were compared, so a model
+    settled above another and ranked two places below it later raised no flip."""
+    from adaptive_eval.nightly import ranking_flips
+
+    def ranked(*names: str, ties: tuple[str, ...] = ()) -> dict[str, Any]:
+        rank, models = 0, []
+        for name in names:
+            rank += 0 if name in ties and models else 1
+            models.append({"name": name, "rank": rank})
+        return {"models": models, "pairs": []}
+
+    flips = ranking_flips(ranked("a", "b", "c"), ranked("b", "c", "a"))
+    assert flips == [
+        {"kind": "ranking_flip", "pair": ["a", "b"], "before": "a", "now": "b"},
+        {"kind": "ranking_flip", "pair": ["a", "c"], "before": "a", "now": "c"},
+    ]
+    # Not settled tonight (a shares b's rank): no flip, whatever the order.
+    assert ranking_flips(ranked("a", "b"), ranked("b", "a", ties=("a",))) == []
 
 
 def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
@@ -139,9 +183,9 @@ def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
 def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
     from adaptive_eval.nightly import ranking_flips
 
-    before = {"pairs": [{"a": "x", "b": "y", "decision": "a>b"}]}
-    after = {"pairs": [{"a": "y", "b": "x", "decision": "a>b"}]}
-    same = {"pairs": [{"a": "x", "b": "y", "decision": "a>b"}]}
+    before = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
+    after = {"models": [{"name": "y", "rank": 1}, {"name": "x", "rank": 2}]}
+    same = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
     assert ranking_flips(before, after) == [
         {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y"}
     ]

@@ -34,7 +34,7 @@ def fake_controller(
     """What Progress reads of a controller: the plan, the needed models, the recorded trials."""
     return SimpleNamespace(
         state=SimpleNamespace(planned=planned),
-        campaign=SimpleNamespace(capacity=np.array([10, 10, 10])),
+        campaign=SimpleNamespace(capacity=np.array([10] * len(planned)), fixed_n=5),
         wanted=np.array(wanted),
         config=SimpleNamespace(budget=SimpleNamespace(trials=None)),
         store=SimpleNamespace(count_trials=lambda: recorded),
@@ -65,6 +65,41 @@ def test_progress_total_is_the_cap_bound_and_never_goes_backwards() -> None:
     assert totals[0] == 3 * 4 * 10  # every model to the cap
     assert totals == sorted(totals, reverse=True)  # shrinks as models settle, never grows
     assert fractions == sorted(fractions)  # the bar only moves forward
+
+
+def test_the_total_is_an_upper_bound_even_when_a_set_aside_model_comes_back() -> None:
+    """Issue 22, workflow 2: the total counted only the models needed at that moment, and a
+    model set aside could be needed again (95,792 trials against "at most 90,534")."""
+    progress = Progress(ConsoleLines(io.StringIO()), True, clock=FakeClock())
+    steps = [
+        fake_controller(np.array([[2], [2]]), [True, False], recorded=4),
+        fake_controller(np.array([[10], [10]]), [True, True], recorded=20),
+    ]
+    totals = []
+    for controller in steps:
+        progress(controller)
+        totals.append(progress.total)
+    assert all(total is not None and total >= progress.done == 20 for total in totals), totals
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_says_what_was_saved_not_what_was_recorded() -> None:
+    """Issue 22, workflow 1: "trials saved 13392" printed the trials recorded (the demo saved
+    13,008 of the fixed-N run's 26,400)."""
+    stream = _Terminal()
+    progress = Progress(ConsoleLines(stream), True, clock=FakeClock())
+    planned = np.full((3, 4), 3)
+    progress(fake_controller(planned, [True] * 3, recorded=36))
+    progress.close(finished=True)
+    text = stream.getvalue()
+    baseline = 3 * 4 * 5
+    assert f"recorded 36 (fixed-N run {baseline})" in text
+    assert f"trials saved {baseline - 36} (40.0%) of the fixed-N run's {baseline}" in text
+    assert "trials saved 36" not in text
 
 
 def test_eta_is_the_rate_to_the_bound() -> None:

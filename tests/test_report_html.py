@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -163,17 +164,63 @@ def test_each_pair_is_drawn_against_its_own_boundary(run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     svg = _figure_svg((run_dir / "report.html").read_text(), "pairs")
     assert "z = 1.645" not in svg  # no single threshold for pairs tested against others
-    resolved = 0
+    resolved = undecided = 0
     for index, pair in enumerate(summary["pairs"]):
         if pair["boundary"] is None:
-            assert f'id="boundary-{index}"' not in svg
+            # Issue 22, workflow 9: an undecided pair is drawn against the boundary it would
+            # have to cross at the cap (it had no mark at all).
+            assert pair["decision"] == "undecided" and pair["boundary_at_cap"] > 0
+            undecided += 1
+            mark = _path_x(svg, f"boundary-{index}")
+            assert (
+                mark[0] == pytest.approx(mark[1]) and max(_path_x(svg, f"pair-{index}")) < (mark[0])
+            )
             continue
         mark = _path_x(svg, f"boundary-{index}")
         assert mark[0] == pytest.approx(mark[1])  # a vertical mark on the pair's own bar
         if pair["decision"] in ("a>b", "b>a"):  # settled by crossing it: the bar reaches it
             resolved += 1
             assert max(_path_x(svg, f"pair-{index}")) >= mark[0] - 0.01
-    assert resolved >= 1
+    assert resolved >= 1 and undecided >= 1
+    assert "undecided: the boundary to cross at the cap" in svg
+
+
+def test_the_page_leads_with_a_one_line_ranking_verdict(run_dir: Path) -> None:
+    """Issue 22, workflow 9: the demo's page had no one-line answer; it opened with "Stopped:"."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    page = (run_dir / "report.html").read_text()
+    lead = re.sub("<[^>]+>", "", "<p" + page.split("<p id='headline'", 1)[1].split("</p>")[0])
+    lead = html.unescape(lead)
+    groups = len({m["rank"] for m in summary["models"]})
+    decided = sum(p["decision"] != "undecided" for p in summary["pairs"])
+    assert lead.startswith(f"Ranking: {len(summary['models'])} models in {groups} rank group(s)")
+    assert f"{decided} of {len(summary['pairs'])} adjacent pairs decided" in lead
+    assert page.index("id='headline'") < page.index("id='stop'")
+    assert (run_dir / "report.md").read_text().splitlines()[2].startswith("**Ranking:** ")
+
+
+def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
+    """Issue 22, workflow 10: the demo's plot had 6 "a pair decided" dots for 5 decided pairs
+    (a pair logged again when it became adjacent again), one round late."""
+    from adaptive_eval.report_html import RunData, compute_plot
+
+    per_round = np.array([10, 10, 20, 20, 20])
+    pairs = [
+        {"decision": "a>b", "decided_at_round": 2},
+        {"decision": "b>a", "decided_at_round": 4},
+        {"decision": "undecided", "decided_at_round": None},
+        {"decision": "equivalent", "decided_at_round": 4},
+    ]
+    summary = {"pairs": pairs, "baseline": {"trials": 200}}
+    svg = compute_plot(summary, RunData(["a"], ["q"], np.zeros((1, 1)), per_round))
+    dots = svg.split('<g id="pairs-decided">', 1)[1].split("</g>", 1)[0]
+    xs = [float(x) for x in re.findall(r'<use [^>]*x="([\d.]+)"', dots)]
+    ys = [float(y) for y in re.findall(r'<use [^>]*y="([\d.]+)"', dots)]
+    assert len(xs) == 3  # the three decided pairs, each once
+    assert "a pair decided (3 pairs)" in svg
+    # Rounds 2 and 4 (counted from 1): the cumulative trials 20 and 60 are at those rounds.
+    assert xs[1] == pytest.approx(xs[2]) and xs[0] < xs[1]
+    assert ys[1] == pytest.approx(ys[2]) and ys[0] > ys[1]  # higher on the page: fewer trials
 
 
 def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> None:
@@ -202,7 +249,7 @@ def test_heatmap_is_sorted_and_sparsely_labelled() -> None:
 
     questions = [f"q{i:03d}" for i in range(120)]
     trials = np.tile(np.arange(120), (2, 1))  # the last question is the most sampled
-    data = RunData(["a", "b"], questions, trials, np.array([240]), [])
+    data = RunData(["a", "b"], questions, trials, np.array([240]))
     svg = heatmap_plot({"models": [{"name": "b"}, {"name": "a"}]}, data)
     labels = re.findall(r">(q\d{3})<", svg)
     assert 0 < len(labels) <= HEATMAP_LABELS

@@ -1,0 +1,224 @@
+"""The one line a page (and ``--quiet``) leads with: what the run decided.
+
+A compare page used to open with "Stopped: max_trials ... saved -39.1%" and give its verdict
+(exit 3) further down; a nightly run's pages never mentioned its alert; a plain run's page had
+no one-line answer at all. :func:`headline` reads a summary (``summary.json``) and returns its
+headline, a typed value, in this order of precedence:
+
+- a run that has not finished: say so first (what follows is the state so far);
+- compare's verdict: the exit code, its meaning, and the candidate against each incumbent;
+- a nightly alert: each alert of the night (or that there was none, before the ranking);
+- the ranking: how many rank groups the decisions settled, who is first, the pairs decided
+  and undecided, and the compute saved (counting only the trials this run sampled where a
+  trial library supplied the rest).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Kind(enum.Enum):
+    UNFINISHED = "Not finished"
+    VERDICT = "Verdict"
+    ALERT = "Alert"
+    RANKING = "Ranking"
+
+
+class Tone(enum.Enum):
+    """How a page colours the headline."""
+
+    GOOD = "good"
+    WARNING = "warning"
+    BAD = "bad"
+
+
+@dataclass(frozen=True)
+class Headline:
+    kind: Kind
+    tone: Tone
+    text: str
+    details: tuple[str, ...] = ()  # one line per comparison or alert, under the headline
+
+    @property
+    def line(self) -> str:
+        """The headline as one line of text (``--quiet`` prints it)."""
+        return f"{self.kind.value}: {self.text}"
+
+
+#: How a compare verdict reads from the candidate's side.
+VERDICT_WORDS = {
+    "worse": "worse than",
+    "fail": "worse by more than the margin than",
+    "better": "better than",
+    "equivalent": "equivalent to",
+    "pass": "within the margin of",
+    "undecided": "undecided against",
+}
+
+
+def trials_text(row: dict[str, Any]) -> str:
+    """A verdict's trials, saying which figure is which: ``decided at round 8 with 2,700 trials
+    of the two models (6,810 by the end of the run)`` (the end-of-run total was printed as if
+    it were the decision's)."""
+    decided, at = row.get("decided_at_round"), row.get("trials_at_decision")
+    total = f"{row['trials']:,} trials of the two models"
+    if decided is None:
+        return f"{total} by the end of the run"
+    if at is None or at == row["trials"]:
+        return f"decided at round {decided}; {total}"
+    return (
+        f"decided at round {decided} with {at:,} trials of the two models "
+        f"({row['trials']:,} by the end of the run)"
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def saved_fraction(summary: dict[str, Any]) -> tuple[float | None, str]:
+    """The trials saved against the fixed-N run, and what it counts: only the trials this run
+    sampled where a trial library supplied the rest (reused trials cost nothing now)."""
+    library = (summary.get("provenance") or {}).get("library") or {}
+    if library.get("reused") and library.get("saved_fraction") is not None:
+        return float(library["saved_fraction"]), (
+            f"counting only the {library['sampled']:,} trials this run sampled "
+            f"({library['reused']:,} reused from the trial library)"
+        )
+    saved = (summary.get("compute_saved") or {}).get("trials_fraction")
+    return saved, f"{summary.get('trials_used', 0):,} trials used"
+
+
+def baseline_text(summary: dict[str, Any]) -> str:
+    """``the fixed-N run's 26,400 trials (N = 80)``, and why N is the cap where it is."""
+    base = summary.get("baseline") or {}
+    text = f"the fixed-N run's {base.get('trials', 0):,} trials (N = {base.get('fixed_n')}"
+    note = base.get("note")
+    return text + (f"; {note})" if note else ")")
+
+
+def _ranking(summary: dict[str, Any]) -> Headline:
+    models = summary.get("models") or []
+    pairs = summary.get("pairs") or []
+    groups = len({m.get("rank") for m in models})
+    first = [m["name"] for m in models if m.get("rank") == 1]
+    decided = sum(p["decision"] != "undecided" for p in pairs)
+    undecided = len(pairs) - decided
+    futile = sum(bool(p.get("futile")) for p in pairs if p["decision"] == "undecided")
+    saved, counted = saved_fraction(summary)
+    lead = (
+        f"{first[0]} first"
+        if len(first) == 1
+        else f"{', '.join(first[:3])}{' ...' if len(first) > 3 else ''} share first place"
+    )
+    text = (
+        f"{len(models)} models in {groups} rank group(s), {lead}; {decided} of {len(pairs)} "
+        "adjacent pairs decided"
+        + (
+            f", {undecided} undecided"
+            + (f" ({futile} could not be settled by the cap)" if futile else "")
+            if undecided
+            else ""
+        )
+        + f"; saved {_pct(saved)} of {baseline_text(summary)}, {counted}"
+    )
+    return Headline(Kind.RANKING, Tone.WARNING if undecided else Tone.GOOD, text)
+
+
+def _verdict(comparison: dict[str, Any]) -> Headline:
+    code = int(comparison["exit_code"])
+    by_decision: dict[str, list[str]] = {}
+    for row in comparison["verdicts"]:
+        by_decision.setdefault(row["decision"], []).append(row["incumbent"])
+    parts = [
+        f"{VERDICT_WORDS.get(decision, decision)} {', '.join(names)}"
+        for decision, names in by_decision.items()
+    ]
+    text = (
+        f"exit {code}, {comparison.get('meaning') or ''}: {comparison['candidate']} is "
+        + "; ".join(parts)
+    )
+    details = []
+    for row in comparison["verdicts"]:
+        details.append(f"vs {row['incumbent']}: {row['decision']} ({trials_text(row)})")
+    if comparison.get("stopped"):
+        details.append(f"sampling stopped: {comparison['stopped']}")
+    tone = Tone.GOOD if code == 0 else Tone.BAD if code == 3 else Tone.WARNING
+    return Headline(Kind.VERDICT, tone, text, tuple(details))
+
+
+def alert_text(alert: dict[str, Any]) -> str:
+    """One nightly alert as a sentence."""
+    if alert.get("kind") == "score_drop":
+        return (
+            f"{alert['model']}'s score dropped {alert['before']:.4f} -> {alert['now']:.4f} "
+            f"(z = {alert['z']:.2f}, decided by {alert.get('rule')})"
+        )
+    pair = " and ".join(alert.get("pair") or [])
+    return (
+        f"the settled order of {pair} flipped: {alert['before']} was ranked above, now "
+        f"{alert['now']} is"
+    )
+
+
+def _alert(nightly: dict[str, Any], summary: dict[str, Any]) -> Headline | None:
+    alerts = nightly.get("alerts") or []
+    if not alerts:
+        return None
+    text = f"night {nightly.get('night')}, exit 3: {len(alerts)} alert(s): " + alert_text(alerts[0])
+    if len(alerts) > 1:
+        text += f"; and {len(alerts) - 1} more"
+    return Headline(Kind.ALERT, Tone.BAD, text, tuple(alert_text(a) for a in alerts))
+
+
+def markdown_lines(summary: dict[str, Any]) -> list[str]:
+    """The headline for report.md: bold label, text, then one bullet per detail."""
+    from adaptive_eval import markdown as md
+
+    found = headline(summary)
+    return [
+        f"**{found.kind.value}:** {md.text(found.text)}",
+        "",
+        *(f"- {md.text(detail)}" for detail in found.details),
+        *([""] if found.details else []),
+    ]
+
+
+def headline(summary: dict[str, Any]) -> Headline:
+    """The summary's headline (see the module docstring for the order)."""
+    if summary.get("stop_reason") is None:
+        return Headline(
+            Kind.UNFINISHED,
+            Tone.WARNING,
+            "the run stopped before its end (interrupted or killed); run the same command "
+            "again to resume it. What follows is the state it reached.",
+        )
+    comparison = summary.get("comparison")
+    if comparison is not None:
+        return _verdict(comparison)
+    nightly = summary.get("nightly")
+    if isinstance(nightly, dict):
+        alert = _alert(nightly, summary)
+        if alert is not None:
+            return alert
+        ranking = _ranking(summary)
+        return Headline(
+            ranking.kind, ranking.tone, f"night {nightly.get('night')}, no alert; {ranking.text}"
+        )
+    return _ranking(summary)
+
+
+__all__ = [
+    "Headline",
+    "Kind",
+    "Tone",
+    "alert_text",
+    "baseline_text",
+    "headline",
+    "markdown_lines",
+    "saved_fraction",
+    "trials_text",
+]
