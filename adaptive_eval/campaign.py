@@ -61,6 +61,8 @@ class Campaign:
     identity: dict[str, Any]  # what decides the trials: config (less execution), files, prior
     #: What the config asks for that this campaign will not do (shown by validate and run).
     warnings: tuple[str, ...] = ()
+    #: Why the fixed-N baseline is not the N the config asked for (a cap below it), if so.
+    fixed_n_note: str | None = None
 
     @property
     def num_models(self) -> int:
@@ -393,7 +395,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         [min(max_trials, plan.capacity or max_trials) for plan in plans for _ in plan.models],
         dtype=np.int64,
     )
-    fixed_n = _fixed_n(config, plans)
+    fixed_n, fixed_n_note = _fixed_n(config, plans)
     prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
     rules, stopping = _build_rules(config)
     design = stopping.interval_design(config.policy.confidence) or IntervalDesign(
@@ -428,6 +430,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         fingerprint,
         identity,
         _ignored_sections(config, plans),
+        fixed_n_note,
     )
 
 
@@ -509,16 +512,32 @@ def _check_scale(config: CampaignConfig) -> None:
             )
 
 
-def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> int:
+def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[int, str | None]:
+    """N of the fixed-N baseline, and a note where it is not what the config asked for.
+
+    A cap below N makes the cap the like-for-like baseline: a campaign capped at 3 trials per
+    question cannot be said to save 96% against a fixed-N run of 80 it could never have been
+    (``configs/vllm-tiny.yaml`` reported "saved 96.2%" while deciding nothing).
+    """
     recorded = [plan.capacity for plan in plans if plan.capacity is not None]
     if config.baseline.fixed_n is None:
-        return min([DEFAULT_FIXED_N, *recorded])
-    if recorded and config.baseline.fixed_n > min(recorded):
-        raise InputError(
-            f"fixed_n={config.baseline.fixed_n} exceeds the {min(recorded)} "
-            "trials per question recorded in a replay; the fixed-N baseline could "
-            "not have been run on it",
-            source=config.source,
-            field="baseline.fixed_n",
-        )
-    return config.baseline.fixed_n
+        wanted = min([DEFAULT_FIXED_N, *recorded])
+        asked = f"the default N = {DEFAULT_FIXED_N}"
+    else:
+        if recorded and config.baseline.fixed_n > min(recorded):
+            raise InputError(
+                f"fixed_n={config.baseline.fixed_n} exceeds the {min(recorded)} "
+                "trials per question recorded in a replay; the fixed-N baseline could "
+                "not have been run on it",
+                source=config.source,
+                field="baseline.fixed_n",
+            )
+        wanted = config.baseline.fixed_n
+        asked = f"baseline.fixed_n = {wanted}"
+    cap = config.policy.max_trials_per_question
+    if wanted <= cap:
+        return wanted, None
+    return cap, (
+        f"the cap: max_trials_per_question = {cap} is below {asked}, so a fixed-N run of "
+        f"{cap} is the like-for-like baseline"
+    )

@@ -185,7 +185,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{config.budget.wall_clock_s} s",
         f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
-        f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials",
+        f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials"
+        + (f" ({campaign.fixed_n_note})" if campaign.fixed_n_note else ""),
     ]
     lines += [f"  warning: {config.source}: {warning}" for warning in campaign.warnings]
     try:

@@ -43,12 +43,46 @@ LOCAL_RAY_SYSTEM_CONFIG = {
     # machine that cost the CPU vLLM campaign 30% of its throughput (docs/continuous-feed.md).
     "worker_niceness": 0,
 }
+#: Ray's environment for a run, set before Ray is first imported (see :func:`init_ray`): every
+#: worker line in ray.log as written (no "[repeated Nx across cluster]" folding), no usage
+#: statistics sent.
+RAY_ENVIRONMENT = {"RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 #: Where a cluster we did not start runs its workers niced, the dispatcher warns once.
 NICENESS_HINT = (
     "Ray runs this cluster's workers at nice {nice}, so the engine loops yield to every other "
     "process on their hosts; start the cluster's nodes with RAY_worker_niceness=0 in their "
     "environment (deploy/ does)"
 )
+
+
+def niceness_note(niced: dict[str, int], *, local_cluster: bool, driver: int) -> tuple[str, str]:
+    """(log level, message) for workers found running niced: a warning only where the user
+    can act, with the remedy that works there.
+
+    A cluster someone else started: its nodes need ``RAY_worker_niceness=0``. The local
+    cluster this run started runs its workers at the driver's own niceness (Ray's
+    ``worker_niceness`` is relative to the raylet, which inherits the shell's): a command
+    started at nice 10 was told to restart "the cluster's nodes", which it never started; that
+    is an informational event now. Workers niced beyond the driver on a local cluster are
+    Ray's doing: the warning says so.
+    """
+    worst = max(niced.values())
+    if not local_cluster:
+        return "warning", NICENESS_HINT.format(nice=worst)
+    if worst <= driver:
+        return "info", (
+            f"the workers run at nice {worst}, as this command does (it was started niced); "
+            "start the command at nice 0 for engines at full priority"
+        )
+    return "warning", (
+        f"the local cluster's workers run at nice {worst}, above this command's {driver}, "
+        "although it asked Ray for worker_niceness 0; the engine loops yield to other processes"
+    )
+
+
+#: Seconds the workers get to close their engines at the end of a run, before their actors are
+#: ended regardless.
+CLOSE_TIMEOUT_S = 30.0
 #: Longest error text written to an event (a worker's traceback can be long).
 EVENT_ERROR_CHARS = 2000
 #: Events a shared slot keeps for diagnostics (:meth:`SlotActor.report`).
@@ -66,6 +100,8 @@ def _no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
 #: Whether :func:`init_ray` began the Ray session of this process (so :func:`stop_ray` ends it;
 #: a session a caller began, such as the test suite's shared cluster, is left alone).
 _session_is_ours = False
+#: Whether that session's cluster was started here (no ``ray_address``), not joined.
+_cluster_is_local = False
 
 
 def host_facts(worker: Worker | None) -> dict[str, Any]:
@@ -105,6 +141,11 @@ class WorkerActor:
 
     def host_facts(self) -> dict[str, Any]:
         return host_facts(self.worker)
+
+    def close(self) -> None:
+        """Close the worker (its engine, and what the engine left on disk) before the actor is
+        ended: a killed actor's engine left its files behind."""
+        _close(self.worker)
 
     def run(self, batch: Batch) -> Reply:
         result = self._run(batch)
@@ -174,6 +215,12 @@ class SlotActor:
 
     def host_facts(self) -> dict[str, Any]:
         return host_facts(self.worker)
+
+    def close(self) -> None:
+        """Close the loaded worker (see :meth:`WorkerActor.close`)."""
+        with self._gate:
+            worker, self.worker, self.loaded = self.worker, None, None
+        _close(worker)
 
     def report(self) -> dict[str, Any]:
         """What the slot did: loads, most batches inside at once, and its latest events."""
@@ -384,12 +431,15 @@ def init_ray(
     A local cluster gets no dashboard and ``num_cpus`` (default: this machine's CPUs) worker
     slots. ``quiet`` keeps Ray's own warnings and the workers' output off the console.
     """
+    # Ray reads these when it is imported (RAY_DEDUP_LOGS into a module constant): set after
+    # ``import ray``, the workers' repeated lines still came folded ("[repeated 4x across
+    # cluster]"). A value the user set is kept.
+    for key, value in RAY_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     import ray
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if quiet:
         logging.getLogger("ray").setLevel(logging.ERROR)
     options: dict[str, Any] = {"log_to_driver": not quiet}
@@ -404,8 +454,9 @@ def init_ray(
             # Ray would prestart (one per CPU) only add load while the node starts.
             _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
-    global _session_is_ours
+    global _session_is_ours, _cluster_is_local
     _session_is_ours = True  # from the first try on: a start cut short leaves processes too
+    _cluster_is_local = not address
     for attempt in range(1, attempts + 1):
         try:
             problem = address_problem(address) if address else None
@@ -628,11 +679,9 @@ class Dispatcher:
             self._event("info", "engine_cpus", {"workers": placements})
         niced = {worker: f["niceness"] for worker, f in facts.items() if f["niceness"] > 0}
         if niced:
-            self._event(
-                "warning",
-                "workers_niced",
-                {"workers": niced, "message": NICENESS_HINT.format(nice=max(niced.values()))},
-            )
+            driver = os.getpriority(os.PRIO_PROCESS, 0)
+            level, message = niceness_note(niced, local_cluster=_cluster_is_local, driver=driver)
+            self._event(level, "workers_niced", {"workers": niced, "message": message})
 
     def _start_shared_slots(
         self, plans: Sequence[BackendPlan], offsets: Sequence[int], count: int, actor_restarts: int
@@ -857,6 +906,10 @@ class Dispatcher:
         return self._queues[slot.target].popleft(), slot.target
 
     def shutdown(self) -> None:
+        """Close every worker (bounded by :data:`CLOSE_TIMEOUT_S`), then end the actors."""
+        closing = [slot.actor.close.remote() for slot in self._slots]
+        if closing:
+            self._ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
         for slot in self._slots:
             self._ray.kill(slot.actor)
         self._slots.clear()
@@ -926,4 +979,6 @@ class InlineDispatcher:
         return results
 
     def shutdown(self) -> None:
+        for worker in self._workers:
+            worker.close()
         self._workers.clear()

@@ -311,7 +311,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         "| | used | fixed-N baseline | saved |",
         "|---|---:|---:|---:|",
-        f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}) | "
+        f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}"
+        + (f"; {md.text(base['note'])}" if base.get("note") else "")
+        + ") | "
         f"{_pct(saved['trials_fraction'])}{_undecided_note(summary)} |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base['tokens'], 0)} | "
         f"{_pct(saved['tokens_fraction'])} |",
@@ -444,7 +446,9 @@ def render_console(summary: dict[str, Any]) -> str:
     out += [
         "",
         f"trials used {summary['trials_used']} vs fixed N = "
-        f"{summary['baseline']['fixed_n']}: {summary['baseline']['trials']} "
+        f"{summary['baseline']['fixed_n']}"
+        + (f" ({summary['baseline']['note']})" if summary["baseline"].get("note") else "")
+        + f": {summary['baseline']['trials']} "
         f"-> saved {_pct(saved['trials_fraction'])} of trials"
         + (
             f", {_pct(saved['tokens_fraction'])} of tokens"

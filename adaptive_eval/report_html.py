@@ -132,10 +132,15 @@ def forest_plot(summary: dict[str, Any]) -> str:
         if shade % 2 == 0:
             band = ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
             band.set_gid(f"settled-group-{shade}")
+    # One (2, L) array: a list of two arrays made matplotlib convert an array to a scalar (a
+    # NumPy DeprecationWarning in every report); an interval that does not reach the score
+    # (all trials wrong: the score is 0 and its interval clipped to the weights) has no bar on
+    # that side, where a negative length failed the whole page.
+    spans = np.clip(np.vstack([estimate - low, high - estimate]), 0.0, None)
     bars = ax.errorbar(
         estimate,
         y,
-        xerr=[estimate - low, high - estimate],
+        xerr=spans,
         fmt="o",
         color="#1c7ed6",
         capsize=3,

@@ -428,6 +428,8 @@ def build_summary(
         decision_rules=describe_rules(campaign),
     )
     _mark_open_boundaries(summary, campaign, controller)
+    if campaign.fixed_n_note is not None:
+        summary["baseline"]["note"] = campaign.fixed_n_note
     return summary
 
 

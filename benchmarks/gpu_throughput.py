@@ -69,21 +69,54 @@ CPU_ENV = {
 }
 
 
+#: Defaults of the GPU run and of ``--tiny`` (the CPU check): the one place they are written.
+#: ``--help`` and docs/generation.md state these (tests/test_benchmark_docs.py checks both).
+DEFAULTS: dict[str, dict[str, int | float]] = {
+    "gpu": {
+        "questions": 128,
+        "trials": 4,
+        "max_tokens": 16384,
+        "median": 800.0,
+        "batch_size": 256,
+        "max_num_seqs": 256,
+    },
+    "tiny": {
+        "questions": 32,
+        "trials": 8,
+        "max_tokens": 448,
+        "median": 24.0,
+        "batch_size": 32,
+        "max_num_seqs": 32,
+    },
+}
+
+
+def _default_help(name: str, what: str) -> str:
+    gpu, tiny = DEFAULTS["gpu"][name], DEFAULTS["tiny"][name]
+    return f"{what} (default {gpu:g}; --tiny {tiny:g})"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU (script check)")
     parser.add_argument("--model-dir", type=Path, help="use this model folder, build none")
-    parser.add_argument("--questions", type=int, help="questions (default 128; tiny 8)")
-    parser.add_argument("--trials", type=int, help="trials per question (default 4; tiny 2)")
+    parser.add_argument("--questions", type=int, help=_default_help("questions", "questions"))
+    parser.add_argument("--trials", type=int, help=_default_help("trials", "trials per question"))
     parser.add_argument(
-        "--max-tokens", type=int, help="cap on output tokens (default 16384; tiny 448)"
+        "--max-tokens", type=int, help=_default_help("max_tokens", "cap on output tokens")
     )
-    parser.add_argument("--median", type=float, help="median output tokens (default 800; tiny 24)")
-    parser.add_argument("--p99-ratio", type=float, default=20.0, help="p99 / median of lengths")
-    parser.add_argument("--batch-size", type=int, help="trials per batch (default 256; tiny 32)")
     parser.add_argument(
-        "--max-num-seqs", type=int, help="engine max_num_seqs (default 256; tiny 32)"
+        "--median",
+        type=float,
+        help=_default_help("median", "median output tokens (lengths are lognormal)"),
+    )
+    parser.add_argument("--p99-ratio", type=float, default=20.0, help="p99 / median of lengths")
+    parser.add_argument(
+        "--batch-size", type=int, help=_default_help("batch_size", "trials per batch")
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, help=_default_help("max_num_seqs", "engine max_num_seqs")
     )
     parser.add_argument(
         "--in-flight",
@@ -115,12 +148,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    defaults = (32, 8, 448, 24.0, 32, 32) if args.tiny else (128, 4, 16384, 800.0, 256, 256)
-    for name, value in zip(
-        ("questions", "trials", "max_tokens", "median", "batch_size", "max_num_seqs"),
-        defaults,
-        strict=True,
-    ):
+    for name, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args

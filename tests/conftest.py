@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
+from adaptive_eval.dispatch import RAY_ENVIRONMENT
+
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+# Ray reads its environment when first imported, and tests import it before init_ray: the
+# session's cluster gets the run's settings (no folded "[repeated Nx]" worker lines) here.
+os.environ.update({k: os.environ.get(k, v) for k, v in RAY_ENVIRONMENT.items()})
 
 
 @pytest.fixture(scope="session")

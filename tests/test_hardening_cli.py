@@ -429,3 +429,24 @@ def test_the_console_ranking_header_is_explained(
     out = capsys.readouterr().out
     assert "(no CI)" not in out
     assert "rank: models share a rank until their pair is decided" in out
+
+
+def test_a_cap_below_fixed_n_makes_the_cap_the_baseline_and_says_so(
+    tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]], capsys: Any
+) -> None:
+    """vLLM item 2: configs/vllm-tiny.yaml (cap 3 trials per question, nothing decided)
+    reported "saved 96.2%" against fixed N = 80, a run it could never have been."""
+    sets = ["--set", "policy.max_trials_per_question=3", "--set", "baseline.fixed_n=20"]
+    assert main(["validate", str(scenario_config), *sets]) == 0
+    assert "N = 3 -> 90 trials (the cap: max_trials_per_question = 3 is below" in (
+        capsys.readouterr().out
+    )
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run"), *sets]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    base = summary["baseline"]
+    assert base["fixed_n"] == 3 and base["trials"] == 3 * 3 * 10
+    assert "below baseline.fixed_n = 20" in base["note"]
+    assert summary["compute_saved"]["trials_fraction"] == 1 - summary["trials_used"] / 90
+    assert "vs fixed N = 3 (the cap:" in out
+    assert "(N = 3; the cap:" in (tmp_path / "run" / "report.md").read_text()

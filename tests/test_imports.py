@@ -144,3 +144,30 @@ def test_lm_eval_filter_chooses_the_scores(tmp_path: Path) -> None:
     assert strict.outcomes.tolist() == recorded.outcomes.tolist()
     flexible = import_files("lm-eval", files, None, None, "flexible-extract")
     assert flexible.outcomes.shape == strict.outcomes.shape and flexible.outcomes.min() == 1
+
+
+def test_the_documented_import_commands_run_on_a_gsm8k_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22, workflow 11: docs/workflows.md's gsm8k example exited 2 on a real (two-filter)
+    gsm8k log: it lacked --filter. Every documented lm-eval import line runs here as written,
+    on the fixtures laid out as ``out/<model>/samples_gsm8k_<date>.jsonl``."""
+    import glob
+    import shlex
+
+    (tmp_path / "out").mkdir()
+    _two_filters(tmp_path / "out")
+    monkeypatch.chdir(tmp_path)
+    docs = Path(__file__).resolve().parent.parent / "docs" / "workflows.md"
+    commands = [
+        line.strip()
+        for line in docs.read_text().splitlines()
+        if line.strip().startswith("adaptive-eval import --format lm-eval out/")
+    ]
+    assert commands
+    for command in commands:
+        words = shlex.split(command)[1:]
+        args = [match for word in words for match in (sorted(glob.glob(word)) or [word])]
+        capsys.readouterr()
+        assert main(args) == 0, capsys.readouterr().err
+        assert "outcomes (2, 3, 2)" in capsys.readouterr().out

@@ -223,6 +223,23 @@ def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     assert ys[1] == pytest.approx(ys[2]) and ys[0] > ys[1]  # higher on the page: fewer trials
 
 
+def test_the_forest_plot_warns_nothing_and_survives_an_interval_short_of_its_score(
+    run_dir: Path,
+) -> None:
+    """vLLM item 5: the forest plot raised a NumPy DeprecationWarning in every report (a list of
+    two arrays as xerr); an interval not reaching its score (all trials wrong) failed the page
+    with "'xerr' must not contain negative values"."""
+    import warnings
+
+    from adaptive_eval.report_html import forest_plot
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["models"][0]["score_low"] = summary["models"][0]["score"] + 0.01
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "<svg" in forest_plot(summary)
+
+
 def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> None:
     from adaptive_eval.report_html import rank_groups
 

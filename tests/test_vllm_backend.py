@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,12 @@ def campaign_run(
     from adaptive_eval.runner import run_campaign
 
     run_dir = tmp_path_factory.mktemp("run")
+    before = set(Path(tempfile.gettempdir()).glob("adaptive-eval-vllm-*"))
     summary = run_campaign(parse_config(campaign_data(models)), run_dir, quiet=True)
+    # Issue 22, vLLM item 5: the run closed its engines, and with them the folders that hold
+    # their rendezvous files (vLLM's /tmp/vllm_dist_* were left after every run).
+    left = set(Path(tempfile.gettempdir()).glob("adaptive-eval-vllm-*")) - before
+    assert not left, left
     return run_dir, summary
 
 
@@ -173,6 +179,7 @@ def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
         setup, settings, 0
     )
     yield actor
+    ray.get(actor.close.remote(), timeout=120)  # as a run's end does: its engine folder goes
     ray.kill(actor)
 
 
@@ -198,7 +205,11 @@ def test_close_frees_the_engine_and_the_next_batch_reloads(engine_actor: Any) ->
 
     batch = Batch(901, 0, 0, (WorkItem(0, 1, 0, 2), WorkItem(0, 3, 5, 1)))
     first = ray.get(engine_actor.run.remote(batch), timeout=300)
+    # The engine's rendezvous file lies in a folder of its own, which closing removes.
+    folder = ray.get(engine_actor.__ray_call__.remote(lambda w: w._engine_tmp), timeout=60)
+    assert [p.name[:10] for p in Path(folder).iterdir()] == ["vllm_dist_"]
     ray.get(engine_actor.close.remote(), timeout=120)
+    assert not Path(folder).exists()
     assert ray.get(engine_actor.__ray_call__.remote(lambda w: w.llm is None), timeout=60)
     second = ray.get(engine_actor.run.remote(batch), timeout=300)
     assert [t.text for t in first.trials] == [t.text for t in second.trials]

@@ -38,6 +38,8 @@ import glob
 import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -289,6 +291,7 @@ class VllmWorker(GenerationWorker):
         self._runs = 0  # batches inside run() now (threads of this actor)
         self._runs_lock = threading.Lock()
         self._cores: CoreClaim | None = None
+        self._engine_tmp: str | None = None  # the engine's own temporary folder (see load)
         #: Where the engine's thread runs: {"cpus": [...] or None, "why": "..."}.
         self.engine_cpus: dict[str, Any] = {"cpus": None, "why": "engine not loaded"}
         # After an engine death the worker ends its process before its next batch, so that Ray
@@ -312,10 +315,17 @@ class VllmWorker(GenerationWorker):
         started = time.perf_counter()
         vllm = _import_vllm()
         self._check_platform()
+        # The engine's rendezvous file (vLLM's vllm_dist_<id> in the temporary folder) goes to
+        # a folder of this engine's own, removed when it closes: they piled up in /tmp.
+        self._engine_tmp = tempfile.mkdtemp(prefix="adaptive-eval-vllm-")
+        shared_tmp, tempfile.tempdir = tempfile.tempdir, self._engine_tmp
         try:
             self.llm = vllm.LLM(model=self.settings.path, **self.settings.engine_args)
         except Exception as error:
+            self._remove_engine_tmp()
             raise engine_start_error(error, self.settings) from error
+        finally:
+            tempfile.tempdir = shared_tmp
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._claim_engine_cpus()
@@ -376,6 +386,11 @@ class VllmWorker(GenerationWorker):
         super().close()
         self._close_engine()
 
+    def _remove_engine_tmp(self) -> None:
+        folder, self._engine_tmp = self._engine_tmp, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _close_engine(self) -> None:
         feed, self._feed_obj = self._feed_obj, None
         if feed is not None:
@@ -399,6 +414,7 @@ class VllmWorker(GenerationWorker):
             cleanup_dist_env_and_memory()
         except Exception:
             pass
+        self._remove_engine_tmp()
 
     # -- generation ---------------------------------------------------------------------------
     def prompt_ids(self, question: int) -> list[int]:
