@@ -223,8 +223,9 @@ def score_intervals(
         / (1 + c2 / effective)
         * np.sqrt(t_hat * (1 - t_hat) / effective + c2 / (4 * effective**2))
     )
-    low = np.where(finite, np.clip(centre - half, 0.0, 1.0), 0.0)
-    high = np.where(finite, np.clip(centre + half, 0.0, 1.0), 1.0)
+    # At t_hat = 0 (or 1) the near end is exactly 0 (or 1), not centre - half's rounding.
+    low = np.where(finite & (t_hat > 0), np.clip(centre - half, 0.0, 1.0), 0.0)
+    high = np.where(finite & (t_hat < 1), np.clip(centre + half, 0.0, 1.0), 1.0)
     return ScoreIntervals(estimate, lo_w + span * low, lo_w + span * high, boundary)
 
 
