@@ -85,7 +85,9 @@ def test_resumed_posterior_is_rebuilt_exactly_from_the_store(
     mu, _sigma = done.state.moments()
     theta, _se, _ = done.state.estimate()
     names = done.campaign.names
-    assert {m["name"]: m["bayes_mu"] for m in summary["models"]} == dict(zip(names, mu.tolist()))
+    assert {m["name"]: m["bayes_mu"] for m in summary["models"]} == dict(
+        zip(names, mu.tolist(), strict=True)
+    )
     assert [m["score"] for m in summary["models"]] == sorted(theta.tolist(), reverse=True)
     assert summary["trials_used"] == done.state.trials_used == len(ledger(tmp_path / "run"))
     assert summary["stop_reason"] == done.stop.reason.value

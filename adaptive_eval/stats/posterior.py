@@ -221,9 +221,10 @@ def empirical_bayes_prior(counts: ArrayLike) -> FloatArray:
     with the strength ``s_i`` that maximises the marginal likelihood of the model's counts
     (:func:`dirichlet_multinomial_loglik`; type-II maximum likelihood): searched on a log
     grid over :data:`EB_STRENGTH_RANGE`, then refined by golden-section search in ``log s``
-    between the best grid point's neighbours (to 1e-4 of ``log s``). A benchmark whose questions are mostly always or never
-    solved gets a weak prior (``s`` below 1), a homogeneous one a strong prior. A model with no
-    trial gets the uniform prior. Pure: the same counts give the same prior.
+    between the best grid point's neighbours (to 1e-4 of ``log s``). A benchmark whose
+    questions are mostly always or never solved gets a weak prior (``s`` below 1), a
+    homogeneous one a strong prior. A model with no trial gets the uniform prior. Pure: the
+    same counts give the same prior.
 
     >>> prior = empirical_bayes_prior(np.array([[[8, 0], [0, 8], [8, 0], [0, 8]]]))
     >>> prior.shape, bool(prior[0, 0, 0] < 1.0)  # polarized questions: a weak prior
