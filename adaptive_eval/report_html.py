@@ -326,6 +326,7 @@ td, th { border: 1px solid #dee2e6; padding: 0.25rem 0.6rem; text-align: right; 
 td:nth-child(3), th:nth-child(3) { text-align: left; }
 figure { margin: 1.5rem 0; } figure svg { width: 100%; height: auto; }
 .note { color: #c92a2a; font-weight: 600; }
+.legend { color: #495057; font-size: 0.9em; }
 .warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
 
@@ -462,7 +463,7 @@ def render(
         *_comparison_html(summary.get("comparison")),
         "<h2>Ranking</h2>",
         ranking,
-        f"<ul id='ranking-notes' class='note'>{notes}</ul>",
+        f"<ul id='ranking-notes' class='legend'>{notes}</ul>",
         *([] if "comparison" in summary else ["<h2>Adjacent pairs</h2>", pairs]),
     ]
     for ident, title, svg in figures:
