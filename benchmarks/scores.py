@@ -42,13 +42,13 @@ from sequential import (
     categorical,
     policy_for,
     replay_truth,
-    shuffled,
+    run_seeded,
     sparse,
 )
 
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import stopping_rules
-from adaptive_eval.simulate import SimPolicy, Truth, replay_sampler, simulate
+from adaptive_eval.simulate import SimPolicy, Truth
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import IntervalDesign, score_intervals
 from adaptive_eval.stats.posterior import dirichlet_multinomial_loglik
@@ -194,11 +194,7 @@ def run_ranking(
     design = IntervalDesign(CONFIDENCE)
     out = []
     for rep in range(first, first + count):
-        rng = np.random.default_rng(rep)
-        sampler = None
-        if outcomes is not None:
-            sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
-        result = simulate(truth, policy, rng, sampler)
+        result = run_seeded(truth, policy, rep, outcomes)
         uniform, _ = posterior_moments(1.0 + result.counts, truth.weights)
         counts = result.counts.astype(np.float64)
         mean_centred, _ = posterior_moments(mean_centred_prior(counts) + counts, truth.weights)
@@ -243,11 +239,7 @@ def run_width(
     scores = truth.scores
     out = []
     for rep in range(first, first + count):
-        rng = np.random.default_rng(rep)
-        sampler = None
-        if outcomes is not None:
-            sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
-        result = simulate(truth, policy, rng, sampler)
+        result = run_seeded(truth, policy, rep, outcomes)
         intervals = score_intervals(result.counts, 1.0 + result.counts, truth.weights, design)
         covered = (intervals.low <= scores) & (scores <= intervals.high)
         out.append(

@@ -93,8 +93,7 @@ class CiWidth(StoppingRule):
         return design
 
     def half_widths(self, view: CampaignView) -> np.ndarray:
-        """How far each model's interval reaches from its score now, on the wider side
-        (``inf`` before its first look)."""
+        """Half of each model's interval width now (``inf`` before its first look)."""
         found = view.score_intervals(self.design(view))
         return np.where(np.isfinite(found.boundary), found.half_width, np.inf)
 

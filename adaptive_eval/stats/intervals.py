@@ -136,10 +136,9 @@ class ScoreIntervals:
 
     @property
     def half_width(self) -> FloatArray:
-        """The larger distance from the estimate to an end (the goal's ``+-h``)."""
-        return np.asarray(
-            np.maximum(self.estimate - self.low, self.high - self.estimate), dtype=np.float64
-        )
+        """Half the interval's width (the goal's ``+-h``: the interval is at most ``2 h`` wide;
+        near 0 or 1 it is not centred on the estimate)."""
+        return np.asarray((self.high - self.low) / 2, dtype=np.float64)
 
 
 def wald_intervals(
