@@ -129,7 +129,7 @@ class CiWidth(StoppingRule):
             )
         else:
             variance = np.asarray(view.cell_variance, dtype=np.float64)
-        further = trials_to_reach(variance, planned, se_target, self.questions)
+        further = trials_to_reach(variance, planned, se_target, self.questions or "uniform")
         # Still needed after what is planned arrives: at least one more trial per question.
         further = np.maximum(further, 1.0)
         targets = planned.sum(axis=1) + further
