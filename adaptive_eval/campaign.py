@@ -299,8 +299,13 @@ def _build_prior(
 ) -> tuple[np.ndarray, str, str | None]:
     uniform = np.ones((len(names), num_questions, num_categories))
     prior_config = config.policy.prior
+    base = (
+        "empirical-Bayes Dirichlet per model (fitted to its own questions)"
+        if config.policy.bayes_prior == "empirical"
+        else "uniform Dirichlet(1, ..., 1) per question"
+    )
     if prior_config is None:
-        return uniform, "uniform Dirichlet(1, ..., 1) per question", None
+        return uniform, base, None
     path = config.resolve_path(prior_config.path)
     file = NpzFile(path, field="policy.prior")
     outcomes = file.get(prior_config.key, ndim=(2, 3), kind="i").astype(np.int64)
@@ -315,7 +320,7 @@ def _build_prior(
     kept = outcomes[:, :, : prior_config.max_trials]
     prior = uniform + stats.counts_from_outcomes(kept, num_categories)
     note = (
-        f"uniform + {kept.shape[2]} prior trials per question from {path.name}"
+        f"{base} + {kept.shape[2]} prior trials per question from {path.name}"
         f"[{prior_config.key}] (capped at policy.prior.max_trials={prior_config.max_trials}"
         f" of {outcomes.shape[2]} recorded)"
     )

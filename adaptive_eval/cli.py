@@ -16,12 +16,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from adaptive_eval import interrupts
 from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, traceback_text
+
+if TYPE_CHECKING:
+    from adaptive_eval.campaign import Campaign
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -181,6 +184,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
         f"rope {policy.rope}",
         f"  stops on: {describe_stopping(config)}",
+        _score_line(campaign),
+        f"  Bayes@N (reported beside the score): {policy.bayes_prior} prior",
         f"  budget: trials {config.budget.trials}, tokens {config.budget.tokens}, wall clock "
         f"{config.budget.wall_clock_s} s",
         f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
@@ -199,6 +204,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
         lines.append(f"  warning: execution.ray_address: {unreachable}; `run` would fail now")
     print(scrub("\n".join(lines)))
     return 0
+
+
+def _score_line(campaign: Campaign) -> str:
+    """validate's line on the score interval: the width goal and the most trials it can take."""
+    from adaptive_eval.stats.intervals import trials_for_width
+
+    design = campaign.interval_design
+    num_models = campaign.num_models
+    if design.half_width is None:
+        return f"  score interval: {design.guarantee(num_models)}"
+    span = campaign.config.rubric.span
+    worst = int(
+        trials_for_width(np.array((span / 2) ** 2), campaign.num_questions, design, num_models)
+    )
+    who = "all models at once" if design.simultaneous else "each model"
+    return (
+        f"  width goal: every score within +-{design.half_width:g} at "
+        f"{100 * design.confidence:g}% ({who}), a repeated confidence interval (c = "
+        f"{design.final_boundary(num_models):.3f} at the horizon); at most {worst} trials per "
+        f"question for any model (cap {int(campaign.capacity.min())})"
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -167,7 +167,10 @@ def bayes_description(prior: str) -> str:
 def interval_label(summary: dict[str, Any]) -> str:
     """A short column header for the score interval, e.g. ``95% interval (anytime)``."""
     info = summary.get("score") or {}
-    level = f"{100 * float(info.get('confidence', summary['confidence'])):g}%"
+    confidence = info.get("confidence", summary.get("confidence"))
+    if confidence is None:
+        return "interval"
+    level = f"{100 * float(confidence):g}%"
     kind = {"anytime": "anytime", "group_sequential": "repeated"}.get(str(info.get("interval")), "")
     joint = ", all models" if info.get("simultaneous") else ""
     return f"{level} interval ({kind}{joint})" if kind else f"{level} interval"

@@ -367,6 +367,7 @@ figure { margin: 1.5rem 0; } figure svg { width: 100%; height: auto; }
 .headline { font-size: 1.15rem; padding: 0.5rem 0.8rem; border-left: 6px solid #868e96; }
 .headline.good { border-color: #2b8a3e; } .headline.warning { border-color: #e8590c; }
 .headline.bad { border-color: #c92a2a; background: #fff5f5; }
+.legend { color: #495057; font-size: 0.9em; }
 .warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
 
@@ -517,7 +518,7 @@ def render(
         *_comparison_html(summary.get("comparison")),
         "<h2>Ranking</h2>",
         ranking,
-        f"<ul id='ranking-notes' class='note'>{notes}</ul>",
+        f"<ul id='ranking-notes' class='legend'>{notes}</ul>",
         *([] if "comparison" in summary else ["<h2>Adjacent pairs</h2>", pairs]),
     ]
     for ident, title, svg in figures:

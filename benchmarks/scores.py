@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit, logit
 from scipy.stats import kendalltau, norm
 from sequential import (
     MIMICS,
@@ -41,15 +42,16 @@ from sequential import (
     categorical,
     policy_for,
     replay_truth,
-    shuffled,
+    run_seeded,
     sparse,
 )
 
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import stopping_rules
-from adaptive_eval.simulate import SimPolicy, Truth, replay_sampler, simulate
+from adaptive_eval.simulate import SimPolicy, Truth
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import IntervalDesign, score_intervals
+from adaptive_eval.stats.posterior import dirichlet_multinomial_loglik
 from adaptive_eval.stats.sequential import wilson_interval
 
 CONFIDENCE = 0.95
@@ -142,6 +144,47 @@ def _pairs_misordered(score: np.ndarray, truth: np.ndarray) -> tuple[int, int]:
     return wrong, total
 
 
+def _strength_on_grid(counts: np.ndarray, centre: np.ndarray) -> float:
+    grid = np.geomspace(1e-2, 1e4, 121)
+    loglik = [float(dirichlet_multinomial_loglik(counts, g * centre)) for g in grid]
+    return float(grid[int(np.argmax(loglik))])
+
+
+def mean_centred_prior(counts: np.ndarray) -> np.ndarray:
+    """An alternative measured against the default: a Dirichlet per model centred on the mean of
+    its per-question frequencies (not its pooled trials), strength by marginal likelihood."""
+    n = counts.sum(axis=-1, keepdims=True)
+    freq = np.where(n > 0, counts / np.maximum(n, 1), 0.0)
+    seen = (n[..., 0] > 0).sum(axis=1, keepdims=True)
+    centre = (freq.sum(axis=1) + 1 / counts.shape[-1]) / (seen + 1)
+    return np.stack(
+        [
+            _strength_on_grid(counts[i], centre[i]) * centre[i] * np.ones(counts.shape[1:])
+            for i in range(counts.shape[0])
+        ]
+    )
+
+
+def cross_model_prior(counts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The other alternative (binary rubrics): each cell's prior mean from an additive logit
+    model over all models and questions (ability + difficulty, weighted least squares on the
+    smoothed cell means); strength per model by marginal likelihood. A model's score then moves
+    when other models join the campaign."""
+    n = counts.sum(axis=-1)
+    target = logit(np.clip(((counts @ weights) + 0.5) / (n + 1), 1e-3, 1 - 1e-3))
+    ability, difficulty = np.zeros(counts.shape[0]), np.zeros(counts.shape[1])
+    w = n + 1e-3
+    for _ in range(50):
+        ability = ((target - difficulty) * w).sum(axis=1) / w.sum(axis=1)
+        difficulty = ((target - ability[:, None]) * w).sum(axis=0) / w.sum(axis=0)
+        difficulty -= difficulty.mean()
+    p = expit(ability[:, None] + difficulty[None, :])
+    centre = np.stack([1 - p, p], axis=-1)
+    return np.stack(
+        [_strength_on_grid(counts[i], centre[i]) * centre[i] for i in range(counts.shape[0])]
+    )
+
+
 def run_ranking(
     args: tuple[Truth, int, int, int, int, np.ndarray | None],
 ) -> list[dict[str, float]]:
@@ -151,12 +194,15 @@ def run_ranking(
     design = IntervalDesign(CONFIDENCE)
     out = []
     for rep in range(first, first + count):
-        rng = np.random.default_rng(rep)
-        sampler = None
-        if outcomes is not None:
-            sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
-        result = simulate(truth, policy, rng, sampler)
+        result = run_seeded(truth, policy, rep, outcomes)
         uniform, _ = posterior_moments(1.0 + result.counts, truth.weights)
+        counts = result.counts.astype(np.float64)
+        mean_centred, _ = posterior_moments(mean_centred_prior(counts) + counts, truth.weights)
+        cross = mean_centred
+        if truth.shape[2] == 2:
+            cross, _ = posterior_moments(
+                cross_model_prior(counts, truth.weights) + counts, truth.weights
+            )
         intervals = score_intervals(result.counts, 1.0 + result.counts, truth.weights, design)
         covered = (intervals.low <= scores) & (scores <= intervals.high)
         out.append(
@@ -164,6 +210,10 @@ def run_ranking(
                 "trials": result.total_trials,
                 "bayes_error": float(np.abs(result.mu - scores).max()),
                 "uniform_error": float(np.abs(uniform - scores).max()),
+                "mean_centred_error": float(np.abs(mean_centred - scores).max()),
+                "cross_error": float(np.abs(cross - scores).max()),
+                "mean_centred_wrong": _pairs_misordered(mean_centred, scores)[0],
+                "cross_wrong": _pairs_misordered(cross, scores)[0],
                 "score_error": float(np.abs(result.estimate - scores).max()),
                 "score_wrong": _pairs_misordered(result.estimate, scores)[0],
                 "bayes_wrong": _pairs_misordered(result.mu, scores)[0],
@@ -189,11 +239,7 @@ def run_width(
     scores = truth.scores
     out = []
     for rep in range(first, first + count):
-        rng = np.random.default_rng(rep)
-        sampler = None
-        if outcomes is not None:
-            sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
-        result = simulate(truth, policy, rng, sampler)
+        result = run_seeded(truth, policy, rep, outcomes)
         intervals = score_intervals(result.counts, 1.0 + result.counts, truth.weights, design)
         covered = (intervals.low <= scores) & (scores <= intervals.high)
         out.append(
@@ -253,6 +299,10 @@ def evaluate_ranking(
         "bayes_error_mean": mean("bayes_error"),
         "uniform_error_max": most("uniform_error"),
         "score_error_max": most("score_error"),
+        "mean_centred_error_max": most("mean_centred_error"),
+        "cross_error_max": most("cross_error"),
+        "mean_centred_wrong_mean": mean("mean_centred_wrong"),
+        "cross_wrong_mean": mean("cross_wrong"),
         "pairs": int(rows[0]["pairs"]),
         "score_wrong_mean": mean("score_wrong"),
         "score_wrong_max": most("score_wrong"),
@@ -271,7 +321,9 @@ def evaluate_ranking(
         f"(uniform {row['uniform_error_max']:.4f}, score {row['score_error_max']:.4f}) "
         f"misordered score {row['score_wrong_mean']:.2f} (max {row['score_wrong_max']:.0f}) "
         f"Bayes@N {row['bayes_wrong_mean']:.2f} uniform {row['uniform_wrong_mean']:.1f} "
-        f"of {row['pairs']}; tau {row['tau_score']:.3f}/{row['tau_bayes']:.3f}/"
+        f"of {row['pairs']}; alternatives: mean-centred {row['mean_centred_error_max']:.4f} "
+        f"({row['mean_centred_wrong_mean']:.2f}), cross-model {row['cross_error_max']:.4f} "
+        f"({row['cross_wrong_mean']:.2f}); tau {row['tau_score']:.3f}/{row['tau_bayes']:.3f}/"
         f"{row['tau_uniform']:.3f}; coverage {row['coverage']:.3f} [{low:.3f}, {high:.3f}] "
         f"(+-{row['half_width_median']:.4f}) ({row['seconds']:.0f}s)",
         flush=True,
@@ -349,9 +401,9 @@ def markdown(rows: list[dict[str, object]]) -> str:
     lines: list[str] = []
     if ranking:
         lines += [
-            "| campaign | runs | Bayes@N max error (uniform prior) | pairs >= 0.02 misordered by "
-            "the score / Bayes@N / uniform Bayes@N | Kendall tau score / Bayes@N / uniform | "
-            "interval coverage [95% CI] | median +- |",
+            "| campaign | runs | Bayes@N max error: default (uniform / mean-centred / "
+            "cross-model) | pairs >= 0.02 misordered by the score / Bayes@N / uniform Bayes@N | "
+            "Kendall tau score / Bayes@N / uniform | interval coverage [95% CI] | median +- |",
             "|---|---:|---|---|---|---|---:|",
         ]
         for r in ranking:
@@ -359,7 +411,8 @@ def markdown(rows: list[dict[str, object]]) -> str:
             assert isinstance(ci, list)
             lines.append(
                 f"| {r['campaign']} | {r['runs']} | {r['bayes_error_max']:.4f} "
-                f"({r['uniform_error_max']:.4f}) | {r['score_wrong_mean']:.2f} / "
+                f"({r['uniform_error_max']:.4f} / {r['mean_centred_error_max']:.4f} / "
+                f"{r['cross_error_max']:.4f}) | {r['score_wrong_mean']:.2f} / "
                 f"{r['bayes_wrong_mean']:.2f} / {r['uniform_wrong_mean']:.1f} of {r['pairs']} | "
                 f"{r['tau_score']:.3f} / {r['tau_bayes']:.3f} / {r['tau_uniform']:.3f} | "
                 f"{r['coverage']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {r['half_width_median']:.4f} |"

@@ -38,7 +38,14 @@ from scipy.stats import norm
 
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.simulate import SimPolicy, Truth, replay_sampler, simulate, wrong_calls
+from adaptive_eval.simulate import (
+    SimPolicy,
+    SimResult,
+    Truth,
+    replay_sampler,
+    simulate,
+    wrong_calls,
+)
 from adaptive_eval.stats import sequential as seq
 
 REPO = Path(__file__).resolve().parent.parent
@@ -235,6 +242,16 @@ def shuffled(outcomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.take_along_axis(outcomes, np.argsort(keys, axis=2), axis=2)
 
 
+def run_seeded(truth: Truth, policy: SimPolicy, rep: int, outcomes: np.ndarray | None) -> SimResult:
+    """Campaign ``rep`` (its seed): outcomes drawn from ``truth``, or served from each cell's
+    recorded ``outcomes`` in a shuffled order (no replacement)."""
+    rng = np.random.default_rng(rep)
+    sampler = None
+    if outcomes is not None:
+        sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
+    return simulate(truth, policy, rng, sampler)
+
+
 def run_chunk(
     args: tuple[Truth, Design, int, int, int, int, np.ndarray | None],
 ) -> list[tuple[Calls, int, bool, int]]:
@@ -242,14 +259,9 @@ def run_chunk(
     truth, design, cap, round_trials, first, count, outcomes = args
     policy = policy_for(design, cap, round_trials)
     scores = truth.scores
-    num_categories = truth.shape[2]
     out = []
     for rep in range(first, first + count):
-        rng = np.random.default_rng(rep)
-        sampler = None
-        if outcomes is not None:
-            sampler = replay_sampler(shuffled(outcomes, rng), num_categories)
-        result = simulate(truth, policy, rng, sampler)
+        result = run_seeded(truth, policy, rep, outcomes)
         wrong = wrong_calls(result.decisions, scores, EPSILON)
         settled = [d for d in result.decisions if d.settled]
         calls = [(min(d.a, d.b), max(d.a, d.b), w) for d, w in zip(settled, wrong, strict=True)]

@@ -93,8 +93,7 @@ class CiWidth(StoppingRule):
         return design
 
     def half_widths(self, view: CampaignView) -> np.ndarray:
-        """How far each model's interval reaches from its score now, on the wider side
-        (``inf`` before its first look)."""
+        """Half of each model's interval width now (``inf`` before its first look)."""
         found = view.score_intervals(self.design(view))
         return np.where(np.isfinite(found.boundary), found.half_width, np.inf)
 
@@ -117,8 +116,9 @@ class CiWidth(StoppingRule):
         self, view: CampaignView, decisions: tuple[PairDecision, ...]
     ) -> np.ndarray | None:
         """Trials each needed model should reach: what it has planned plus the fewest further
-        trials that bring its standard error to the horizon's, ``h / c_K``, added Neyman-wise
-        on top of what it has (:func:`adaptive_eval.stats.intervals.trials_to_reach`)."""
+        trials that bring its standard error to the horizon's, ``h / c_K``, spread by the
+        goal's question scheme on top of what it has
+        (:func:`adaptive_eval.stats.intervals.trials_to_reach`)."""
         design = self.design(view)
         se_target = self.half_width / design.final_boundary(view.num_models)
         planned = np.asarray(view.planned, dtype=np.float64)
@@ -129,7 +129,7 @@ class CiWidth(StoppingRule):
             )
         else:
             variance = np.asarray(view.cell_variance, dtype=np.float64)
-        further = trials_to_reach(variance, planned, se_target)
+        further = trials_to_reach(variance, planned, se_target, self.questions or "uniform")
         # Still needed after what is planned arrives: at least one more trial per question.
         further = np.maximum(further, 1.0)
         targets = planned.sum(axis=1) + further

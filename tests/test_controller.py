@@ -124,7 +124,9 @@ def test_goal_met_saves_trials_on_easy_models(tmp_path: Path) -> None:
 
 def test_max_trials_stop_on_a_tie(tmp_path: Path) -> None:
     write_scenario(tmp_path / "s.npz", mimic_success([0.5, 0.5], questions=10))
-    data = base_config("s.npz", rope=None, max_trials_per_question=12, confidence=0.999)
+    # Futility off: a tie at a cap of 12 is futile from 8 trials per question, which would stop
+    # the campaign before the cap this test is about.
+    data = base_config("s.npz", rope=None, max_trials_per_question=12, confidence=0.999, futility=0)
     done = run_inline(load(write_config(tmp_path / "c.yaml", data)), tmp_path / "run")
     assert done.stop.reason is StopReason.MAX_TRIALS
     assert done.state.trials.max() == 12 and done.state.trials.min() == 12

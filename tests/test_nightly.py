@@ -210,7 +210,7 @@ def test_nightly_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def _estimates(run_dir: Path) -> dict[str, float]:
     summary = json.loads((run_dir / "summary.json").read_text())
-    return {m["name"]: m["estimate"] for m in summary["models"]}
+    return {m["name"]: m["score"] for m in summary["models"]}
 
 
 def test_history_and_alerts_compare_the_estimate_not_bayes_at_n(tmp_path: Path) -> None:
@@ -221,12 +221,15 @@ def test_history_and_alerts_compare_the_estimate_not_bayes_at_n(tmp_path: Path) 
     second = run_nightly(load(path), history, night="2026-04-02", runner=inline)
     for record, night in ((first, "2026-04-01"), (second, "2026-04-02")):
         estimates = _estimates(history / "runs" / night)
-        assert {m["name"]: m["estimate"] for m in record["ranking"]} == estimates
-        assert all("mu" in m for m in record["ranking"])  # Bayes@N stays as a column
+        assert {m["name"]: m["score"] for m in record["ranking"]} == estimates
+        assert all("bayes_mu" in m for m in record["ranking"])  # Bayes@N stays as a column
     (drop,) = [a for a in second["alerts"] if a["kind"] == "score_drop"]
     assert drop["before"] == pytest.approx(_estimates(history / "runs" / "2026-04-01")["ckpt"])
     assert drop["now"] == pytest.approx(_estimates(history / "runs" / "2026-04-02")["ckpt"])
-    assert "| rank | model | estimate | se | Bayes@N mu |" in (history / "summary.md").read_text()
+    assert (
+        "| rank | model | score | se | Bayes@N | Bayes@N sd |"
+        in (history / "summary.md").read_text()
+    )
 
 
 def test_a_night_with_nothing_new_to_sample_does_not_start_ray(

@@ -196,7 +196,7 @@ def test_campaign_through_a_flaky_server(tmp_path: Path) -> None:
         cfg = config(server.url, limit=3)
         data = cfg.model_dump(mode="json")
         data["policy"] = {
-            "min_trials_per_question": 2,
+            "min_trials_per_question": 3,
             "max_trials_per_question": 3,
             "round_trials": 6,
         }

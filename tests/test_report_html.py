@@ -245,8 +245,8 @@ def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> No
 
     summary = json.loads((run_dir / "summary.json").read_text())
     svg = _figure_svg((run_dir / "report.html").read_text(), "forest")
-    assert 'id="estimate"' in svg and 'id="bayes-at-n"' in svg
-    assert "estimate (decisions use it)" in svg
+    assert 'id="score"' in svg and 'id="bayes-at-n"' in svg
+    assert "score (it orders the ranking)" in svg and "Bayes@N posterior mean (reference)" in svg
     groups = rank_groups(summary["models"])
     assert len(groups) < len(summary["models"])  # some pairs are not settled: shared ranks
     assert svg.count('id="settled-group-') == (len(groups) + 1) // 2
@@ -286,4 +286,4 @@ def test_chromium_draws_the_boundaries_and_the_estimate(run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     bounded = [i for i, p in enumerate(summary["pairs"]) if p["boundary"] is not None]
     assert bounded and all(f'id="boundary-{i}"' in dom for i in bounded)
-    assert 'id="estimate"' in dom and "estimate (decisions use it)" in dom
+    assert 'id="score"' in dom and "score (it orders the ranking)" in dom

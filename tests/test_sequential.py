@@ -433,18 +433,18 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
         assert rules["error_controlled"] and rules["warning"] is None
         assert all(0 < p["alpha_spent"] <= 0.025 for p in settled)
         assert "Warning" not in markdown
-    # The unbiased estimate and its frequentist interval sit beside Bayes@N.
+    # The score and its interval lead; Bayes@N follows, labelled.
     for model in summary["models"]:
-        assert model["estimate_ci_low"] <= model["estimate"] <= model["estimate_ci_high"]
-        assert 0.0 <= model["ci_low"] <= model["mu"] <= model["ci_high"] <= 1.0
-    # report.html says the same: the estimate with its interval, each pair's rule, the warning.
+        assert model["score_low"] <= model["score"] <= model["score_high"]
+        assert 0.0 <= model["bayes_low"] <= model["bayes_mu"] <= model["bayes_high"] <= 1.0
+    # report.html says the same: the score with its interval, each pair's rule, the warning.
     import html
 
     page = (tmp_path / "run" / "report.html").read_text()
     for model in summary["models"]:
         assert (
-            f"<td>{model['estimate']:.4f}</td><td>[{model['estimate_ci_low']:.4f}, "
-            f"{model['estimate_ci_high']:.4f}]</td>" in page
+            f"<td>{model['score']:.4f}</td><td>[{model['score_low']:.4f}, "
+            f"{model['score_high']:.4f}]</td>" in page
         )
     for pair in settled:
         assert f"<td>{html.escape(pair['decision'])}</td><td>{rule}</td>" in page

@@ -136,10 +136,9 @@ class ScoreIntervals:
 
     @property
     def half_width(self) -> FloatArray:
-        """The larger distance from the estimate to an end (the goal's ``+-h``)."""
-        return np.asarray(
-            np.maximum(self.estimate - self.low, self.high - self.estimate), dtype=np.float64
-        )
+        """Half the interval's width (the goal's ``+-h``: the interval is at most ``2 h`` wide;
+        near 0 or 1 it is not centred on the estimate)."""
+        return np.asarray((self.high - self.low) / 2, dtype=np.float64)
 
 
 def wald_intervals(
@@ -223,8 +222,9 @@ def score_intervals(
         / (1 + c2 / effective)
         * np.sqrt(t_hat * (1 - t_hat) / effective + c2 / (4 * effective**2))
     )
-    low = np.where(finite, np.clip(centre - half, 0.0, 1.0), 0.0)
-    high = np.where(finite, np.clip(centre + half, 0.0, 1.0), 1.0)
+    # At t_hat = 0 (or 1) the near end is exactly 0 (or 1), not centre - half's rounding.
+    low = np.where(finite & (t_hat > 0), np.clip(centre - half, 0.0, 1.0), 0.0)
+    high = np.where(finite & (t_hat < 1), np.clip(centre + half, 0.0, 1.0), 1.0)
     return ScoreIntervals(estimate, lo_w + span * low, lo_w + span * high, boundary)
 
 
@@ -239,13 +239,17 @@ def trials_for_width(
 
 
 def trials_to_reach(
-    variance: FloatArray, planned: FloatArray, se_target: FloatArray | float
+    variance: FloatArray,
+    planned: FloatArray,
+    se_target: FloatArray | float,
+    scheme: str = "neyman",
 ) -> FloatArray:
     """Fewest further trials per model that bring its standard error to ``se_target``.
 
     ``variance`` and ``planned`` are (L, M): per-trial variance and trials per question so far.
-    With ``se^2 = (1/M^2) sum_q v_q / n_q``, the cheapest way to add trials is water-filling
-    (Neyman on top of what was sampled): ``n_q = max(planned_q, lam sd_q)`` with the smallest
+    With ``se^2 = (1/M^2) sum_q v_q / n_q``, trials are added by water-filling on top of what
+    was sampled: ``n_q = max(planned_q, lam a_q)`` with ``a_q = sd_q`` (``neyman``, the
+    cheapest) or ``a_q = 1`` (``uniform``: the questions are levelled up), with the smallest
     ``lam`` that reaches the target (bisection). Returns (L,) further trials (0 where the
     planned trials already reach it).
 
@@ -259,7 +263,7 @@ def trials_to_reach(
     num_questions = v.shape[-1]
     budget = (np.broadcast_to(np.asarray(se_target, dtype=np.float64), v.shape[:-1])) ** 2
     budget = budget * num_questions**2
-    sd = np.sqrt(v)
+    sd = np.sqrt(v) if scheme == "neyman" else np.ones_like(v)
 
     def excess(lam: FloatArray) -> FloatArray:
         return np.asarray((v / np.maximum(n, lam[:, None] * sd)).sum(axis=-1) - budget)

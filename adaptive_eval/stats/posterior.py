@@ -178,6 +178,7 @@ def prior_counts(R0: ArrayLike | None, num_questions: int, num_categories: int) 
 #: Range searched for an empirical-Bayes prior's strength ``s`` (pseudo-trials per question).
 EB_STRENGTH_RANGE = (1e-2, 1e4)
 _EB_GRID = np.geomspace(*EB_STRENGTH_RANGE, 31)
+_EB_REFINE_STEPS = 20
 
 
 def dirichlet_multinomial_loglik(counts: ArrayLike, alpha: ArrayLike) -> FloatArray:
@@ -219,10 +220,11 @@ def empirical_bayes_prior(counts: ArrayLike) -> FloatArray:
 
     with the strength ``s_i`` that maximises the marginal likelihood of the model's counts
     (:func:`dirichlet_multinomial_loglik`; type-II maximum likelihood): searched on a log
-    grid over :data:`EB_STRENGTH_RANGE`, then refined by a parabola in ``log s`` through the
-    best grid point and its neighbours. A benchmark whose questions are mostly always or never
-    solved gets a weak prior (``s`` below 1), a homogeneous one a strong prior. A model with no
-    trial gets the uniform prior. Pure: the same counts give the same prior.
+    grid over :data:`EB_STRENGTH_RANGE`, then refined by golden-section search in ``log s``
+    between the best grid point's neighbours (to 1e-4 of ``log s``). A benchmark whose
+    questions are mostly always or never solved gets a weak prior (``s`` below 1), a
+    homogeneous one a strong prior. A model with no trial gets the uniform prior. Pure: the
+    same counts give the same prior.
 
     >>> prior = empirical_bayes_prior(np.array([[[8, 0], [0, 8], [8, 0], [0, 8]]]))
     >>> prior.shape, bool(prior[0, 0, 0] < 1.0)  # polarized questions: a weak prior
@@ -242,15 +244,28 @@ def empirical_bayes_prior(counts: ArrayLike) -> FloatArray:
         flat[None], grid[:, None, None, None] * centre[None, :, None, :]
     )
     best = np.argmax(loglik, axis=0)
-    inner = np.clip(best, 1, len(grid) - 2)
-    rows = np.arange(flat.shape[0])
-    left, mid, right = (loglik[inner + d, rows] for d in (-1, 0, 1))
-    curvature = left - 2 * mid + right
-    with np.errstate(divide="ignore", invalid="ignore"):
-        offset = np.where(curvature < 0, 0.5 * (left - right) / curvature, 0.0)
-    step = math.log(grid[1] / grid[0])
-    log_s = np.log(grid[inner]) + np.clip(offset, -1.0, 1.0) * step
-    strength = np.where(best == inner, np.exp(log_s), grid[best])
+    # Golden-section search in log s between the best grid point's neighbours.
+    low = np.log(grid[np.maximum(best - 1, 0)])
+    high = np.log(grid[np.minimum(best + 1, len(grid) - 1)])
+
+    def at(log_s: FloatArray) -> FloatArray:
+        return dirichlet_multinomial_loglik(flat, np.exp(log_s)[:, None, None] * centre[:, None])
+
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    left, right = high - ratio * (high - low), low + ratio * (high - low)
+    f_left, f_right = at(left), at(right)
+    for _ in range(_EB_REFINE_STEPS):
+        keep_left = f_left >= f_right  # the maximum lies in [low, right], else [left, high]
+        low, high = np.where(keep_left, low, left), np.where(keep_left, right, high)
+        # The surviving inner point is reused; one new point per step.
+        kept, f_kept = np.where(keep_left, left, right), np.where(keep_left, f_left, f_right)
+        new = np.where(keep_left, high - ratio * (high - low), low + ratio * (high - low))
+        f_new = at(new)
+        left = np.where(keep_left, new, kept)
+        right = np.where(keep_left, kept, new)
+        f_left = np.where(keep_left, f_new, f_kept)
+        f_right = np.where(keep_left, f_kept, f_new)
+    strength = np.exp((low + high) / 2)
     strength = np.where(pooled.sum(axis=1) > 0, strength, float(num_categories))
     centre = np.where(pooled.sum(axis=1, keepdims=True) > 0, centre, 1.0 / num_categories)
     prior = strength[:, None, None] * centre[:, None, :] * np.ones_like(flat)
