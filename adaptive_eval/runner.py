@@ -124,9 +124,22 @@ def open_run_dir(
 
     Also refused: a directory whose outputs say a campaign ran there but whose store is gone or
     empty (starting afresh would overwrite its summary), and a damaged store, unless
-    ``recover`` (a resume): then the rounds whose digests verify are kept and the rest is
-    sampled again (:mod:`adaptive_eval.recovery`).
+    ``recover`` (a resume): then the rounds whose digests verify are kept, the rest is sampled
+    again (:mod:`adaptive_eval.recovery`), and the salvaged store is opened and checked anew.
+    Damage found on open or by any check after it (a page that cannot be read) is salvaged.
     """
+    try:
+        return _open_run_dir(campaign, run_dir)
+    except CorruptStore:
+        if not recover:
+            raise
+    note = _recover(campaign, run_dir)
+    store, campaign_id, resumed = _open_run_dir(campaign, run_dir)
+    store.notes.insert(0, ("store_recovered", note))
+    return store, campaign_id, resumed
+
+
+def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bool]:
     config = campaign.config
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
@@ -138,14 +151,13 @@ def open_run_dir(
             f"{TrialStore.FILENAME} is missing; restore it, or use a new --out directory",
             source=str(run_dir),
         )
-    try:
-        store = TrialStore(run_dir, fsync=config.output.fsync)
-    except CorruptStore:
-        if not recover:
-            raise
-        store = _recovered(campaign, run_dir)
+    store = TrialStore(run_dir, fsync=config.output.fsync)
     identity = campaign.identity
-    stored = store.get_meta("fingerprint")
+    try:
+        stored = store.get_meta("fingerprint")
+    except StoreError:
+        store.close()
+        raise
     if stored is None and outputs:
         store.close()
         raise StoreError(
@@ -190,8 +202,9 @@ def open_run_dir(
     return store, str(store.get_meta("campaign_id")), True
 
 
-def _recovered(campaign: Campaign, run_dir: Path) -> TrialStore:
-    """The run's store rebuilt from its damaged file's verified rounds (same campaign only)."""
+def _recover(campaign: Campaign, run_dir: Path) -> str:
+    """Rebuild the run's store from its damaged file's verified rounds (the same campaign
+    only); what was kept and lost, for the console."""
     from adaptive_eval.recovery import recover, salvage
 
     path = run_dir / TrialStore.FILENAME
@@ -204,15 +217,7 @@ def _recovered(campaign: Campaign, run_dir: Path) -> TrialStore:
             source=str(path),
         )
     recover(run_dir, campaign.config.output.fsync, found)
-    store = TrialStore(run_dir, fsync=campaign.config.output.fsync)
-    store.notes.append(
-        (
-            "store_recovered",
-            f"{path}: the store was damaged; {found.describe()}. The damaged file is kept "
-            "beside it",
-        )
-    )
-    return store
+    return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
 
 
 def _identity_changes(stored: Any, identity: dict[str, Any]) -> list[str]:

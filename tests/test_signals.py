@@ -323,3 +323,27 @@ def test_the_watcher_ties_the_command_to_its_life() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == signal.SIGTERM
+
+
+def test_a_command_that_ignores_a_passed_on_stop_is_killed_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Failure 2: a run stuck in Ray's C++ connect never ran its SIGTERM handler and ignored
+    SIGTERM for good; the watcher now kills the command once the grace is over."""
+    from adaptive_eval import supervise
+
+    monkeypatch.setattr(supervise, "STOP_GRACE_S", 1.0)
+    stuck = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert stuck.stdout is not None and stuck.stdout.readline() == b"ready\n"
+    stuck.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    code = supervise._wait(stuck, [signal.SIGTERM])
+    assert code == -signal.SIGKILL and time.monotonic() - started < 10
