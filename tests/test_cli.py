@@ -134,7 +134,16 @@ def test_replay_campaign_through_ray_writes_the_contract(tmp_path: Path) -> None
         1 - summary["trials_used"] / (4 * 12 * 30)
     )
     for model in summary["models"]:
-        assert set(model) >= {"name", "mu", "sigma", "ci_low", "ci_high", "trials", "rank"}
+        assert set(model) >= {
+            "name",
+            "score",
+            "score_low",
+            "score_high",
+            "bayes_mu",
+            "bayes_sigma",
+            "trials",
+            "rank",
+        }
     for pair in summary["pairs"]:
         assert pair["decision"] in ("a>b", "b>a", "equivalent", "undecided")
     assert (tmp_path / "run" / "report.md").read_text().startswith("# Campaign")
