@@ -132,7 +132,8 @@ def _npz_out(text: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.runner import render_console, run_campaign
+    from adaptive_eval.report import render_console
+    from adaptive_eval.workflows.run import run_campaign
 
     config = load_config(args.config, args.set)
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
@@ -152,11 +153,11 @@ def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.campaign import build_campaign, describe_stopping
+    from adaptive_eval.cluster import check_engines, check_local_placement
     from adaptive_eval.cluster_address import address_problem
     from adaptive_eval.config import load_config
     from adaptive_eval.preflight import check_before_sampling
     from adaptive_eval.redact import scrub
-    from adaptive_eval.runner import check_engines, check_local_placement
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
@@ -229,7 +230,8 @@ def _score_line(campaign: Campaign) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.runner import render_console, report_run
+    from adaptive_eval.report import render_console
+    from adaptive_eval.workflows.report import report_run
 
     run_dir = Path(args.run_dir)
     config_path = Path(args.config) if args.config else run_dir / "config.yaml"
@@ -244,7 +246,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     elif "comparison" in summary:  # a compare folder: its verdict, as compare printed it
-        from adaptive_eval.compare import render
+        from adaptive_eval.workflows.compare import render
 
         print(render_console(summary) + "\n\n" + render(summary["comparison"]))
     else:
@@ -442,7 +444,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from adaptive_eval.imports import import_files, parse_map
+    from adaptive_eval.workflows.imports import import_files, parse_map
 
     out = _npz_out(args.out)
     mapping = parse_map(args.map) if args.map else None
@@ -461,7 +463,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from adaptive_eval.export import export_run
+    from adaptive_eval.workflows.export import export_run
 
     out = _npz_out(args.out)
     exported = export_run(Path(args.run_dir), out)
@@ -474,8 +476,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from adaptive_eval.compare import render, run_compare
     from adaptive_eval.config import load_config
+    from adaptive_eval.workflows.compare import render, run_compare
 
     config = load_config(args.config, args.set)
     summary = run_compare(
@@ -497,7 +499,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.nightly import run_nightly
+    from adaptive_eval.workflows.nightly import run_nightly
 
     config = load_config(args.config, args.set)
     record = run_nightly(config, Path(args.history), night=args.night, keep=args.keep)
@@ -757,9 +759,9 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _stop_ray() -> None:
-    if "adaptive_eval.dispatch" not in sys.modules:
+    if "adaptive_eval.cluster" not in sys.modules:
         return  # this command never started Ray
-    from adaptive_eval.dispatch import stop_ray
+    from adaptive_eval.cluster import stop_ray
 
     try:
         stop_ray()

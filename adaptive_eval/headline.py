@@ -19,6 +19,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from adaptive_eval.presentation import percent
+
 
 class Kind(enum.Enum):
     UNFINISHED = "Not finished"
@@ -75,10 +77,6 @@ def trials_text(row: dict[str, Any]) -> str:
     )
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
 def saved_fraction(summary: dict[str, Any]) -> tuple[float | None, str]:
     """The trials saved against the fixed-N run, and what it counts: only the trials this run
     sampled where a trial library supplied the rest (reused trials cost nothing now)."""
@@ -123,7 +121,7 @@ def _ranking(summary: dict[str, Any]) -> Headline:
             if undecided
             else ""
         )
-        + f"; saved {_pct(saved)} of {baseline_text(summary)}, {counted}"
+        + f"; saved {percent(saved)} of {baseline_text(summary)}, {counted}"
     )
     return Headline(Kind.RANKING, Tone.WARNING if undecided else Tone.GOOD, text)
 

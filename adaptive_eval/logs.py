@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -114,3 +115,12 @@ class SilentLog:
 
     def __getattr__(self, level: str) -> Any:
         return lambda *args, **kwargs: None
+
+
+#: ``on_event(level, kind, payload)``: diagnostics as they happen (batch failures and retries,
+#: worker deaths and restarts), for the run's events.jsonl.
+EventSink = Callable[[str, str, dict[str, Any]], None]
+
+
+def no_events(level: str, kind: str, payload: dict[str, Any]) -> None:
+    pass

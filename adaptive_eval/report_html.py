@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adaptive_eval.headline import baseline_text, headline, saved_fraction
-from adaptive_eval.report import (
+from adaptive_eval.presentation import (
     COMPARE_EXIT_MEANING,
     decision_text,
     interval_label,
@@ -323,7 +323,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
 
-    from adaptive_eval.nightly import score, spread
+    from adaptive_eval.presentation import score, spread
 
     half = float(norm.ppf((1 + confidence) / 2))
     fig, ax = _figure(7, 3.6)

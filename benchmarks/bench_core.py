@@ -114,11 +114,13 @@ def bench_decide(repeats: int = 200) -> None:
 def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     """Run a campaign in-process through Ray; return its summary and the loop's seconds."""
     from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.cluster import init_ray
     from adaptive_eval.config import parse_config
     from adaptive_eval.controller import Controller
-    from adaptive_eval.dispatch import Dispatcher, init_ray
+    from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
-    from adaptive_eval.runner import build_summary, open_run_dir
+    from adaptive_eval.rundir import open_run_dir
+    from adaptive_eval.summary import build_summary
 
     config = parse_config(data, source=str(tmp / "c.yaml"))
     campaign = build_campaign(config)

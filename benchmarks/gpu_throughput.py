@@ -234,7 +234,7 @@ def build_model(args: argparse.Namespace) -> tuple[Path, float]:
             [
                 sys.executable,
                 "-m",
-                "adaptive_eval.testing.tiny_model",
+                "adaptive_eval._testing.tiny_model",
                 str(target),
                 "--preset",
                 preset,
@@ -337,8 +337,8 @@ def idle_fraction(batches: dict[int, tuple[float, float]]) -> tuple[float, float
 
 def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     from adaptive_eval.config import load_config
-    from adaptive_eval.runner import run_campaign
     from adaptive_eval.store import TrialStore
+    from adaptive_eval.workflows.run import run_campaign
 
     run_dir = args.out / f"run-{mode}"
     if run_dir.exists():

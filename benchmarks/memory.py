@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["report", "export"], help="measure one command")
     args = parser.parse_args(argv)
 
-    from adaptive_eval.testing.bigstore import write_big_run
+    from adaptive_eval._testing.bigstore import write_big_run
 
     trials = args.models * args.questions * args.trials_per_cell_round * args.rounds
     with tempfile.TemporaryDirectory() as scratch:

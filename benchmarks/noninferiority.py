@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_eval.compare import CandidatePlaced, Judge, NeededOnly
+from adaptive_eval.comparison import CandidatePlaced, Judge, NeededOnly
 from adaptive_eval.noninferiority import FAIL, PASS, NonInferiority, look_schedule
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.simulate import SimPolicy, Truth, simulate

@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.accounting",
             "adaptive_eval.interrupts",
             "adaptive_eval.errorlog",
+            "adaptive_eval.cluster_address",
         ),
     ),
     (
@@ -40,12 +41,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "adaptive_eval.config",
             "adaptive_eval.storage",
-            "adaptive_eval.store.",
+            "adaptive_eval.store",
+            "adaptive_eval.recovery",
+            "adaptive_eval.inputfiles",
             "adaptive_eval.registry",
             "adaptive_eval.npzio",
             "adaptive_eval.datasets",
             "adaptive_eval.logs",
-            "adaptive_eval.library",
         ),
     ),
     (
@@ -57,7 +59,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.prefetch",
             "adaptive_eval.grading.",
             "adaptive_eval.backends.",
-            "adaptive_eval._testing.",
             "policies.",
         ),
     ),
@@ -65,6 +66,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "campaign, controller and dispatch",
         (
             "adaptive_eval.campaign",
+            "adaptive_eval.comparison",
+            "adaptive_eval.library",
             "adaptive_eval.controller",
             "adaptive_eval.simulate",
             "adaptive_eval.dispatch.",
@@ -80,7 +83,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.progress",
         ),
     ),
-    ("presentation shared by every output", ("adaptive_eval.presentation",)),
+    (
+        "presentation shared by every output",
+        ("adaptive_eval.presentation", "adaptive_eval.headline"),
+    ),
     (
         "outputs: summary.json, report.md, report.html",
         (
@@ -88,11 +94,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.report",
             "adaptive_eval.report_html",
             "adaptive_eval.provenance",
-            "adaptive_eval.outputs",
         ),
     ),
     ("workflows", ("adaptive_eval.workflows.",)),
     ("command line", ("adaptive_eval.cli", "adaptive_eval.supervise", "adaptive_eval.ray_job")),
+    # Test servers and builders: above everything, so no production module can import them.
+    ("test support, imported by tests and benchmarks only", ("adaptive_eval._testing.",)),
 )
 #: Modules that belong to no layer: the package faces (they only hand names on).
 FACES = ("adaptive_eval", "policies")

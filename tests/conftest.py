@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.dispatch import RAY_ENVIRONMENT
+from adaptive_eval.cluster import RAY_ENVIRONMENT
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -23,7 +23,7 @@ def ray_local() -> Iterator[None]:
     """One local Ray cluster for every test that needs one."""
     import ray
 
-    from adaptive_eval.dispatch import init_ray
+    from adaptive_eval.cluster import init_ray
 
     init_ray(None, 2)
     yield
@@ -78,14 +78,14 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """``run`` in-process without Ray: the in-process dispatcher; returns init_ray's calls."""
     from helpers import InlineCluster
 
-    from adaptive_eval import dispatch
+    from adaptive_eval import cluster, dispatch
 
     calls: list[dict[str, Any]] = []
 
     def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
         calls.append(kw)
 
-    monkeypatch.setattr(dispatch, "init_ray", fake_init)
+    monkeypatch.setattr(cluster, "init_ray", fake_init)
     monkeypatch.setattr(dispatch, "Dispatcher", InlineCluster)
     monkeypatch.setattr(InlineCluster, "on_poll", None)
     return calls

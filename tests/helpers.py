@@ -20,7 +20,7 @@ from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.policy import CampaignView
-from adaptive_eval.runner import open_run_dir
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.state import RunState
 from adaptive_eval.store import TrialStore
 

@@ -13,10 +13,10 @@ import pytest
 from helpers import load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.cli import main
-from adaptive_eval.compare import run_compare
 from adaptive_eval.config import CompareConfig
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.store import RunLock, StoreError, TrialStore
+from adaptive_eval.workflows.compare import run_compare
 
 INCUMBENTS = [0.3, 0.5, 0.7]
 QUESTIONS = 20
@@ -308,7 +308,7 @@ def test_each_verdict_says_its_trials_at_the_decision_and_at_the_end(
     cand, inc = 0, 3  # model indices: the candidate's entry first, then inc-30, inc-50, inc-70
     expected = sum(int(plan[[cand, inc]].sum()) for plan in plans[: worse["decided_at_round"]])
     assert worse["trials_at_decision"] == expected < worse["trials"]
-    from adaptive_eval.compare import render
+    from adaptive_eval.workflows.compare import render
 
     text = render(summary["comparison"])
     assert (

@@ -18,9 +18,10 @@ from helpers import (
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.errors import InputError
-from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import StopReason
+from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
 

@@ -26,7 +26,7 @@ import yaml
 
 from adaptive_eval.cli import build_parser
 from adaptive_eval.config import parse_config
-from adaptive_eval.nightly import EXIT_ALERT
+from adaptive_eval.workflows.nightly import EXIT_ALERT
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -20,7 +20,7 @@ from helpers import (
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.errors import InputError
-from adaptive_eval.runner import open_run_dir
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import StopReason
 

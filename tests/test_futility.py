@@ -24,7 +24,7 @@ from adaptive_eval.campaign import build_campaign, fingerprint_of
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, any_of, decide_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.runner import open_run_dir
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.store import TrialStore

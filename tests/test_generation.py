@@ -402,8 +402,8 @@ def test_engine_start_errors_name_the_engine_args_to_change() -> None:
 
 def test_driver_does_not_import_heavy_modules() -> None:
     code = (
-        "import sys, adaptive_eval.backends, adaptive_eval.testing.tiny_model, "
-        "adaptive_eval.testing.flaky_server; "
+        "import sys, adaptive_eval.backends, adaptive_eval._testing.tiny_model, "
+        "adaptive_eval._testing.flaky_server; "
         "print(sorted(m for m in ('vllm', 'torch', 'httpx', 'transformers') "
         "if m in sys.modules))"
     )
@@ -416,7 +416,7 @@ def test_driver_does_not_import_heavy_modules() -> None:
 def test_tiny_model_without_template_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from adaptive_eval.testing.tiny_model import build_tiny_model
+    from adaptive_eval._testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=1, chat_template=False)
     assert (model / "model.safetensors").exists() and vllm.find_chat_template(model) is None

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval import dispatch, runner
+from adaptive_eval import cluster, rundir
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.errors import ClusterError, InputError
+from adaptive_eval.workflows import run as runner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,9 +68,9 @@ def _openai_config_without_httpx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "dataset": {"path": str(ARITH20), "limit": 3},
     }
     path = write_config(tmp_path / "c.yaml", data)
-    real = runner.importlib.util.find_spec
+    real = cluster.importlib.util.find_spec
     monkeypatch.setattr(
-        runner.importlib.util,
+        cluster.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "httpx" else real(name, *a),
     )
@@ -84,7 +85,7 @@ def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
     def no_ray_please(*args: Any, **kw: Any) -> None:
         raise AssertionError("Ray must not start")
 
-    monkeypatch.setattr(dispatch, "init_ray", no_ray_please)
+    monkeypatch.setattr(cluster, "init_ray", no_ray_please)
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "models[0].backend" in err and "adaptive-eval[openai]" in err and "httpx" in err
@@ -107,15 +108,15 @@ def test_ray_start_is_retried_then_reported_in_one_line(monkeypatch: pytest.Monk
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", flaky_init)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
-    monkeypatch.setattr(dispatch, "RAY_START_BACKOFF_S", (0.0,))
+    monkeypatch.setattr(cluster, "RAY_START_BACKOFF_S", (0.0,))
     events: list[tuple[str, str, dict[str, Any]]] = []
-    dispatch.init_ray(None, 2, on_event=lambda *e: events.append(e))
+    cluster.init_ray(None, 2, on_event=lambda *e: events.append(e))
     assert len(attempts) == 2
     assert attempts[0]["include_dashboard"] is False and attempts[0]["num_cpus"] == 2
     assert attempts[0]["_system_config"]["enable_worker_prestart"] is False
     assert events[0][1] == "ray_start_retry" and "timed out" in events[0][2]["error"]
     with pytest.raises(ClusterError, match=r"in 3 attempts.*still overloaded.*num_cpus"):
-        dispatch.init_ray(None, 2)
+        cluster.init_ray(None, 2)
 
 
 def test_an_unexpected_error_prints_one_line_and_keeps_the_traceback(
@@ -257,7 +258,7 @@ def test_a_refused_resume_says_how_many_changes_were_not_shown(
     ]
     # (max_trials_per_question would not count: raising a cap extends the run.)
     with pytest.raises(InputError, match=r"and 2 more"):
-        runner.open_run_dir(build_campaign(load(scenario_config, changes)), tmp_path / "run")
+        rundir.open_run_dir(build_campaign(load(scenario_config, changes)), tmp_path / "run")
 
 
 def test_set_reaches_list_items(scenario_config: Path) -> None:
@@ -308,8 +309,8 @@ def test_ray_output_goes_to_the_run_log_and_the_console_keeps_the_terminal(
     script = f"""
 import os, sys
 from pathlib import Path
-from adaptive_eval.runner import _ray_output_to
-with _ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
+from adaptive_eval.cluster import ray_output_to
+with ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
     os.write(2, b"[E core_worker.cc] noise\\n")
     os.write(1, b"(WorkerActor pid=1) noise\\n")
     print("token auth warning", file=sys.stderr)
@@ -400,7 +401,7 @@ def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
     from adaptive_eval.types import PairDecision
 
     campaign = build_campaign(load(scenario_config))
-    store, _, _ = runner.open_run_dir(campaign, tmp_path / "run")
+    store, _, _ = rundir.open_run_dir(campaign, tmp_path / "run")
     try:
         controller = Controller(
             campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), NullLog()

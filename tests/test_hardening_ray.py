@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import base_config, mimic_success, write_scenario
 
+from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.cli import main
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20, load_dataset
-from adaptive_eval.runner import run_campaign
-from adaptive_eval.testing.flaky_server import FlakyServer
+from adaptive_eval.workflows.run import run_campaign
 
 ANSWERS = {q.problem: q.answer for q in load_dataset(ARITH20).questions}
 
@@ -86,7 +86,7 @@ def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_l
     warning itself, on a cluster started without ``RAY_worker_niceness=0``: test_multinode."""
     import ray
 
-    from adaptive_eval.dispatch import WorkerActor
+    from adaptive_eval.dispatch.actors import WorkerActor
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
     data = base_config(str(tmp_path / "s.npz"), max_trials_per_question=4)

@@ -16,10 +16,10 @@ from helpers import (
     load,
 )
 
+from adaptive_eval._testing.bigstore import write_big_run
 from adaptive_eval.cli import main
-from adaptive_eval.runner import report_run
 from adaptive_eval.store import SCHEMA_VERSION, RunLock, StoreError, TrialStore
-from adaptive_eval.testing.bigstore import write_big_run
+from adaptive_eval.workflows.report import report_run
 
 
 # -- 1: the lock ----------------------------------------------------------------------------------
@@ -147,12 +147,12 @@ def test_a_damaged_store_is_refused_before_ray_starts(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from adaptive_eval import dispatch
+    from adaptive_eval import cluster
 
     def no_ray_please(*args: object, **kw: object) -> None:
         raise AssertionError("Ray must not start")
 
-    monkeypatch.setattr(dispatch, "init_ray", no_ray_please)
+    monkeypatch.setattr(cluster, "init_ray", no_ray_please)
     config_path, run_dir = finished_run
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
         conn.execute("DELETE FROM rounds WHERE round = 0")

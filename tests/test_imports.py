@@ -11,8 +11,8 @@ from helpers import load, run_inline, write_config
 
 from adaptive_eval.cli import main
 from adaptive_eval.errors import InputError
-from adaptive_eval.imports import import_files, parse_map
 from adaptive_eval.store import TrialStore
+from adaptive_eval.workflows.imports import import_files, parse_map
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LM_EVAL = sorted((FIXTURES / "lm_eval").glob("*/samples_*.jsonl"))

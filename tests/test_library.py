@@ -15,8 +15,9 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.library import TrialLibrary, attach
-from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.types import Batch
+from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
 

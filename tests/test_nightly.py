@@ -17,9 +17,10 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.library import attach
-from adaptive_eval.nightly import run_nightly
-from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
+from adaptive_eval.workflows.nightly import run_nightly
+from adaptive_eval.workflows.report import report_run
 
 QUESTIONS = 12
 
@@ -152,7 +153,7 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
 def test_a_settled_pair_that_flipped_is_an_alert_however_far_apart_they_are() -> None:
     """Issue 22, workflow 5: only pairs adjacent on both nights were compared, so a model
     settled above another and ranked two places below it later raised no flip."""
-    from adaptive_eval.nightly import ranking_flips
+    from adaptive_eval.workflows.nightly import ranking_flips
 
     def ranked(*names: str, ties: tuple[str, ...] = ()) -> dict[str, Any]:
         rank, models = 0, []
@@ -181,7 +182,7 @@ def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
 
 
 def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
-    from adaptive_eval.nightly import ranking_flips
+    from adaptive_eval.workflows.nightly import ranking_flips
 
     before = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
     after = {"models": [{"name": "y", "rank": 1}, {"name": "x", "rank": 2}]}
@@ -237,7 +238,7 @@ def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
 ) -> None:
     """Through the real runner: night 1 samples (inline workers stand in for Ray's), night 2
     finds every trial in the library and must not start Ray at all."""
-    from adaptive_eval import dispatch
+    from adaptive_eval import cluster, dispatch
 
     started: list[str] = []
 
@@ -245,7 +246,7 @@ def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
         started.append("workers")
         return InlineDispatcher(plans, offsets)
 
-    monkeypatch.setattr(dispatch, "init_ray", lambda *a, **k: started.append("ray"))
+    monkeypatch.setattr(cluster, "init_ray", lambda *a, **k: started.append("ray"))
     monkeypatch.setattr(dispatch, "Dispatcher", inline_workers)
     path = _setup(tmp_path)
     history = tmp_path / "history"

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from helpers import run_inline
 
+from adaptive_eval._testing import CPU_VLLM_ENV, free_port, vllm_import_error
+from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.backends.openai import OpenAIWorker
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20, load_dataset
 from adaptive_eval.errors import BackendError
 from adaptive_eval.store import TrialStore
-from adaptive_eval.testing import CPU_VLLM_ENV, free_port, vllm_import_error
-from adaptive_eval.testing.flaky_server import FlakyServer
 from adaptive_eval.types import Batch, WorkItem, trial_seed
 
 QUESTIONS = load_dataset(ARITH20)
@@ -263,7 +263,7 @@ def test_a_response_with_two_choices_fails_its_batch(tmp_path: Path) -> None:
 def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> None:
     """The worker's process dies on its first batch (os._exit); Ray restarts the actor, the
     dispatcher re-queues the batch, and every trial is recorded exactly once."""
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     with FlakyServer(answers=ANSWERS) as server:
         cfg = config(server.url, limit=3, test_crash_once=str(tmp_path / "crash.marker"))
@@ -298,7 +298,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(reason)
     import httpx
 
-    from adaptive_eval.testing.tiny_model import build_tiny_model
+    from adaptive_eval._testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
     port = free_port()

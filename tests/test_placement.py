@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 
-from adaptive_eval import runner
+from adaptive_eval import cluster
 from adaptive_eval.cli import main
-from adaptive_eval.dispatch import WorkerRequest, check_placement
+from adaptive_eval.cluster import WorkerRequest, check_placement
 from adaptive_eval.errors import InputError
 
 #: The issue's config: three simulated entries, 2 workers each at 0.5 CPU = 3 CPUs.
@@ -49,7 +49,7 @@ def test_validate_and_run_refuse_a_config_a_local_cluster_cannot_place(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As from the command line: no Ray in this process yet (another test may have left one).
-    monkeypatch.setattr(runner, "_ray_running", lambda: False)
+    monkeypatch.setattr(cluster, "ray_running", lambda: False)
     config = _three_entries(tmp_path, num_cpus=2)
     assert main(["validate", str(config)]) == 2
     err = capsys.readouterr().err.strip()

@@ -139,7 +139,7 @@ def test_prefetch_on_ray_with_an_emulated_engine_records_the_same_trials(
     """Through the Ray dispatcher (planned work queued ahead of speculative work) with an
     emulated heavy-tailed engine: the same ledger as an in-process run without prefetch, and
     the summary reports what speculation sent and used."""
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     reference = run_inline(load(config_path), tmp_path / "ref")
     data = base_config("s.npz")

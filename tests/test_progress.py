@@ -16,8 +16,9 @@ from adaptive_eval.campaign import build_campaign
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.logs import ConsoleLines
+from adaptive_eval.progress import Progress
 from adaptive_eval.report import render_console
-from adaptive_eval.runner import Progress, open_run_dir
+from adaptive_eval.rundir import open_run_dir
 
 
 class FakeClock:

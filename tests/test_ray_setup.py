@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 
-from adaptive_eval.dispatch import NICENESS_HINT, niceness_note
+from adaptive_eval.dispatch.pool import NICENESS_HINT, niceness_note
 
 CLI = Path(sys.executable).with_name("adaptive-eval")
 
@@ -19,7 +19,7 @@ DEDUP = textwrap.dedent(
     """
     import builtins, os, sys
     os.environ.pop("RAY_DEDUP_LOGS", None)
-    from adaptive_eval import dispatch
+    from adaptive_eval import cluster
     real = builtins.__import__
     seen = []
 
@@ -30,7 +30,7 @@ DEDUP = textwrap.dedent(
 
     builtins.__import__ = spy
     try:
-        dispatch.init_ray("127.0.0.1:1", None, attempts=1)  # refused at once: no cluster
+        cluster.init_ray("127.0.0.1:1", None, attempts=1)  # refused at once: no cluster
     except Exception:
         pass
     import ray._private.ray_constants as constants

@@ -16,7 +16,7 @@ from adaptive_eval.errors import InputError
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.report import render_console, render_markdown
-from adaptive_eval.runner import open_run_dir, report_run
+from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.simulate import SimPolicy, Truth, simulate
 from adaptive_eval.state import RunState
 from adaptive_eval.stats import posterior_moments
@@ -34,6 +34,7 @@ from adaptive_eval.stats.posterior import (
 from adaptive_eval.stats.sequential import empirical_estimate
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import StopReason
+from adaptive_eval.workflows.report import report_run
 from tests.helpers import (
     base_config,
     count_view,

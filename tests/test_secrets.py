@@ -19,14 +19,15 @@ import pytest
 import yaml
 from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval import runner
+from adaptive_eval import rundir
+from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.campaign import build_campaign, fingerprint_of
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.redact import REDACTED
 from adaptive_eval.store import TrialStore
-from adaptive_eval.testing.flaky_server import FlakyServer
+from adaptive_eval.workflows import run as runner
 
 KEY = "sk-live-0123456789abcdef"
 OTHER = "tok-9876543210zyxwvu"
@@ -161,7 +162,7 @@ def test_a_store_whose_identity_holds_a_credential_resumes_and_forgets_it(
     store = TrialStore(tmp_path / "run")
     store.set_meta(identity=old, fingerprint=fingerprint_of(old))
     store.close()
-    store, _, resumed = runner.open_run_dir(campaign, tmp_path / "run")
+    store, _, resumed = rundir.open_run_dir(campaign, tmp_path / "run")
     try:
         assert resumed and store.get_meta("fingerprint") == campaign.fingerprint
     finally:

@@ -414,7 +414,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
 
     from adaptive_eval.config import load_config
     from adaptive_eval.report import render_markdown
-    from adaptive_eval.runner import report_run
+    from adaptive_eval.workflows.report import report_run
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.8], questions=10))
     data = base_config("s.npz", pair_rules=[rule])

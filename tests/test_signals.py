@@ -27,7 +27,7 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval import dispatch, interrupts
+from adaptive_eval import cluster, interrupts
 from adaptive_eval.cli import main
 from adaptive_eval.cluster_address import address_problem
 
@@ -99,7 +99,7 @@ def test_ray_init_taking_sigterm_over_is_undone(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     previous = interrupts.install()
     try:
-        dispatch.init_ray(None, 2)
+        cluster.init_ray(None, 2)
         assert signal.getsignal(signal.SIGTERM) is interrupts.first_signal
 
         def init_interrupted(**options: Any) -> None:
@@ -107,9 +107,9 @@ def test_ray_init_taking_sigterm_over_is_undone(monkeypatch: pytest.MonkeyPatch)
 
         monkeypatch.setattr(ray, "init", init_interrupted)
         with pytest.raises(interrupts.Terminated):
-            dispatch.init_ray(None, 2)
+            cluster.init_ray(None, 2)
     finally:
-        dispatch._session_is_ours = False
+        cluster._session_is_ours = False
         interrupts.restore(previous)
 
 
@@ -191,7 +191,7 @@ def test_an_unreachable_ray_address_fails_in_bounded_tries_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(dispatch, "RAY_START_BACKOFF_S", (0.0,))
+    monkeypatch.setattr(cluster, "RAY_START_BACKOFF_S", (0.0,))
     started = time.monotonic()
     args = ["run", str(config), "--out", str(tmp_path / "run")]
     assert main([*args, "--set", "execution.ray_address=127.0.0.1:1"]) == 1

@@ -11,7 +11,7 @@ from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.errors import InputError
-from adaptive_eval.runner import run_campaign
+from adaptive_eval.workflows.run import run_campaign
 
 ledger = partial(read_ledger, columns="model, question, trial, category")
 

@@ -21,7 +21,7 @@ import pytest
 from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
-from adaptive_eval.dispatch import SlotActor
+from adaptive_eval.dispatch.actors import SlotActor
 from adaptive_eval.errors import BackendError
 from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem
 
@@ -387,7 +387,7 @@ ledger = partial(read_ledger, columns="model, question, trial, category, tokens"
 def test_time_sharing_with_the_feed_records_the_trials_of_dedicated_workers(
     tmp_path: Path, ray_local: None
 ) -> None:
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     shared = run_campaign(
         load(write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))),

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from adaptive_eval._testing import CPU_VLLM_ENV, vllm_import_error
 from adaptive_eval.backends.cores import LOCK_DIR_ENV
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.store import TrialStore
-from adaptive_eval.testing import CPU_VLLM_ENV, vllm_import_error
 from adaptive_eval.types import Batch, Trial, WorkItem, trial_seed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -50,7 +50,7 @@ def needs_vllm() -> None:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from adaptive_eval.testing.tiny_model import build_tiny_model
+    from adaptive_eval._testing.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("models")
     return (
@@ -95,7 +95,7 @@ def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
 def campaign_run(
     models: tuple[Path, Path], ray_local: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, Any]]:
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     run_dir = tmp_path_factory.mktemp("run")
     before = set(Path(tempfile.gettempdir()).glob("adaptive-eval-vllm-*"))
@@ -246,7 +246,7 @@ def test_batch_of_a_crashed_engine_worker_is_rerun(
 ) -> None:
     """The worker's process dies (os._exit) on its first batch; Ray restarts the actor (a new
     engine), the batch is re-run, and every trial is recorded exactly once."""
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     data = campaign_data(models, test_crash_once=str(tmp_path / "crash.marker"))
     data["models"] = data["models"][:1]
@@ -322,7 +322,7 @@ def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
     """The engine fails while requests of several batches are inside it: exactly those
     batches fail and are re-dispatched, the worker restarts with a new engine, and every trial
     is recorded exactly once."""
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     marker = tmp_path / "killed.json"
     data = campaign_data(models, test_kill_engine_mid_feed=str(marker))
@@ -356,7 +356,7 @@ def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
     is killed: exactly those batches (and any waiting to enter it) fail and are re-run, the slot
     unloads the dead engine and loads the model again (no process restart), and every trial of
     both models is recorded exactly once."""
-    from adaptive_eval.runner import run_campaign
+    from adaptive_eval.workflows.run import run_campaign
 
     marker = tmp_path / "killed.json"
     data = campaign_data(models, test_kill_engine_mid_feed=str(marker))  # fires once in all

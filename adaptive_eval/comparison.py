@@ -1,4 +1,6 @@
-"""``adaptive-eval compare CONFIG --candidate NAME --out DIR``: a checkpoint against incumbents.
+"""A candidate against its incumbents: the steered campaign, its judge and its exit codes.
+
+``adaptive-eval compare`` (:mod:`adaptive_eval.workflows.compare`) runs it.
 
 The config lists the candidate and its incumbents as usual (incumbents typically as ``replay``
 entries of their recorded trials, so only the candidate is sampled; any backend works). Only the
@@ -29,19 +31,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, fingerprint_of
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
-from adaptive_eval.headline import trials_text
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
 from adaptive_eval.policy import CampaignView, Goals, PairRule, StoppingRule, any_of, even_plan
-from adaptive_eval.report import COMPARE_EXIT_MEANING
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
 #: Verdicts that fix the exit code at 3 (a regression) once one is reached.
@@ -49,8 +48,6 @@ REGRESSIONS = frozenset({"worse", FAIL})
 EXIT_NOT_WORSE = 0
 EXIT_REGRESSION = 3
 EXIT_UNDECIDED = 4
-#: What each exit code says, for the console and the reports.
-MEANING = COMPARE_EXIT_MEANING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,11 +313,13 @@ def comparison(
     judge: Judge,
     plans: Sequence[np.ndarray] = (),
     stop: Stop | None = None,
+    meanings: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
     """compare's verdicts for summary.json. Per incumbent, ``trials`` is both models' trials at
     the end of the run and ``trials_at_decision`` their trials when the verdict was reached
     (the rounds' ``plans`` up to it); they differ when the run went on for other pairs.
-    ``stopped`` says why sampling ended (the run's stop)."""
+    ``stopped`` says why sampling ended (the run's stop); ``meanings`` words the exit code
+    (:data:`adaptive_eval.presentation.COMPARE_EXIT_MEANING`, which the pages share)."""
     index = campaign.names.index(candidate)
     found = judge(view)
     rows = []
@@ -348,65 +347,6 @@ def comparison(
         "margin": None if judge.margin is None else judge.margin.margin,
         "verdicts": rows,
         "exit_code": code,
-        "meaning": MEANING[code],
+        "meaning": (meanings or {}).get(code, ""),
         "stopped": None if stop is None else stop.detail,
     }
-
-
-def run_compare(
-    config: CampaignConfig,
-    candidate: str,
-    run_dir: Path,
-    *,
-    margin: float | None = None,
-    settle_all: bool | None = None,
-    dispatcher: Callable[[Campaign], Any] | None = None,
-    console: IO[str] | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
-    progress); write summary.json and the reports. ``dispatcher`` replaces Ray (tests)."""
-    from adaptive_eval.controller import Controller
-    from adaptive_eval.runner import run_campaign
-
-    campaign, judge = compare_campaign(config, candidate, margin, settle_all)
-
-    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
-        view, plans = controller.view(), controller.state.plans
-        found = comparison(campaign, view, candidate, judge, plans, controller.stop)
-        return {"comparison": found}
-
-    replaced: dict[str, Any] = {}
-    if dispatcher is not None:
-        factory = dispatcher
-
-        def no_ray(*args: Any, **kwargs: Any) -> None:
-            return None
-
-        def inline(*args: Any, **kwargs: Any) -> Any:
-            return factory(campaign)
-
-        replaced = {"init_ray": no_ray, "dispatcher_class": inline}
-    return run_campaign(
-        config,
-        run_dir,
-        console=console,
-        quiet=quiet,
-        campaign=campaign,
-        finish=finish,
-        **replaced,
-    )
-
-
-def render(result: dict[str, Any]) -> str:
-    margin = result.get("margin")
-    test = f" (non-inferiority, margin {margin})" if margin is not None else ""
-    lines = [f"candidate {result['candidate']}{test}:"]
-    for row in result["verdicts"]:
-        lines.append(
-            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(row)})"
-        )
-    lines.append(f"exit code {result['exit_code']}: {MEANING[result['exit_code']]}")
-    if result.get("stopped"):
-        lines.append(f"sampling stopped: {result['stopped']}")
-    return "\n".join(lines)

@@ -40,10 +40,13 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, decide_pairs
 from adaptive_eval.preflight import check_before_sampling
+from adaptive_eval.presentation import bayes_at_n, score, spread
+from adaptive_eval.report import write_outputs
 from adaptive_eval.state import RunState
 from adaptive_eval.storage import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.store import RunLock, TrialStore
 from adaptive_eval.types import Verdict
+from adaptive_eval.workflows.run import run_campaign
 
 EXIT_ALERT = 3
 #: What a nightly history folder holds (see the module docstring).
@@ -230,26 +233,6 @@ def _alert_markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def score(model: dict[str, Any]) -> float:
-    """A night's score of a model: the unbiased estimate (named ``estimate`` in records before
-    the one-score summary, Bayes@N ``mu`` in records older still)."""
-    return float(_first(model, "score", "estimate", "mu"))
-
-
-def spread(model: dict[str, Any]) -> float:
-    """The standard error of :func:`score`."""
-    return float(_first(model, "score_se", "estimate_se", "sigma"))
-
-
-def bayes_at_n(model: dict[str, Any]) -> tuple[float, float]:
-    """A night's Bayes@N posterior mean and sd of a model (any record version)."""
-    return float(_first(model, "bayes_mu", "mu")), float(_first(model, "bayes_sigma", "sigma"))
-
-
-def _first(model: dict[str, Any], *keys: str) -> Any:
-    return next(model[k] for k in keys if k in model)
-
-
 def _summary_markdown(records: list[dict[str, Any]]) -> str:
     lines = ["# Nightly history", ""]
     for record in reversed(records[-14:]):
@@ -283,7 +266,6 @@ def _write_night_outputs(
     """The night's summary.json, report.md and report.html again, now with the night and its
     alerts (the run wrote them before the night was compared with the last one: its pages never
     mentioned an alert); kept in the store, so ``adaptive-eval report`` keeps them too."""
-    from adaptive_eval.report import write_outputs
 
     summary["nightly"] = {
         "night": night,
@@ -330,7 +312,6 @@ def run_nightly(
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
     if runner is None:
-        from adaptive_eval.runner import run_campaign
 
         def runner(c: CampaignConfig, d: Path) -> dict[str, Any]:
             return run_campaign(c, d, quiet=True)

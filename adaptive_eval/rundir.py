@@ -1,0 +1,256 @@
+"""A run's folder: created and locked, its store opened or refused, its config copy and limits.
+
+A folder holds one campaign: resuming one whose identity differs is refused with the fields
+that changed, as is a folder that holds someone else's files or a campaign's outputs without its
+store.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adaptive_eval.campaign import Campaign
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.errors import InputError
+from adaptive_eval.redact import without_secrets
+from adaptive_eval.storage import atomic_write, foreign_entries, storage_error
+from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for d in _differences(a, b, f"{path}[{i}]")
+        ]
+    return [] if old == new else [f"{path}: {json.dumps(old)} -> {json.dumps(new)}"]
+
+
+#: Files a run leaves besides its store: their presence means a campaign was run here.
+RUN_OUTPUTS = ("summary.json", "config.yaml", "events.jsonl", "report.md")
+
+
+def prepare_run_dir(run_dir: Path) -> RunLock:
+    """Create the run directory (after every input was checked) and take its lock."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError("exists and is not a directory", source=str(run_dir))
+    check_out_folder(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(error, run_dir, "create the run directory") from error
+    return RunLock(run_dir).acquire()
+
+
+def earlier_outputs(run_dir: Path) -> list[str]:
+    return [name for name in RUN_OUTPUTS if (run_dir / name).exists()]
+
+
+MAX_CHANGES_SHOWN = 5
+
+
+def open_run_dir(
+    campaign: Campaign, run_dir: Path, *, recover: bool = False
+) -> tuple[TrialStore, str, bool]:
+    """Open or create the store; refuse a directory that holds another campaign.
+
+    Also refused: a directory whose outputs say a campaign ran there but whose store is gone or
+    empty (starting afresh would overwrite its summary), and a damaged store, unless
+    ``recover`` (a resume): then the rounds whose digests verify are kept, the rest is sampled
+    again (:mod:`adaptive_eval.recovery`), and the salvaged store is opened and checked anew.
+    Damage found on open or by any check after it (a page that cannot be read) is salvaged.
+    """
+    try:
+        return _open_run_dir(campaign, run_dir)
+    except CorruptStore:
+        if not recover:
+            raise
+    note = _recover(campaign, run_dir)
+    store, campaign_id, resumed = _open_run_dir(campaign, run_dir)
+    store.notes.insert(0, ("store_recovered", note))
+    return store, campaign_id, resumed
+
+
+def _check_chain(store: TrialStore) -> None:
+    """Verify the store's digest chain (a changed trial is refused, naming its round); a store
+    written before the chain existed gets one, and a note saying so."""
+    store.check_meta()
+    if store.has_chain:
+        store.check_applied_rounds(store.verify_chain())
+        return
+    built = store.build_chain()
+    store.notes.append(
+        (
+            "digest_chain_built",
+            f"{store.path}: recorded before the digest chain existed; built it from the "
+            f"{built} complete round(s) as they are now (a change made before today cannot be "
+            "detected; every later one is)",
+        )
+    )
+
+
+_LIMIT_PATHS = ("config.budget", "config.policy.max_trials_per_question")
+
+
+def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> None:
+    """A resume with other limits extends (or tightens) the campaign: keep a record of it and
+    the run folder's config.yaml in step, so ``adaptive-eval report DIR`` reads the new limits."""
+    limits = config.limits()
+    before = store.get_meta("limits")
+    if before == limits:
+        return
+    history = list(store.get_meta("extensions") or [])
+    if before is not None:
+        history.append({"from": before, "to": limits, "trials": store.count_trials()})
+    store.set_meta(limits=limits, extensions=history)
+    _write_config_copy(config, run_dir)
+
+
+def _write_config_copy(config: CampaignConfig, run_dir: Path) -> None:
+    """RUN/config.yaml: the config with absolute paths, read by ``adaptive-eval report DIR``."""
+    atomic_write(run_dir / "config.yaml", yaml.safe_dump(config.portable_dump(), sort_keys=False))
+
+
+#: Summary keys only a run can know; ``report`` carries them over.
+RUN_ONLY_KEYS = ("resumed", "dispatch", "nightly")
+
+
+def kept_from_run(store: TrialStore, run_dir: Path) -> dict[str, Any]:
+    kept = {key: store.get_meta(key) for key in RUN_ONLY_KEYS}
+    previous: dict[str, Any] = {}
+    if any(value is None for value in kept.values()) and (run_dir / "summary.json").exists():
+        try:
+            previous = json.loads((run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            previous = {}
+    return {
+        key: value if value is not None else previous[key]
+        for key, value in kept.items()
+        if value is not None or key in previous
+    }
+
+
+#: What a run writes in its folder (and nothing else: a folder holding other files is not one).
+RUN_FILES = (
+    *("summary.json", "config.yaml", "events.jsonl", "report.md", "report.html"),
+    *(TrialStore.FILENAME, "lock", "ray.log", "error.log", "recovery"),
+    *("posterior.npz", "alert.json", "alert.md"),  # a nightly run's
+)
+
+
+def check_out_folder(run_dir: Path, field: str = "--out") -> None:
+    """Refuse a folder that holds files but no run: the run's files would be mixed in among
+    someone else's (and a later ``--keep`` or clean-up would not tell them apart)."""
+    if not run_dir.is_dir() or (run_dir / TrialStore.FILENAME).exists():
+        return
+    foreign = foreign_entries(run_dir, RUN_FILES)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise InputError(
+            f"holds files that are not a run's ({shown}); give a new or empty folder (a run "
+            "writes its store, reports and logs there)",
+            source=str(run_dir),
+            field=field,
+        )
+
+
+def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bool]:
+    config = campaign.config
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError("exists and is not a directory", source=str(run_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    outputs = earlier_outputs(run_dir)
+    if outputs and not (run_dir / TrialStore.FILENAME).exists():
+        raise StoreError(
+            f"holds {', '.join(outputs)} of an earlier campaign but its trial store "
+            f"{TrialStore.FILENAME} is missing; restore it, or use a new --out directory",
+            source=str(run_dir),
+        )
+    store = TrialStore(run_dir, fsync=config.output.fsync)
+    identity = campaign.identity
+    try:
+        stored = store.get_meta("fingerprint")
+    except StoreError:
+        store.close()
+        raise
+    if stored is None and outputs:
+        store.close()
+        raise StoreError(
+            f"holds {', '.join(outputs)} of an earlier campaign but its trial store "
+            f"{TrialStore.FILENAME} is empty; restore it, or use a new --out directory",
+            source=str(run_dir),
+        )
+    if stored is None:
+        campaign_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
+        store.set_meta(
+            fingerprint=campaign.fingerprint,
+            identity=identity,
+            campaign_id=campaign_id,
+            models=list(campaign.names),
+            questions=list(campaign.question_ids),
+            limits=config.limits(),
+        )
+        _write_config_copy(config, run_dir)
+        return store, campaign_id, False
+    changes = _identity_changes(store.get_meta("identity"), identity)
+    if stored != campaign.fingerprint and not changes:
+        store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
+    elif stored != campaign.fingerprint:
+        store.close()
+        shown = changes[:MAX_CHANGES_SHOWN]
+        if len(changes) > len(shown):
+            shown.append(f"and {len(changes) - len(shown)} more")
+        raise InputError(
+            "holds a different campaign; refusing to resume it with this config. Changed: "
+            + "; ".join(shown)
+            + ". Use a new --out directory, or restore the config "
+            "(execution and output settings may change freely)",
+            source=str(run_dir),
+        )
+    try:
+        store.check_ranges(campaign.num_models, campaign.num_questions, campaign.num_categories)
+        _check_chain(store)
+    except StoreError:
+        store.close()
+        raise
+    _record_limits(store, config, run_dir)
+    return store, str(store.get_meta("campaign_id")), True
+
+
+def _recover(campaign: Campaign, run_dir: Path) -> str:
+    """Rebuild the run's store from its damaged file's verified rounds (the same campaign
+    only); what was kept and lost, for the console."""
+    from adaptive_eval.recovery import recover, salvage
+
+    path = run_dir / TrialStore.FILENAME
+    found = salvage(path)
+    stored = found.meta.get("identity")
+    if not isinstance(stored, dict) or _identity_changes(stored, campaign.identity):
+        raise StoreError(
+            "is damaged and its recorded campaign cannot be read or is another one; restore "
+            "trials.sqlite from a backup, or start afresh with a new --out",
+            source=str(path),
+        )
+    recover(run_dir, campaign.config.output.fsync, found)
+    return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
+
+
+def _identity_changes(stored: Any, identity: dict[str, Any]) -> list[str]:
+    """What differs between a stored identity and this campaign's, less what may change."""
+    # A run recorded before credentials left the identity still holds them: not a change.
+    changes = _differences(without_secrets(stored), identity)
+    # Runs recorded before the limits left the identity still hold them there: not a change.
+    return [c for c in changes if not c.startswith(_LIMIT_PATHS)]

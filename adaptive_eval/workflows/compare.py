@@ -1,0 +1,77 @@
+"""``adaptive-eval compare CONFIG --candidate NAME --out DIR``: a checkpoint against incumbents.
+
+The campaign, its judge and its exit codes are :mod:`adaptive_eval.comparison`'s; this runs it
+as ``run`` runs a campaign (run-folder lock, ``ray.log``, progress) and renders its verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from adaptive_eval.campaign import Campaign
+from adaptive_eval.comparison import compare_campaign, comparison
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.controller import Controller
+from adaptive_eval.headline import trials_text
+from adaptive_eval.presentation import COMPARE_EXIT_MEANING
+from adaptive_eval.workflows.run import run_campaign
+
+
+def run_compare(
+    config: CampaignConfig,
+    candidate: str,
+    run_dir: Path,
+    *,
+    margin: float | None = None,
+    settle_all: bool | None = None,
+    dispatcher: Callable[[Campaign], Any] | None = None,
+    console: IO[str] | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
+    progress); write summary.json and the reports. ``dispatcher`` replaces Ray (tests)."""
+    campaign, judge = compare_campaign(config, candidate, margin, settle_all)
+
+    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+        view, plans = controller.view(), controller.state.plans
+        found = comparison(
+            campaign, view, candidate, judge, plans, controller.stop, COMPARE_EXIT_MEANING
+        )
+        return {"comparison": found}
+
+    replaced: dict[str, Any] = {}
+    if dispatcher is not None:
+        factory = dispatcher
+
+        def no_ray(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        def inline(*args: Any, **kwargs: Any) -> Any:
+            return factory(campaign)
+
+        replaced = {"init_ray": no_ray, "dispatcher_class": inline}
+    return run_campaign(
+        config,
+        run_dir,
+        console=console,
+        quiet=quiet,
+        campaign=campaign,
+        finish=finish,
+        **replaced,
+    )
+
+
+def render(result: dict[str, Any]) -> str:
+    margin = result.get("margin")
+    test = f" (non-inferiority, margin {margin})" if margin is not None else ""
+    lines = [f"candidate {result['candidate']}{test}:"]
+    for row in result["verdicts"]:
+        lines.append(
+            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(row)})"
+        )
+    lines.append(f"exit code {result['exit_code']}: {COMPARE_EXIT_MEANING[result['exit_code']]}")
+    if result.get("stopped"):
+        lines.append(f"sampling stopped: {result['stopped']}")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""``adaptive-eval report DIR``: rebuild a recorded run's summary.json, report.md and
+report.html from its store, without Ray (a compare folder with its verdicts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from adaptive_eval import runner
+from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.comparison import compare_campaign, comparison
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.controller import Controller
+from adaptive_eval.errors import InputError
+from adaptive_eval.presentation import COMPARE_EXIT_MEANING
+from adaptive_eval.rundir import earlier_outputs
+from adaptive_eval.store import RunLock, TrialStore
+from adaptive_eval.workflows.run import Finish, concluder
+
+
+def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
+    """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs.
+
+    Keeps what only the run itself knew (``dispatch``, ``resumed``) from the store's metadata,
+    or from the summary.json being replaced when the run predates that metadata.
+    """
+    campaign = build_campaign(config)
+    if not (run_dir / TrialStore.FILENAME).exists() and not earlier_outputs(run_dir):
+        raise InputError("holds no recorded campaign", source=str(run_dir))
+    finish: Finish | None = None
+    steering = compare_steering(run_dir)
+    if steering is not None:  # a compare folder: the same steered campaign and its verdicts
+        candidate = str(steering["candidate"])
+        if "margin" not in steering:
+            config = config.model_copy(update={"compare": None})
+        campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
+
+        def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+            view, plans = controller.view(), controller.state.plans
+            found = comparison(
+                campaign, view, candidate, judge, plans, controller.stop, COMPARE_EXIT_MEANING
+            )
+            return {"comparison": found}
+
+    with RunLock(run_dir):
+        return runner.reread(campaign, run_dir, concluder(run_dir, finish))
+
+
+def compare_steering(run_dir: Path) -> dict[str, Any] | None:
+    """What ``compare`` recorded of its candidate (and margin) in the run's identity, if any."""
+    if not (run_dir / TrialStore.FILENAME).exists():
+        return None
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        identity = store.get_meta("identity")
+    finally:
+        store.close()
+    steering = identity.get("compare") if isinstance(identity, dict) else None
+    return steering if isinstance(steering, dict) and "candidate" in steering else None

@@ -1,0 +1,82 @@
+"""``adaptive-eval run CONFIG --out DIR``: run (or resume) a campaign and write its outputs.
+
+Every input is checked (config, files, engines, whether the workers fit the cluster) before
+anything is written to the run folder; the folder is then locked for the run's lifetime, the
+run loop (:mod:`adaptive_eval.runner`) drives the controller to its stop, and summary.json,
+report.md and report.html are written from the final state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from adaptive_eval import cluster, dispatch, runner
+from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.controller import Controller
+from adaptive_eval.preflight import check_before_sampling
+from adaptive_eval.report import write_outputs
+from adaptive_eval.rundir import prepare_run_dir
+from adaptive_eval.store import TrialStore
+from adaptive_eval.summary import build_summary
+
+#: ``finish(campaign, controller)``: what a command adds to summary.json (compare's verdicts).
+Finish = Callable[[Campaign, Controller], dict[str, Any]]
+
+
+def run_campaign(
+    config: CampaignConfig,
+    run_dir: Path,
+    *,
+    console: IO[str] | None = None,
+    quiet: bool = False,
+    campaign: Campaign | None = None,
+    finish: Finish | None = None,
+    init_ray: Any = None,
+    dispatcher_class: Any = None,
+) -> dict[str, Any]:
+    """Run (or resume) a campaign to its stop; write summary.json, report.md and report.html.
+
+    ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
+    ``finish``'s keys to the summary; ``init_ray`` and ``dispatcher_class`` replace Ray (tests).
+    """
+    if campaign is None:
+        campaign = build_campaign(config)  # every input is validated before Ray starts
+    check_before_sampling(campaign)
+    cluster.check_engines(campaign)
+    cluster.check_local_placement(campaign)
+    lock = prepare_run_dir(run_dir)
+    try:
+        return runner.execute(
+            campaign,
+            run_dir,
+            concluder(run_dir, finish),
+            console=console,
+            quiet=quiet,
+            init_ray=init_ray or cluster.init_ray,
+            dispatcher_class=dispatcher_class or dispatch.Dispatcher,
+        )
+    finally:
+        lock.release()
+
+
+def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
+    """The end of a run or a re-read: ``finish``'s keys added, the summary built and every
+    output written while the folder is still locked."""
+
+    def conclude(
+        campaign: Campaign,
+        controller: Controller,
+        store: TrialStore,
+        campaign_id: str,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        if finish is not None:
+            extra.update(finish(campaign, controller))
+        summary = build_summary(campaign, controller, campaign_id, extra=extra)
+        write_outputs(run_dir, summary, store)
+        return summary
+
+    return conclude
