@@ -20,7 +20,7 @@ from adaptive_eval.backends.cores import (
     parse_cpu_list,
     pin_current_thread,
 )
-from adaptive_eval.backends.vllm import VllmSettings, claim_engine_cpus
+from adaptive_eval.backends.vllm_setup import VllmSettings, claim_engine_cpus
 from adaptive_eval.errors import BackendError
 
 CORES = (0, 1, 2, 3)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.backends import generation, vllm
+from adaptive_eval.backends import generation, vllm, vllm_requests, vllm_setup
 from adaptive_eval.backends.generation import (
     Generated,
     GenerationWorker,
@@ -104,7 +104,7 @@ def test_missing_chat_template_is_refused(tmp_path: Path) -> None:
 def test_chat_template_found_in_its_own_file(tmp_path: Path) -> None:
     model = fake_model(tmp_path / "m", template=False)
     (model / "chat_template.jinja").write_text(TEMPLATE)
-    assert vllm.find_chat_template(model) == "chat_template.jinja"
+    assert vllm_setup.find_chat_template(model) == "chat_template.jinja"
     build(tmp_path, [vllm_entry(model)])
 
 
@@ -364,20 +364,20 @@ class _Logprob:
 def test_prompt_logprob_sum_skips_the_first_token() -> None:
     ids = [5, 6, 7]
     entries = [None, {6: _Logprob(-1.5)}, {9: _Logprob(-0.1), 7: _Logprob(-0.5)}]
-    assert vllm.prompt_logprob_sum(ids, entries) == pytest.approx(-2.0)
-    assert vllm.prompt_logprob_sum(ids, None) is None
-    assert vllm.prompt_logprob_sum(ids, [None, {6: _Logprob(float("-inf"))}]) is None
+    assert vllm_requests.prompt_logprob_sum(ids, entries) == pytest.approx(-2.0)
+    assert vllm_requests.prompt_logprob_sum(ids, None) is None
+    assert vllm_requests.prompt_logprob_sum(ids, [None, {6: _Logprob(float("-inf"))}]) is None
 
 
 def test_engine_start_errors_name_the_engine_args_to_change() -> None:
-    settings = vllm.VllmSettings(
+    settings = vllm_setup.VllmSettings(
         entry_field="models[1]",
         path="/m",
         device="cuda",
         engine_args={"gpu_memory_utilization": 0.9, "max_model_len": 32768},
         num_gpus=1,
     )
-    oom = vllm.engine_start_error(
+    oom = vllm_setup.engine_start_error(
         RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), settings
     )
     text = str(oom)
@@ -391,13 +391,13 @@ def test_engine_start_errors_name_the_engine_args_to_change() -> None:
     ):
         assert name in text
     assert "gpu_memory_utilization=0.9" in text and "max_model_len=32768" in text
-    other = vllm.engine_start_error(ValueError("unsupported architecture"), settings)
+    other = vllm_setup.engine_start_error(ValueError("unsupported architecture"), settings)
     assert "failed to start" in str(other) and "gpu_memory_utilization" in str(other)
     kv = ValueError(
         "No available memory for the cache blocks. Try increasing "
         "`gpu_memory_utilization` when initializing the engine."
     )
-    assert vllm.looks_like_memory(kv)
+    assert vllm_setup.looks_like_memory(kv)
 
 
 def test_driver_does_not_import_heavy_modules() -> None:
@@ -419,7 +419,7 @@ def test_tiny_model_without_template_is_refused(tmp_path: Path) -> None:
     from adaptive_eval._testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=1, chat_template=False)
-    assert (model / "model.safetensors").exists() and vllm.find_chat_template(model) is None
+    assert (model / "model.safetensors").exists() and vllm_setup.find_chat_template(model) is None
     config = json.loads((model / "config.json").read_text())
     assert config["hidden_size"] // config["num_attention_heads"] >= 32
     error = input_error(tmp_path, [vllm_entry(model)])
@@ -430,7 +430,7 @@ def test_tiny_model_without_template_is_refused(tmp_path: Path) -> None:
 def test_missing_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
     with pytest.raises(ImportError) as info:
-        vllm._import_vllm()
+        vllm_setup.import_vllm()
     assert "pip install 'adaptive-eval[gpu]'" in str(info.value)
     assert "scripts/install-vllm-cpu.sh" in str(info.value)
 

