@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "adaptive_eval.config",
             "adaptive_eval.storage",
-            "adaptive_eval.store",
+            "adaptive_eval.store.",
             "adaptive_eval.recovery",
             "adaptive_eval.inputfiles",
             "adaptive_eval.registry",
