@@ -97,7 +97,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("workflows", ("adaptive_eval.workflows.",)),
-    ("command line", ("adaptive_eval.cli", "adaptive_eval.supervise", "adaptive_eval.ray_job")),
+    (
+        "command line",
+        (
+            "adaptive_eval.cli",
+            "adaptive_eval.commands",
+            "adaptive_eval.supervise",
+            "adaptive_eval.ray_job",
+        ),
+    ),
     # Test servers and builders: above everything, so no production module can import them.
     ("test support, imported by tests and benchmarks only", ("adaptive_eval._testing.",)),
 )
