@@ -46,6 +46,7 @@ from adaptive_eval.simulate import (
     simulate,
     wrong_calls,
 )
+from adaptive_eval.stats import allocation as program
 from adaptive_eval.stats import sequential as seq
 
 REPO = Path(__file__).resolve().parent.parent
@@ -325,7 +326,7 @@ def true_variance(truth: Truth, scheme: str) -> np.ndarray:
 
 
 def lower_bound(truth: Truth, alpha: float) -> float:
-    t = seq.lower_bound_trials(truth.scores, true_variance(truth, "neyman"), alpha, EPSILON)
+    t = program.lower_bound_trials(truth.scores, true_variance(truth, "neyman"), alpha, EPSILON)
     return float(t.sum())
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from adaptive_eval.policy import Allocator, CampaignView, Goals, even_plan
 from adaptive_eval.registry import allocators
-from adaptive_eval.stats import sequential as seq
+from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.types import PairDecision
 
 #: Share of what a model lacks of its trial target that one round may give it. Targets come
@@ -204,12 +204,12 @@ class TrackAndStop:
         index = np.asarray(pairs, dtype=np.int64)
         theta = view.theta
         epsilon = view.rope
-        gap = seq.pair_gap(theta[index[:, 0]] - theta[index[:, 1]], epsilon)
+        gap = lower_bound.pair_gap(theta[index[:, 0]] - theta[index[:, 1]], epsilon)
         floor = epsilon / 2 if epsilon else 1e-3
         gap = np.maximum(gap, floor)
-        radius = gap**2 / (2 * seq.kl_log_term(view.pair_alpha()))
+        radius = gap**2 / (2 * lower_bound.kl_log_term(view.pair_alpha()))
         variance = per_trial_variance(view, self.questions)
-        return seq.allocation_program(variance, index, radius, costs), costs
+        return lower_bound.allocation_program(variance, index, radius, costs), costs
 
     def __call__(
         self,

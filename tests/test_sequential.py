@@ -18,6 +18,7 @@ from adaptive_eval.errors import InputError
 from adaptive_eval.policy import CampaignView, any_of, decide_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
+from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.types import Verdict
 
@@ -91,7 +92,7 @@ def test_allocation_program_matches_brute_force(seed: int) -> None:
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.02, 0.3, 3)
     r = rng.uniform(1e-4, 1e-3, 2)
-    t = seq.allocation_program(a, np.array([[0, 1], [1, 2]]), r, tolerance=1e-8)
+    t = lower_bound.allocation_program(a, np.array([[0, 1], [1, 2]]), r, tolerance=1e-8)
     assert ((a[[0, 1]] / t[[0, 1]]).sum() <= r[0] * (1 + 1e-6)) and (
         (a[[1, 2]] / t[[1, 2]]).sum() <= r[1] * (1 + 1e-6)
     )
@@ -116,10 +117,10 @@ def test_allocation_program_newton_matches_slow_coordinate_ascent(shape: str) ->
         r = rng.uniform(1e-4, 1e-3, len(pairs))
         slack = rng.random(len(pairs)) < 0.3
         r[slack] *= rng.uniform(10, 1e6, int(slack.sum()))
-        t = seq.allocation_program(a, pairs, r, c)
+        t = lower_bound.allocation_program(a, pairs, r, c)
         load = (a[pairs[:, 0]] / t[pairs[:, 0]] + a[pairs[:, 1]] / t[pairs[:, 1]]) / r
         assert load.max() <= 1 + 1e-9
-        dual = seq._PairDual(a, c, pairs, r)
+        dual = lower_bound._PairDual(a, c, pairs, r)
         start = (np.sqrt(dual.k[dual.i]) + np.sqrt(dual.k[dual.j])) ** 2 / r**2 / 2
         _, slow = dual.coordinate_ascent(start, np.zeros(size), 1e-9, 200_000)
         assert c @ t == pytest.approx(c @ slow, rel=2e-6), seed
@@ -132,7 +133,7 @@ def test_allocation_program_models_in_no_pair_get_zero_without_numeric_warnings(
     r = np.array([1e-3, 5e-4])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        t = seq.allocation_program(a, pairs, r)
+        t = lower_bound.allocation_program(a, pairs, r)
     assert t[2] == 0.0
     for (i, j), radius in zip(pairs, r, strict=True):  # each pair alone: its closed form
         assert t[[i, j]] == pytest.approx(
@@ -142,24 +143,24 @@ def test_allocation_program_models_in_no_pair_get_zero_without_numeric_warnings(
 
 def test_allocation_program_single_pair_closed_form_and_costs() -> None:
     a = np.array([0.09, 0.16])
-    t = seq.allocation_program(a, np.array([[0, 1]]), np.array([1e-3]), tolerance=1e-10)
+    t = lower_bound.allocation_program(a, np.array([[0, 1]]), np.array([1e-3]), tolerance=1e-10)
     assert t == pytest.approx(np.sqrt(a) * (0.3 + 0.4) / 1e-3, rel=1e-6)
     # With costs: T_i = sqrt(A_i / c_i) (sqrt(A_i c_i) + sqrt(A_j c_j)) / r.
     c = np.array([1.0, 4.0])
-    t = seq.allocation_program(a, np.array([[0, 1]]), np.array([1e-3]), c, tolerance=1e-10)
+    t = lower_bound.allocation_program(a, np.array([[0, 1]]), np.array([1e-3]), c, tolerance=1e-10)
     expected = np.sqrt(a / c) * (np.sqrt(a * c).sum()) / 1e-3
     assert t == pytest.approx(expected, rel=1e-6)
 
 
 def test_lower_bound_single_pair_formula() -> None:
     a = np.array([0.2, 0.2])
-    bound = seq.lower_bound_trials(np.array([0.6, 0.55]), a, 0.05, None)
+    bound = lower_bound.lower_bound_trials(np.array([0.6, 0.55]), a, 0.05, None)
     expected = 2 * (2 * math.sqrt(0.2)) ** 2 * math.log(1 / (2.4 * 0.05)) / 0.05**2
     assert bound.sum() == pytest.approx(expected, rel=1e-4)
     # With a rope, the hardest gap is eps / 2 and a tie costs as much as a gap of eps.
-    tie = seq.lower_bound_trials(np.array([0.5, 0.5]), a, 0.05, 0.02).sum()
-    at_eps = seq.lower_bound_trials(np.array([0.51, 0.49]), a, 0.05, 0.02).sum()
-    half = seq.lower_bound_trials(np.array([0.505, 0.495]), a, 0.05, 0.02).sum()
+    tie = lower_bound.lower_bound_trials(np.array([0.5, 0.5]), a, 0.05, 0.02).sum()
+    at_eps = lower_bound.lower_bound_trials(np.array([0.51, 0.49]), a, 0.05, 0.02).sum()
+    half = lower_bound.lower_bound_trials(np.array([0.505, 0.495]), a, 0.05, 0.02).sum()
     assert tie == pytest.approx(at_eps) and half > 3.9 * tie
 
 

@@ -1,0 +1,287 @@
+"""The delta-correct lower-bound program and its solver: how many trials each model needs for
+the pairs still open (Kaufmann, Cappe & Garivier 2016; Garivier & Kaufmann 2016).
+
+``policies/allocation.py``'s ``track_and_stop`` tracks its solution; ``benchmarks/`` compare
+campaigns against its optimum with the true values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+def kl_log_term(delta: float) -> float:
+    """``log(1 / (2.4 delta))``, the lower-bound factor of Kaufmann, Cappe & Garivier (2016)."""
+    return math.log(1 / (2.4 * delta))
+
+
+def pair_gap(difference: FloatArray, epsilon: float | None) -> FloatArray:
+    """Distance to the nearest alternative that changes the pair's answer.
+
+    ``max(|D|, eps - |D|)`` with a region of practical equivalence, else ``|D|``.
+    """
+    d = np.abs(np.asarray(difference, dtype=np.float64))
+    if epsilon is None or epsilon <= 0:
+        return d
+    return np.asarray(np.maximum(d, epsilon - d), dtype=np.float64)
+
+
+def allocation_program(
+    variance: FloatArray,
+    pairs: NDArray[np.int64],
+    radius: FloatArray,
+    cost: FloatArray | None = None,
+    tolerance: float = 1e-6,
+    max_sweeps: int = 2000,
+) -> FloatArray:
+    """Solve ``min sum_i c_i T_i  s.t.  A_i/T_i + A_j/T_j <= r_ij`` for every listed pair.
+
+    ``variance`` is A (per-trial variance of each model's score estimate, (L,)), ``pairs`` a
+    (P, 2) array of model indices, ``radius`` r = gap^2 / (2 log(1/(2.4 delta))) per pair.
+    Models in no pair get 0. Returns T (float, (L,)).
+
+    Convex in ``x = 1/T``. Solved through its dual: with multipliers ``lambda_p >= 0`` and
+    ``Lambda_i = sum_{p ni i} lambda_p``, the primal optimum is ``T_i = sqrt(A_i Lambda_i /
+    c_i)`` and the dual ``g(lambda) = sum_i 2 sqrt(c_i A_i Lambda_i) - sum_p lambda_p r_p`` is
+    concave, with gradient ``sqrt(k_i/Lambda_i) + sqrt(k_j/Lambda_j) - r_p`` (``k = c A``) and
+    Hessian ``-B' diag(sqrt(k_i)/(2 Lambda_i^1.5)) B`` (B the model-pair incidence; tridiagonal
+    for the adjacent pairs of an ordering). Maximised by projected Newton (Bertsekas 1982: a
+    Newton step on the multipliers off their bound, a diagonally scaled step on those held at
+    0, Armijo backtracking along the projection arc) from the single-pair solutions; block
+    coordinate ascent takes over if Newton stalls. The primal is scaled to be exactly
+    feasible; stops when the duality gap is below ``tolerance`` (relative). Each call starts
+    from the same closed-form point and solves to a tight gap, so the result is a function of
+    the inputs alone (a resumed campaign plans the same rounds).
+
+    Single pair, unit costs: ``T_a = sqrt(A_a)(sqrt(A_a) + sqrt(A_b)) / r`` (Neyman split).
+
+    >>> t = allocation_program(np.array([1.0, 4.0]), np.array([[0, 1]]), np.array([0.5]))
+    >>> [round(float(v), 3) for v in t]
+    [6.0, 12.0]
+    """
+    a = np.maximum(np.asarray(variance, dtype=np.float64), 1e-300)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    r = np.asarray(radius, dtype=np.float64)
+    c = np.ones_like(a) if cost is None else np.maximum(np.asarray(cost, dtype=np.float64), 1e-12)
+    out = np.zeros_like(a)
+    if len(pairs) == 0:
+        return out
+    dual = _PairDual(a, c, pairs, r)
+    lam = (np.sqrt(dual.k[dual.i]) + np.sqrt(dual.k[dual.j])) ** 2 / r**2 / 2
+    lam, primal, converged = dual.newton(lam, tolerance)
+    if not converged:
+        lam, primal = dual.coordinate_ascent(lam, primal, tolerance, max_sweeps)
+    out[dual.used] = primal[dual.used]
+    return out
+
+
+class _PairDual:
+    """The allocation program's dual (see :func:`allocation_program`) and its two solvers."""
+
+    def __init__(
+        self, a: FloatArray, c: FloatArray, pairs: NDArray[np.int64], r: FloatArray
+    ) -> None:
+        self.a, self.c, self.pairs, self.r = a, c, pairs, r
+        self.k = c * a
+        self.i, self.j = pairs[:, 0], pairs[:, 1]
+        self.used = np.unique(pairs)
+        self.flat = pairs.ravel()
+        self.blocks = _blocks(pairs)
+        self.incidence = np.zeros((len(a), len(pairs)))
+        self.incidence[self.i, np.arange(len(pairs))] = 1.0
+        self.incidence[self.j, np.arange(len(pairs))] = 1.0
+
+    def totals(self, lam: FloatArray) -> FloatArray:
+        """Lambda_i: the multipliers of the pairs model i is in, summed."""
+        return np.asarray(
+            np.bincount(self.flat, np.repeat(lam, 2), minlength=len(self.a)), dtype=np.float64
+        )
+
+    def value(self, lam: FloatArray) -> float:
+        """The dual at ``lam``; -inf where a model of a pair would get no trials."""
+        total = self.totals(lam)
+        if (total[self.used] <= 0).any():
+            return -np.inf
+        return float(2 * np.sqrt(self.k[self.used] * total[self.used]).sum() - lam @ self.r)
+
+    def primal(self, lam: FloatArray) -> tuple[FloatArray, float]:
+        """The feasible T built from ``lam`` (scaled onto the constraints) and its cost."""
+        total = self.totals(lam)
+        t = np.zeros_like(self.a)
+        used = self.used
+        t[used] = np.sqrt(self.a[used] * np.maximum(total[used], 1e-300) / self.c[used])
+        load = (self.a[self.i] / t[self.i] + self.a[self.j] / t[self.j]) / self.r
+        t *= max(1.0, float(load.max()))
+        return t, float((self.c * t).sum())
+
+    def newton(self, lam: FloatArray, tolerance: float) -> tuple[FloatArray, FloatArray, bool]:
+        """Projected Newton ascent; returns (lambda, best primal, converged)."""
+        lam = lam.copy()
+        count = len(lam)
+        best, primal = np.inf, np.zeros_like(self.a)
+        value = self.value(lam)
+        for _ in range(100):
+            # Models in no pair have Lambda = 0 and no term in the dual: they get no curvature.
+            total = self.totals(lam)
+            inside = total > 0
+            root = np.zeros_like(total)
+            root[inside] = np.sqrt(self.k[inside] / total[inside])
+            grad = root[self.i] + root[self.j] - self.r
+            curve = np.zeros_like(total)
+            curve[inside] = root[inside] / (2 * total[inside])  # -d2/dLambda2 of 2 sqrt(k Lambda)
+            t, cost = self.primal(lam)
+            if cost < best:
+                best, primal = cost, t
+            if best - value <= tolerance * best:
+                return lam, primal, True
+            hessian = (self.incidence.T * curve) @ self.incidence  # minus the dual's Hessian
+            # Multipliers held at their bound: those at 0 whose gradient pushes below it, and
+            # those the Newton step on the others would carry past 0 (an active-set pass).
+            held = (lam <= 0) & (grad < 0)
+            step = np.zeros(count)
+            for _ in range(count):
+                free = ~held
+                step[:] = 0.0
+                if free.any():
+                    block = hessian[np.ix_(free, free)]
+                    block[np.diag_indices_from(block)] *= 1 + 1e-12
+                    try:
+                        step[free] = np.linalg.solve(block, grad[free])
+                    except np.linalg.LinAlgError:
+                        return lam, primal, False
+                crossing = free & (grad < 0) & (lam + step < 0)
+                if not crossing.any():
+                    break
+                held |= crossing
+            # A held multiplier goes to 0 at a full step (or further, projected back to 0).
+            diagonal = np.diag(hessian)[held]
+            step[held] = np.minimum(grad[held] / np.maximum(diagonal, 1e-300), -lam[held])
+            size = 1.0
+            while size > 1e-6:
+                trial = np.maximum(lam + size * step, 0.0)
+                trial_value = self.value(trial)
+                if trial_value >= value + 1e-4 * float(grad @ (trial - lam)):
+                    break
+                size *= 0.5
+            else:
+                # The quadratic model is poor here (a multiplier near 0 where sqrt(Lambda)
+                # bends hard): one exact sweep over the pairs' own coordinates instead.
+                trial = self.sweep(lam)
+                trial_value = self.value(trial)
+            lam, value = trial, trial_value
+        return lam, primal, False
+
+    def sweep(self, lam: FloatArray) -> FloatArray:
+        """One pass of exact coordinate maximisation, block by block."""
+        lam = lam.copy()
+        for block in self.blocks:
+            total = self.totals(lam)
+            bi, bj = self.i[block], self.j[block]
+            li = total[bi] - lam[block]
+            lj = total[bj] - lam[block]
+            lam[block] = _solve_pair_multiplier(
+                self.k[bi], self.k[bj], li, lj, self.r[block], lam[block]
+            )
+        return lam
+
+    def coordinate_ascent(
+        self, lam: FloatArray, primal: FloatArray, tolerance: float, max_sweeps: int
+    ) -> tuple[FloatArray, FloatArray]:
+        """Block coordinate ascent over pairs that share no model (each block solved by a
+        monotone Newton iteration in its own coordinate)."""
+        lam = lam.copy()
+        start, best = self.primal(lam)
+        if not primal.any() or best < float((self.c * primal).sum()):
+            primal = start
+        else:
+            best = float((self.c * primal).sum())
+        for _ in range(max_sweeps):
+            lam = self.sweep(lam)
+            t, cost = self.primal(lam)
+            if cost < best:
+                best, primal = cost, t
+            if best - self.value(lam) <= tolerance * best:
+                break
+        return lam, primal
+
+
+def _blocks(pairs: NDArray[np.int64]) -> list[NDArray[np.int64]]:
+    """Greedy colouring of the pairs so that no two pairs of one block share a model."""
+    blocks: list[list[int]] = []
+    members: list[set[int]] = []
+    for p, (i, j) in enumerate(pairs.tolist()):
+        for block, seen in zip(blocks, members, strict=True):
+            if i not in seen and j not in seen:
+                block.append(p)
+                seen.update((i, j))
+                break
+        else:
+            blocks.append([p])
+            members.append({i, j})
+    return [np.asarray(b, dtype=np.int64) for b in blocks]
+
+
+def _solve_pair_multiplier(
+    ki: FloatArray,
+    kj: FloatArray,
+    li: FloatArray,
+    lj: FloatArray,
+    r: FloatArray,
+    previous: FloatArray | None = None,
+) -> FloatArray:
+    """The ``lambda >= 0`` maximising the dual in one pair's coordinate (vectorised).
+
+    The root of ``h(l) = sqrt(ki/(li+l)) + sqrt(kj/(lj+l)) - r`` (decreasing, convex), or 0
+    when ``h(0) <= 0``. Newton from a point left of the root increases monotonically to it;
+    the previous sweep's value is used as that point where it is left of the root.
+    """
+    li = np.maximum(li, 0.0)
+    lj = np.maximum(lj, 0.0)
+
+    def h(lam: FloatArray) -> tuple[FloatArray, FloatArray]:
+        di = np.maximum(li + lam, 1e-300)
+        dj = np.maximum(lj + lam, 1e-300)
+        si = np.sqrt(ki / di)
+        sj = np.sqrt(kj / dj)
+        return si + sj - r, -(si / (2 * di) + sj / (2 * dj))
+
+    lam = np.maximum(0.0, np.maximum(ki / r**2 - li, kj / r**2 - lj))
+    if previous is not None:
+        value, _ = h(previous)
+        lam = np.where((value > 0) & (previous > lam), previous, lam)
+    for _ in range(60):
+        value, slope = h(lam)
+        step = np.where(value > 0, -value / slope, 0.0)
+        lam = lam + step
+        if (step <= 1e-9 * np.maximum(lam, 1e-300)).all():
+            break
+    return np.asarray(lam, dtype=np.float64)
+
+
+def lower_bound_trials(
+    scores: FloatArray,
+    variance: FloatArray,
+    delta: float,
+    epsilon: float | None,
+    adjacent_only: bool = True,
+) -> FloatArray:
+    """The delta-correct lower bound on trials per model for ranking ``scores``.
+
+    Gaussian form of Kaufmann, Cappe & Garivier (2016): every adjacent pair (in the true order)
+    must reach ``A_i/T_i + A_j/T_j <= gap_ij^2 / (2 log(1/(2.4 delta)))`` with ``gap =
+    max(|D|, eps - |D|)``. ``variance`` is A_i, the per-trial variance of model i's score
+    estimate (``((1/M) sum_q sd_q)^2`` under Neyman allocation across questions).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-s, kind="stable")
+    pairs = np.stack([order[:-1], order[1:]], axis=1)
+    gap = pair_gap(s[pairs[:, 0]] - s[pairs[:, 1]], epsilon)
+    if (gap <= 0).any():
+        return np.full(len(s), np.inf)
+    radius = gap**2 / (2 * kl_log_term(delta))
+    return allocation_program(np.asarray(variance, dtype=np.float64), pairs, radius)
