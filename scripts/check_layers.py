@@ -66,6 +66,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "campaign, controller and dispatch",
         (
             "adaptive_eval.campaign",
+            "adaptive_eval.campaign_checks",
             "adaptive_eval.comparison",
             "adaptive_eval.library",
             "adaptive_eval.controller",
