@@ -259,7 +259,7 @@ def plan_parts(config_path: Path) -> tuple[Any, Any]:
 
 def bench_requests(setup: Any, trials: int) -> list[Any]:
     """Every question x ``trials`` request of the campaign, seeded as the campaign seeds them."""
-    from adaptive_eval.backends.generation import TrialRequest
+    from adaptive_eval.backends.generation_worker import TrialRequest
     from adaptive_eval.types import trial_seed
 
     return [

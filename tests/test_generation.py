@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from adaptive_eval.backends import generation, vllm, vllm_requests, vllm_setup
-from adaptive_eval.backends.generation import (
+from adaptive_eval.backends.generation_worker import (
     Generated,
     GenerationWorker,
     TrialRequest,
@@ -340,7 +340,7 @@ def test_out_of_range_category_fails_the_batch(tmp_path: Path) -> None:
 def test_crash_hook_kills_only_the_first_caller(tmp_path: Path) -> None:
     marker = tmp_path / "crash.marker"
     code = (
-        "import sys; from adaptive_eval.backends.generation import maybe_crash; "
+        "import sys; from adaptive_eval.backends.generation_worker import maybe_crash; "
         "maybe_crash(sys.argv[1]); print('alive')"
     )
     first = subprocess.run(

@@ -40,15 +40,17 @@ from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
     EXECUTION_OPTIONS,
-    Generated,
     GenerationSetup,
-    GenerationWorker,
     Options,
-    TrialRequest,
-    Window,
     campaign_config,
     feed_concurrency,
     prepare_generation,
+)
+from adaptive_eval.backends.generation_worker import (
+    Generated,
+    GenerationWorker,
+    TrialRequest,
+    Window,
 )
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError

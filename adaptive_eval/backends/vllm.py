@@ -55,16 +55,18 @@ from adaptive_eval.backends.cores import (
 from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
 from adaptive_eval.backends.generation import (
     EXECUTION_OPTIONS,
-    Generated,
     GenerationSetup,
-    GenerationWorker,
     Options,
-    TrialRequest,
-    Window,
     campaign_config,
     feed_concurrency,
     model_dir_manifest,
     prepare_generation,
+)
+from adaptive_eval.backends.generation_worker import (
+    Generated,
+    GenerationWorker,
+    TrialRequest,
+    Window,
 )
 from adaptive_eval.backends.vllm_feed import VllmFeedEngine
 from adaptive_eval.backends.vllm_requests import convert, render_prompt, sampling_params

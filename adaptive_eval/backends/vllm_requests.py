@@ -7,7 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from adaptive_eval.backends.generation import Generated, GenerationSetup, TrialRequest
+from adaptive_eval.backends.generation import GenerationSetup
+from adaptive_eval.backends.generation_worker import Generated, TrialRequest
 from adaptive_eval.backends.vllm_setup import VllmSettings
 from adaptive_eval.errors import BackendError
 from adaptive_eval.grading import GeneratedSample
