@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from adaptive_eval.backends.base import BackendPlan
@@ -31,6 +31,7 @@ from adaptive_eval.dispatch.actors import (
     SlotActor,
     WorkerActor,
 )
+from adaptive_eval.dispatch.stats import DispatchStats
 from adaptive_eval.errors import BackendError
 from adaptive_eval.logs import EventSink, no_events
 from adaptive_eval.types import Batch, BatchResult
@@ -82,46 +83,6 @@ class _Slot:
     probe_at: float = 0.0  # when to send the next ready() while recovering
     dead: bool = False  # Ray gave up restarting it
     died_at: float = 0.0  # when its last death was seen
-
-
-@dataclass
-class DispatchStats:
-    batches: int = 0
-    failures: int = 0
-    restarts: int = 0
-    loads: int = 0
-    load_s: float = 0.0
-    first_submit: float | None = None
-    last_result: float | None = None
-    busy_s: dict[str, float] = field(default_factory=dict)
-    request_retries: int = 0  # requests a worker sent again (the openai backend's retries)
-    retry_reasons: Counter[str] = field(default_factory=Counter)
-
-    def note(self, worker: str, batch: Batch, diagnostics: Any, on_event: EventSink) -> None:
-        """Count what a worker reported with a batch; a ``request_retries`` event per report."""
-        if not diagnostics or not diagnostics.get("request_retries"):
-            return
-        retries = int(diagnostics["request_retries"])
-        self.request_retries += retries
-        self.retry_reasons.update(diagnostics.get("reasons") or {})
-        on_event(
-            "info",
-            "request_retries",
-            {
-                "worker": worker,
-                "batch": batch.batch_id,
-                "retries": retries,
-                "reasons": diagnostics.get("reasons") or {},
-                "total": self.request_retries,
-            },
-        )
-
-    def utilisation(self) -> float:
-        """Mean fraction of the dispatch wall time each worker spent running batches."""
-        if self.first_submit is None or self.last_result is None or not self.busy_s:
-            return 0.0
-        wall = self.last_result - self.first_submit
-        return sum(self.busy_s.values()) / (wall * len(self.busy_s)) if wall > 0 else 0.0
 
 
 class Dispatcher:
@@ -425,127 +386,3 @@ class Dispatcher:
         for slot in self._slots:
             self._ray.kill(slot.actor)
         self._slots.clear()
-
-
-class InlineDispatcher:
-    """Runs batches in this process, no Ray: for tests, offline re-reads and quick checks.
-
-    ``shuffle_seed`` returns finished batches in a random order (as a real cluster might) and
-    ``crash_after`` raises :class:`KeyboardInterrupt` after that many batches, to test that
-    decisions do not depend on arrival order and that a killed run resumes cleanly.
-    """
-
-    def __init__(
-        self,
-        plans: Sequence[BackendPlan],
-        offsets: Sequence[int],
-        *,
-        batches_per_poll: int = 3,
-        shuffle_seed: int | None = None,
-        crash_after: int | None = None,
-        on_event: EventSink = no_events,
-    ) -> None:
-        import random
-
-        self._event = on_event
-        self._workers = [
-            WorkerActor(plan.make_worker(offset), f"inline-{i}")
-            for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))
-        ]
-        self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
-        self._queue: list[Batch] = []
-        self._per_poll = batches_per_poll
-        self._random = random.Random(shuffle_seed) if shuffle_seed is not None else None
-        self._crash_after = crash_after
-        self.stats = DispatchStats()
-        self.submitted: list[Batch] = []
-        self._worker_count = len(self._workers)  # as the Ray dispatcher: kept after shutdown
-
-    @property
-    def num_workers(self) -> int:
-        return self._worker_count
-
-    def submit(self, batches: Sequence[Batch]) -> None:
-        self._queue.extend(batches)
-        self.submitted.extend(batches)
-
-    def pending(self) -> int:
-        return len(self._queue)
-
-    def poll(self, timeout: float) -> list[BatchResult]:
-        if self._random is not None:
-            self._random.shuffle(self._queue)
-        taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll :]
-        results = []
-        for batch in taken:
-            if self._crash_after is not None and self.stats.batches >= self._crash_after:
-                raise KeyboardInterrupt("simulated crash")
-            worker = self._workers[self._plan_of_model[batch.model]]
-            reply = worker.run(batch)
-            self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
-            result = reply.result
-            if result.error is not None:
-                raise BackendError(result.error)
-            self.stats.batches += 1
-            results.append(result)
-        return results
-
-    def shutdown(self) -> None:
-        for worker in self._workers:
-            worker.close()
-        self._workers.clear()
-
-
-def dispatch_summary(dispatcher: Any) -> dict[str, Any]:
-    stats = dispatcher.stats
-    return {
-        "workers": dispatcher.num_workers,
-        "batches": stats.batches,
-        "failed_batches": stats.failures,
-        "worker_restarts": stats.restarts,
-        "worker_utilisation": stats.utilisation(),
-        "model_loads": stats.loads,
-        "load_s": stats.load_s,
-        "request_retries": stats.request_retries,
-        "request_retry_reasons": dict(stats.retry_reasons),
-    }
-
-
-#: Dispatch figures that describe the workers rather than add up over a run's legs.
-_LARGEST = ("workers",)
-
-
-def combine_dispatch(
-    before: dict[str, Any] | None, this_leg: dict[str, Any], dispatched: bool
-) -> dict[str, Any]:
-    """summary.json's ``dispatch`` over every leg of a run (a resume is a leg): batches,
-    failures, restarts, loads and retries summed, workers the most any leg had, utilisation
-    weighted by batches. A leg that started no worker adds nothing."""
-    if not isinstance(before, dict) or not before:
-        return this_leg
-    if not dispatched:
-        return before
-    merged: dict[str, Any] = {}
-    for key in before.keys() | this_leg.keys():
-        old, new = before.get(key), this_leg.get(key)
-        if key in _LARGEST:
-            merged[key] = max(old or 0, new or 0)
-        elif key == "worker_utilisation":
-            old_batches, new_batches = before.get("batches") or 0, this_leg.get("batches") or 0
-            weight = old_batches + new_batches
-            merged[key] = (
-                ((old or 0.0) * old_batches + (new or 0.0) * new_batches) / weight
-                if weight
-                else 0.0
-            )
-        elif isinstance(old, dict) or isinstance(new, dict):
-            parts = [part for part in (old, new) if isinstance(part, dict)]
-            merged[key] = {
-                name: sum(part.get(name, 0) for part in parts)
-                for name in sorted({name for part in parts for name in part})
-            }
-        elif isinstance(new, int | float) and isinstance(old, int | float):
-            merged[key] = old + new
-        else:
-            merged[key] = new if new is not None else old
-    return merged

@@ -1,0 +1,82 @@
+"""The pool's in-process stand-in: the same interface, the workers called in this process (no
+Ray). Tests and offline runs use it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.dispatch.actors import WorkerActor
+from adaptive_eval.dispatch.stats import DispatchStats
+from adaptive_eval.errors import BackendError
+from adaptive_eval.logs import EventSink, no_events
+from adaptive_eval.types import Batch, BatchResult
+
+
+class InlineDispatcher:
+    """Runs batches in this process, no Ray: for tests, offline re-reads and quick checks.
+
+    ``shuffle_seed`` returns finished batches in a random order (as a real cluster might) and
+    ``crash_after`` raises :class:`KeyboardInterrupt` after that many batches, to test that
+    decisions do not depend on arrival order and that a killed run resumes cleanly.
+    """
+
+    def __init__(
+        self,
+        plans: Sequence[BackendPlan],
+        offsets: Sequence[int],
+        *,
+        batches_per_poll: int = 3,
+        shuffle_seed: int | None = None,
+        crash_after: int | None = None,
+        on_event: EventSink = no_events,
+    ) -> None:
+        import random
+
+        self._event = on_event
+        self._workers = [
+            WorkerActor(plan.make_worker(offset), f"inline-{i}")
+            for i, (plan, offset) in enumerate(zip(plans, offsets, strict=True))
+        ]
+        self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
+        self._queue: list[Batch] = []
+        self._per_poll = batches_per_poll
+        self._random = random.Random(shuffle_seed) if shuffle_seed is not None else None
+        self._crash_after = crash_after
+        self.stats = DispatchStats()
+        self.submitted: list[Batch] = []
+        self._worker_count = len(self._workers)  # as the Ray dispatcher: kept after shutdown
+
+    @property
+    def num_workers(self) -> int:
+        return self._worker_count
+
+    def submit(self, batches: Sequence[Batch]) -> None:
+        self._queue.extend(batches)
+        self.submitted.extend(batches)
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self, timeout: float) -> list[BatchResult]:
+        if self._random is not None:
+            self._random.shuffle(self._queue)
+        taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll :]
+        results = []
+        for batch in taken:
+            if self._crash_after is not None and self.stats.batches >= self._crash_after:
+                raise KeyboardInterrupt("simulated crash")
+            worker = self._workers[self._plan_of_model[batch.model]]
+            reply = worker.run(batch)
+            self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
+            result = reply.result
+            if result.error is not None:
+                raise BackendError(result.error)
+            self.stats.batches += 1
+            results.append(result)
+        return results
+
+    def shutdown(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        self._workers.clear()

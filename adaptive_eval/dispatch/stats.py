@@ -1,0 +1,106 @@
+"""What dispatch counts over a run: batches, failures, restarts, model loads and retries, and
+summary.json's ``dispatch`` block over every leg of a run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaptive_eval.logs import EventSink
+from adaptive_eval.types import Batch
+
+
+@dataclass
+class DispatchStats:
+    batches: int = 0
+    failures: int = 0
+    restarts: int = 0
+    loads: int = 0
+    load_s: float = 0.0
+    first_submit: float | None = None
+    last_result: float | None = None
+    busy_s: dict[str, float] = field(default_factory=dict)
+    request_retries: int = 0  # requests a worker sent again (the openai backend's retries)
+    retry_reasons: Counter[str] = field(default_factory=Counter)
+
+    def note(self, worker: str, batch: Batch, diagnostics: Any, on_event: EventSink) -> None:
+        """Count what a worker reported with a batch; a ``request_retries`` event per report."""
+        if not diagnostics or not diagnostics.get("request_retries"):
+            return
+        retries = int(diagnostics["request_retries"])
+        self.request_retries += retries
+        self.retry_reasons.update(diagnostics.get("reasons") or {})
+        on_event(
+            "info",
+            "request_retries",
+            {
+                "worker": worker,
+                "batch": batch.batch_id,
+                "retries": retries,
+                "reasons": diagnostics.get("reasons") or {},
+                "total": self.request_retries,
+            },
+        )
+
+    def utilisation(self) -> float:
+        """Mean fraction of the dispatch wall time each worker spent running batches."""
+        if self.first_submit is None or self.last_result is None or not self.busy_s:
+            return 0.0
+        wall = self.last_result - self.first_submit
+        return sum(self.busy_s.values()) / (wall * len(self.busy_s)) if wall > 0 else 0.0
+
+
+def dispatch_summary(dispatcher: Any) -> dict[str, Any]:
+    stats = dispatcher.stats
+    return {
+        "workers": dispatcher.num_workers,
+        "batches": stats.batches,
+        "failed_batches": stats.failures,
+        "worker_restarts": stats.restarts,
+        "worker_utilisation": stats.utilisation(),
+        "model_loads": stats.loads,
+        "load_s": stats.load_s,
+        "request_retries": stats.request_retries,
+        "request_retry_reasons": dict(stats.retry_reasons),
+    }
+
+
+#: Dispatch figures that describe the workers rather than add up over a run's legs.
+_LARGEST = ("workers",)
+
+
+def combine_dispatch(
+    before: dict[str, Any] | None, this_leg: dict[str, Any], dispatched: bool
+) -> dict[str, Any]:
+    """summary.json's ``dispatch`` over every leg of a run (a resume is a leg): batches,
+    failures, restarts, loads and retries summed, workers the most any leg had, utilisation
+    weighted by batches. A leg that started no worker adds nothing."""
+    if not isinstance(before, dict) or not before:
+        return this_leg
+    if not dispatched:
+        return before
+    merged: dict[str, Any] = {}
+    for key in before.keys() | this_leg.keys():
+        old, new = before.get(key), this_leg.get(key)
+        if key in _LARGEST:
+            merged[key] = max(old or 0, new or 0)
+        elif key == "worker_utilisation":
+            old_batches, new_batches = before.get("batches") or 0, this_leg.get("batches") or 0
+            weight = old_batches + new_batches
+            merged[key] = (
+                ((old or 0.0) * old_batches + (new or 0.0) * new_batches) / weight
+                if weight
+                else 0.0
+            )
+        elif isinstance(old, dict) or isinstance(new, dict):
+            parts = [part for part in (old, new) if isinstance(part, dict)]
+            merged[key] = {
+                name: sum(part.get(name, 0) for part in parts)
+                for name in sorted({name for part in parts for name in part})
+            }
+        elif isinstance(new, int | float) and isinstance(old, int | float):
+            merged[key] = old + new
+        else:
+            merged[key] = new if new is not None else old
+    return merged
