@@ -9,7 +9,7 @@ replays the stored rounds through the same code and reaches the same state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,9 +20,9 @@ from adaptive_eval.campaign import Campaign
 from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
 from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
-from adaptive_eval.state import RunState
+from adaptive_eval.state import RunState, expand_counts, missing_items
 from adaptive_eval.stats.sequential import boundary_tables_built
-from adaptive_eval.store import RoundCounts, TrialStore
+from adaptive_eval.store import TrialStore
 from adaptive_eval.types import (
     Batch,
     BatchResult,
@@ -209,7 +209,7 @@ class Controller:
         round_index = self.state.applied_rounds
         entry = self.rounds.pop(round_index)
         if entry.trials is None:  # a resumed round recorded whole: its counts, from the store
-            entry.trials = _expand(self.store.round_counts(round_index))
+            entry.trials = expand_counts(self.store.round_counts(round_index))
         # Sorting makes the applied order independent of arrival order.
         table = np.asarray(sorted(entry.trials), dtype=np.float64).reshape(-1, 5)
         ints = table[:, :4].astype(np.int64)
@@ -474,9 +474,9 @@ class Controller:
                 self.rounds[round_index] = _Round(0, None)
                 continue
             counts = self.store.round_counts(round_index)
-            self.rounds[round_index] = _Round(missing, _expand(counts))
+            self.rounds[round_index] = _Round(missing, expand_counts(counts))
             have = self.store.round_trial_keys(round_index)
-            self.submit(self.batches(round_index, _missing(plan, starts, have)))
+            self.submit(self.batches(round_index, missing_items(plan, starts, have)))
         if plans:
             self.log.info(
                 "resume",
@@ -489,46 +489,3 @@ class Controller:
         self.flush_events()
         while self.next_round_complete():
             self.advance()
-
-
-def _expand(
-    counts: RoundCounts,
-) -> list[tuple[int, int, int, int, float]]:
-    """Per-trial rows (model, question, category, tokens, gpu_s) with the counts' sums.
-
-    The first trial of a cell's category carries the token and GPU sums, the next known ones
-    0 tokens, the rest -1 (unknown): :meth:`RunState.apply` then adds exactly the stored
-    counts and sums.
-    """
-    rows: list[tuple[int, int, int, int, float]] = []
-    for m, q, c, n, tokens, known, gpu in zip(
-        counts.model.tolist(),
-        counts.question.tolist(),
-        counts.category.tolist(),
-        counts.count.tolist(),
-        counts.tokens_sum.tolist(),
-        counts.tokens_known.tolist(),
-        counts.gpu_s.tolist(),
-        strict=True,
-    ):
-        rows.append((m, q, c, tokens if known else -1, gpu))
-        rows += [(m, q, c, 0, 0.0)] * max(known - 1, 0)
-        rows += [(m, q, c, -1, 0.0)] * (n - max(known, 1))
-    return rows
-
-
-def _missing(
-    plan: np.ndarray, starts: np.ndarray, have: set[tuple[int, int, int]]
-) -> Iterator[WorkItem]:
-    """The planned trials of a round that are not in ``have``, as runs of consecutive trials."""
-    for model, question in zip(*np.nonzero(plan), strict=True):
-        m, q = int(model), int(question)
-        first = int(starts[m, q])
-        run_start = None
-        for trial in range(first, first + int(plan[m, q]) + 1):
-            missing = trial < first + int(plan[m, q]) and (m, q, trial) not in have
-            if missing and run_start is None:
-                run_start = trial
-            elif not missing and run_start is not None:
-                yield WorkItem(m, q, run_start, trial - run_start)
-                run_start = None

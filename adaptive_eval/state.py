@@ -7,12 +7,16 @@ the recorded trials alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from adaptive_eval import stats
 from adaptive_eval.policy import CampaignView
 from adaptive_eval.stats import sequential
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals, score_intervals
+from adaptive_eval.store import RoundCounts
+from adaptive_eval.types import WorkItem
 
 #: The reported Bayes@N score's prior (``policy.bayes_prior``): ``empirical`` fits a Dirichlet
 #: per model to its own counts (:func:`adaptive_eval.stats.posterior.empirical_bayes_prior`);
@@ -196,3 +200,46 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
     return view
+
+
+def expand_counts(
+    counts: RoundCounts,
+) -> list[tuple[int, int, int, int, float]]:
+    """Per-trial rows (model, question, category, tokens, gpu_s) with the counts' sums.
+
+    The first trial of a cell's category carries the token and GPU sums, the next known ones
+    0 tokens, the rest -1 (unknown): :meth:`RunState.apply` then adds exactly the stored
+    counts and sums.
+    """
+    rows: list[tuple[int, int, int, int, float]] = []
+    for m, q, c, n, tokens, known, gpu in zip(
+        counts.model.tolist(),
+        counts.question.tolist(),
+        counts.category.tolist(),
+        counts.count.tolist(),
+        counts.tokens_sum.tolist(),
+        counts.tokens_known.tolist(),
+        counts.gpu_s.tolist(),
+        strict=True,
+    ):
+        rows.append((m, q, c, tokens if known else -1, gpu))
+        rows += [(m, q, c, 0, 0.0)] * max(known - 1, 0)
+        rows += [(m, q, c, -1, 0.0)] * (n - max(known, 1))
+    return rows
+
+
+def missing_items(
+    plan: np.ndarray, starts: np.ndarray, have: set[tuple[int, int, int]]
+) -> Iterator[WorkItem]:
+    """The planned trials of a round that are not in ``have``, as runs of consecutive trials."""
+    for model, question in zip(*np.nonzero(plan), strict=True):
+        m, q = int(model), int(question)
+        first = int(starts[m, q])
+        run_start = None
+        for trial in range(first, first + int(plan[m, q]) + 1):
+            missing = trial < first + int(plan[m, q]) and (m, q, trial) not in have
+            if missing and run_start is None:
+                run_start = trial
+            elif not missing and run_start is not None:
+                yield WorkItem(m, q, run_start, trial - run_start)
+                run_start = None
