@@ -1,5 +1,8 @@
 """Campaign configuration: the YAML schema, loading and error reporting.
 
+One concept, kept whole (~700 lines): the schema is one tree of pydantic models whose field
+descriptions are the config's documentation; splitting it would scatter that reference.
+
 Every model rejects unknown keys (``extra="forbid"``). A validation error becomes an
 :class:`~adaptive_eval.errors.InputError` naming the file, the dotted field path and the value.
 Paths in a config are resolved relative to the config file.

@@ -1,5 +1,7 @@
 """``report.html``: one self-contained page with the run's plots (inline SVG, no scripts).
 
+One concept, kept whole (~550 lines): one page and its figures.
+
 Figures, each a ``<figure id=...>`` so tests and people can find them:
 
 - ``forest``: the ranking, the unbiased estimate (what decisions use) with its interval per

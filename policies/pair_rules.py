@@ -1,5 +1,8 @@
 """Rules that settle an adjacent pair of the ranking.
 
+One concept, kept whole (~540 lines): the pair rules share one state machine per pair
+(:class:`ConfidenceSequenceRule`); each rule is a short subclass of it.
+
 Error-controlled (the default, ``group_sequential``; and ``anytime``): confidence sequences
 ``D +- c s`` on the difference of the unbiased decision scores (see
 :mod:`adaptive_eval.stats.sequential`), valid however many rounds are looked at. With the pair's

@@ -1,5 +1,8 @@
 """``vllm``: generation with a long-lived ``vllm.LLM`` engine inside each worker actor.
 
+The worker and the backend's factory; engine set-up is :mod:`.vllm_setup`, request rendering
+:mod:`.vllm_requests`, the feed's view of the engine :mod:`.vllm_feed`.
+
 One Ray actor per model replica (``workers``) builds its engine once, in ``__init__``, and keeps
 it for every batch. A batch becomes one request per trial: ``SamplingParams(n=1, seed=trial
 seed, ...)`` from ``config.sampling``, so a trial's completion depends on its own seed only, not

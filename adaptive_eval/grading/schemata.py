@@ -1,5 +1,7 @@
 r"""The twelve categorical rubric schemata of the paper (Appendix D, Tables 5 and 6).
 
+One concept, kept whole (~630 lines): the twelve schemata are one table, read side by side.
+
 A schema maps one attempt's :class:`~adaptive_eval.grading.signals.Signals` to a category in
 ``0..C`` through the paper's *rubric variables* (its Table 5):
 

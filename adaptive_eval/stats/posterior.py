@@ -1,5 +1,7 @@
 """Dirichlet-multinomial posterior of a rubric-weighted score (Bayes@N), and rankings from it.
 
+One concept, kept whole (~540 lines): the paper's posterior, its priors and what is read off it.
+
 Notation (paper "Don't Pass@k", Section 2 and Appendix A/B): ``L`` models, ``M`` questions,
 ``N`` trials, ``K = C + 1`` outcome categories ``0..C`` and a rubric weight vector ``w`` of
 length ``K``. A model's true score is ``pi_bar = (1/M) sum_a w . pi_a``. With a Dirichlet prior
