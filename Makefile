@@ -46,6 +46,7 @@ check: setup
 	$(BIN)/ruff check adaptive_eval policies tests benchmarks scripts
 	$(BIN)/ruff format --check adaptive_eval policies tests benchmarks scripts
 	$(BIN)/mypy
+	$(PY) scripts/check_layers.py
 
 bench: setup
 	$(PY) benchmarks/run_all.py
