@@ -538,3 +538,26 @@ def test_unmatched_stream_ids_fall_back_to_one_generate_call(
     assert not worker.llm.llm_engine.queue  # drained
     result = worker.run(batch)  # re-dispatched: no streaming now
     assert [t.text for t in result.trials] == [f"seed {t.seed}" for t in result.trials]
+
+
+def test_cuda_workers_ask_for_vllms_own_sampler_when_flashinfer_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM 0.26's CUDA sampler imports FlashInfer unguarded: on the H100 every engine failed to
+    start without it until VLLM_USE_FLASHINFER_SAMPLER=0 was set."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def without(missing: bool):  # type: ignore[no-untyped-def]
+        def find_spec(name: str, *args: object, **kwargs: object) -> object:
+            if name == "flashinfer":
+                return None if missing else object()
+            return real_find_spec(name, *args, **kwargs)  # type: ignore[arg-type]
+
+        return find_spec
+
+    monkeypatch.setattr(importlib.util, "find_spec", without(True))
+    assert vllm_setup.cuda_env() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    monkeypatch.setattr(importlib.util, "find_spec", without(False))
+    assert vllm_setup.cuda_env() == {}

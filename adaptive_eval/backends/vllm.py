@@ -81,6 +81,7 @@ from adaptive_eval.backends.vllm_setup import (
     VllmSettings,
     check_engine_args,
     claim_engine_cpus,
+    cuda_env,
     driver_sees_gpu,
     engine_cpus_option,
     engine_start_error,
@@ -133,7 +134,7 @@ class VllmWorker(GenerationWorker):
             return
         for key, value in {
             **COMMON_ENV,
-            **(CPU_ENV if self.settings.device == "cpu" else {}),
+            **(CPU_ENV if self.settings.device == "cpu" else cuda_env()),
         }.items():
             os.environ.setdefault(key, value)
         for key, value in self.settings.env.items():

@@ -7,6 +7,7 @@ Driver-side and dependency-free: nothing here imports vllm or torch.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 from collections.abc import Callable
@@ -112,6 +113,19 @@ CPU_ENV = {
 
 
 COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def cuda_env() -> dict[str, str]:
+    """Environment of CUDA workers; ``options.env`` and variables already set win.
+
+    vLLM's CUDA sampler imports FlashInfer without a guard while ``VLLM_USE_FLASHINFER_SAMPLER``
+    is on (its default), yet FlashInfer is an optional wheel: on an H100 with vLLM 0.26.0
+    installed without it, every engine failed to start ("No module named 'flashinfer'").
+    Without FlashInfer, vLLM's own top-k/top-p sampler is asked for instead.
+    """
+    if importlib.util.find_spec("flashinfer") is None:
+        return {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    return {}
 
 
 MEMORY_ARGS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "tensor_parallel_size")

@@ -76,7 +76,6 @@ class _Slot:
     worker_id: str
     plan_index: int | None  # None: a shared slot, serving any swappable plan
     outstanding: int = 0
-    busy_s: float = 0.0
     target: int | None = None  # the plan a shared slot holds (or will, once queued calls run)
     recovering: bool = False  # Ray is restarting the actor; no work until ready() answers
     probe: Any = None  # the ready() call in flight while recovering
@@ -239,8 +238,7 @@ class Dispatcher:
                     batch, slot.worker_id, "returned trials do not match the batch"
                 )
             self.stats.last_result = now
-            slot.busy_s += result.busy_s
-            self.stats.busy_s[slot.worker_id] = slot.busy_s
+            self.stats.worked(slot.worker_id, now, result.busy_s)
             if result.load_s:
                 self.stats.loads += 1
                 self.stats.load_s += result.load_s

@@ -20,7 +20,10 @@ class DispatchStats:
     load_s: float = 0.0
     first_submit: float | None = None
     last_result: float | None = None
-    busy_s: dict[str, float] = field(default_factory=dict)
+    #: Per worker, when each of its batches ran: ``(result_at - busy_s, result_at)`` on the
+    #: driver's clock. A worker runs several batches at once (``in_flight_per_worker``), so
+    #: their busy times overlap and only the union of the windows is time the worker worked.
+    busy_windows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     request_retries: int = 0  # requests a worker sent again (the openai backend's retries)
     retry_reasons: Counter[str] = field(default_factory=Counter)
 
@@ -43,12 +46,37 @@ class DispatchStats:
             },
         )
 
+    def worked(self, worker: str, result_at: float, busy_s: float) -> None:
+        """Record that ``worker`` ran a batch for ``busy_s`` seconds up to ``result_at``."""
+        self.busy_windows.setdefault(worker, []).append((result_at - busy_s, result_at))
+
     def utilisation(self) -> float:
-        """Mean fraction of the dispatch wall time each worker spent running batches."""
-        if self.first_submit is None or self.last_result is None or not self.busy_s:
+        """Mean fraction of the dispatch wall time each worker spent running batches: the
+        union of its batches' windows within the dispatch span, over that span (at most 1;
+        batches that overlap on one worker count once)."""
+        if self.first_submit is None or self.last_result is None or not self.busy_windows:
             return 0.0
-        wall = self.last_result - self.first_submit
-        return sum(self.busy_s.values()) / (wall * len(self.busy_s)) if wall > 0 else 0.0
+        start, end = self.first_submit, self.last_result
+        wall = end - start
+        if wall <= 0:
+            return 0.0
+        covered = [covered_length(windows, start, end) for windows in self.busy_windows.values()]
+        return sum(covered) / (wall * len(covered))
+
+
+def covered_length(windows: list[tuple[float, float]], start: float, end: float) -> float:
+    """Length of the union of ``windows`` clipped to ``[start, end]``.
+
+    >>> covered_length([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)], 0.0, 10.0)
+    4.0
+    """
+    total, reach = 0.0, start
+    for low, high in sorted(windows):
+        low, high = max(low, reach), min(high, end)
+        if high > low:
+            total += high - low
+            reach = high
+    return total
 
 
 def dispatch_summary(dispatcher: Any) -> dict[str, Any]:
