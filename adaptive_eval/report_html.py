@@ -251,31 +251,30 @@ def pairs_plot(summary: dict[str, Any]) -> str:
     for index, bar in enumerate(drawn.patches):
         bar.set_gid(f"pair-{index}")
     bounded = [(index, p["boundary"]) for index, p in enumerate(pairs) if p["boundary"] is not None]
-    for count, (index, boundary) in enumerate(bounded):
-        (mark,) = ax.plot(
-            [boundary, boundary],
-            [y[index] - 0.45, y[index] + 0.45],
-            color="#212529",
-            linewidth=2.5,
-            label="the boundary it was decided against" if count == 0 else None,
-        )
-        mark.set_gid(f"boundary-{index}")
     # An undecided pair is read against the boundary it would have to cross at the cap.
     open_marks = [
         (index, p["boundary_at_cap"])
         for index, p in enumerate(pairs)
         if p["boundary"] is None and p.get("boundary_at_cap") is not None
     ]
-    for count, (index, boundary) in enumerate(open_marks):
-        (mark,) = ax.plot(
-            [boundary, boundary],
-            [y[index] - 0.45, y[index] + 0.45],
-            color="#212529",
-            linewidth=2.0,
-            linestyle=(0, (2, 1)),
-            label="undecided: the boundary to cross at the cap" if count == 0 else None,
-        )
-        mark.set_gid(f"boundary-{index}")
+    kinds = (
+        (bounded, {"linewidth": 2.5}, "the boundary it was decided against"),
+        (
+            open_marks,
+            {"linewidth": 2.0, "linestyle": (0, (2, 1))},
+            "undecided: the boundary to cross at the cap",
+        ),
+    )
+    for marks, style, label in kinds:
+        for count, (index, boundary) in enumerate(marks):
+            (mark,) = ax.plot(
+                [boundary, boundary],
+                [y[index] - 0.45, y[index] + 0.45],
+                color="#212529",
+                label=label if count == 0 else None,
+                **style,
+            )
+            mark.set_gid(f"boundary-{index}")
     ax.set_yticks(y, [p["label"] for p in pairs])
     ax.set_xlabel("|z| of the pair against its boundary (solid: decided; dashed: at the cap)")
     if bounded or open_marks:  # beside the axes: inside, it covered bars and their marks

@@ -139,6 +139,7 @@ def closure(
     queue = [Requirement(root) for root in roots]
     seen: set[tuple[str, tuple[str, ...]]] = set()
     failed = []
+    found = {wheel_name(p): p for p in wheels.glob("*.whl")}
     while queue:
         requirement = queue.pop(0)
         name = canonicalize_name(requirement.name)
@@ -147,7 +148,6 @@ def closure(
         if key in seen or name in OPTIONAL or name in have:
             continue
         seen.add(key)
-        found = {wheel_name(p): p for p in wheels.glob("*.whl")}
         if name not in found:
             spec = f"{requirement.name}{requirement.specifier}"
             try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -204,3 +206,70 @@ def count_view(
         error_control=error_control,
         futility=futility,
     )
+
+
+# -- a real `adaptive-eval run` in a session of its own (signals, interrupts) -------------------
+
+#: The console script of the environment running the tests.
+CLI = Path(sys.executable).with_name("adaptive-eval")
+
+
+def session_processes(sid: int) -> list[str]:
+    """Live processes of session ``sid`` (a run started its own), as "pid command" lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(f"{entry.name} {command[:120]}")
+    return found
+
+
+def slow_run_command(tmp_path: Path) -> tuple[list[str], Path]:
+    """An ``adaptive-eval run`` command on Ray whose batches take 0.2 s (it runs for a while)."""
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8))
+    data = base_config("s.npz", max_trials_per_question=60)
+    data["models"][0]["latency"] = {"per_batch_s": 0.2}
+    data["execution"] = {"workers": 1, "batch_size": 8, "num_cpus": 2}
+    config = write_config(tmp_path / "c.yaml", data)
+    run_dir = tmp_path / "run"
+    return [str(CLI), "run", str(config), "--out", str(run_dir)], run_dir
+
+
+def start_run(command: list[str], run_dir: Path, least: int = 16) -> subprocess.Popen[str]:
+    """The command in a session of its own, once its store holds ``least`` trials."""
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while trials_in(run_dir / "trials.sqlite") < least:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run recorded no trials in 240 s"
+        time.sleep(0.2)
+    return process
+
+
+def assert_session_ended(sid: int, wait_s: float) -> None:
+    """Every process of session ``sid`` is gone within ``wait_s`` (Ray's get a moment to
+    exit); whatever is left is killed, even when the assertion fails."""
+    deadline = time.monotonic() + wait_s
+    while session_processes(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = session_processes(sid)
+    for line in left:
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, f"processes left running: {left}"
+
+
+def one_error_line(err: str) -> str:
+    """The one error line of a command's stderr (warnings logged before it aside)."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("adaptive-eval:")]
+    assert len(lines) == 1, err
+    return lines[0]

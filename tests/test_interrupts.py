@@ -11,7 +11,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,81 +18,35 @@ from typing import Any
 import pytest
 from helpers import (
     InlineCluster,
+    assert_session_ended,
     base_config,
     mimic_success,
-    trials_in,
+    one_error_line,
+    slow_run_command,
+    start_run,
     write_config,
     write_scenario,
 )
 
 from adaptive_eval.cli import main
 
-CLI = Path(sys.executable).with_name("adaptive-eval")
-
-
-def _session(sid: int) -> list[str]:
-    """Live processes of session ``sid`` (the run started its own), as "pid command" lines."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(f"{entry.name} {command[:120]}")
-    return found
-
-
-def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
-    """An ``adaptive-eval run`` command on Ray whose batches take 0.2 s (it runs for a while)."""
-    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8))
-    data = base_config("s.npz", max_trials_per_question=60)
-    data["models"][0]["latency"] = {"per_batch_s": 0.2}
-    data["execution"] = {"workers": 1, "batch_size": 8, "num_cpus": 2}
-    config = write_config(tmp_path / "c.yaml", data)
-    run_dir = tmp_path / "run"
-    return [str(CLI), "run", str(config), "--out", str(run_dir)], run_dir
-
-
-def _started(command: list[str], run_dir: Path) -> subprocess.Popen[str]:
-    """The command in a session of its own, once it has recorded some trials."""
-    process = subprocess.Popen(
-        command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 240
-    while trials_in(run_dir / "trials.sqlite") < 16:
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the run recorded no trials in 240 s"
-        time.sleep(0.2)
-    return process
-
 
 def _ended(process: subprocess.Popen[str]) -> tuple[int, str]:
     _, err = process.communicate(timeout=120)
-    deadline = time.monotonic() + 20  # Ray's processes get a moment to exit
-    while _session(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _session(process.pid)
-    for line in left:  # never leave them running, even when the test fails
-        os.kill(int(line.split()[0]), signal.SIGKILL)
-    assert not left, f"processes left running: {left}"
+    assert_session_ended(process.pid, 20)
     return process.returncode, err
 
 
 @pytest.mark.slow
 def test_ctrl_c_twice_exits_130_in_one_line_and_leaves_no_ray_process(tmp_path: Path) -> None:
-    command, run_dir = _slow_run(tmp_path)
-    process = _started(command, run_dir)
+    command, run_dir = slow_run_command(tmp_path)
+    process = start_run(command, run_dir)
     os.killpg(process.pid, signal.SIGINT)
     time.sleep(0.3)
     os.killpg(process.pid, signal.SIGINT)
     code, err = _ended(process)
     assert code == 130, err
-    assert _the_error(err) == "adaptive-eval: interrupted; run the same command again to resume"
+    assert one_error_line(err) == "adaptive-eval: interrupted; run the same command again to resume"
     assert "Segmentation" not in err and "Exception ignored" not in err
 
 
@@ -101,24 +54,16 @@ def test_ctrl_c_twice_exits_130_in_one_line_and_leaves_no_ray_process(tmp_path: 
 def test_a_run_killed_by_sigbus_says_so_in_one_line_and_leaves_no_ray_process(
     tmp_path: Path,
 ) -> None:
-    command, run_dir = _slow_run(tmp_path)
-    process = _started(command, run_dir)
+    command, run_dir = slow_run_command(tmp_path)
+    process = start_run(command, run_dir)
     # The watcher's child is the run: the process SQLite's -shm mapping would kill.
     children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
     os.kill(int(children[0]), signal.SIGBUS)
     code, err = _ended(process)
-    line = _the_error(err)
+    line = one_error_line(err)
     # 128 + the signal, as for every signal (issue 22); the line names the likely cause.
     assert code == 128 + signal.SIGBUS and "SIGBUS" in line and "memory-mapped" in line
     assert "run the same command again to resume" in line
-
-
-def _the_error(err: str) -> str:
-    """The one error line of a run's stderr (warnings logged before it aside)."""
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("adaptive-eval:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture()
@@ -159,7 +104,7 @@ def test_a_store_that_turns_read_only_mid_run_is_one_line_exit_2(
     capsys.readouterr()
     assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    line = _the_error(err)
+    line = one_error_line(err)
     assert "trials.sqlite" in line and "read-only" in line
 
 
@@ -185,7 +130,7 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_and_the_run_resumes(
     monkeypatch.setattr(InlineCluster, "on_poll", fill_the_disk)
     capsys.readouterr()
     assert main(["run", str(config), "--out", str(run_dir)]) == 1
-    assert "is full" in _the_error(capsys.readouterr().err)
+    assert "is full" in one_error_line(capsys.readouterr().err)
     (disk / "filler").unlink()
     monkeypatch.setattr(InlineCluster, "on_poll", None)
     assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0

@@ -9,11 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import base_config, mimic_success, write_config, write_scenario
+from helpers import CLI, base_config, mimic_success, write_config, write_scenario
 
 from adaptive_eval.dispatch.pool import NICENESS_HINT, niceness_note
-
-CLI = Path(sys.executable).with_name("adaptive-eval")
 
 DEDUP = textwrap.dedent(
     """

@@ -20,8 +20,12 @@ from typing import Any
 import pytest
 from helpers import (
     InlineCluster,
+    assert_session_ended,
     base_config,
     mimic_success,
+    one_error_line,
+    slow_run_command,
+    start_run,
     trials_in,
     write_config,
     write_scenario,
@@ -30,8 +34,6 @@ from helpers import (
 from adaptive_eval import cluster, interrupts
 from adaptive_eval.cli import main
 from adaptive_eval.cluster_address import address_problem
-
-CLI = Path(sys.executable).with_name("adaptive-eval")
 
 
 @pytest.fixture()
@@ -77,7 +79,7 @@ def test_a_stop_signal_mid_run_is_one_line_with_128_plus_the_signal_and_keeps_th
     finally:
         for other, handler in handlers.items():
             signal.signal(other, handler)
-    line = _one_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert line.startswith(f"adaptive-eval: {words}") and "run the same command again" in line
     recorded = trials_in(run_dir / "trials.sqlite")
     assert recorded > 0
@@ -185,7 +187,7 @@ def test_the_address_probe_tells_what_is_there(silent_server: str) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_an_unreachable_ray_address_fails_in_bounded_tries_in_one_line(
+def test_an_unreachable_ray_address_fails_in_bounded_tries_inone_error_line(
     tmp_path: Path,
     config: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -212,67 +214,13 @@ def test_validate_warns_about_an_unreachable_ray_address(
 
 
 # -- the same through the watcher, on a real Ray cluster ------------------------------------------
-def _session(sid: int) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(f"{entry.name} {command[:120]}")
-    return found
-
-
-def _slow_run(tmp_path: Path) -> tuple[list[str], Path]:
-    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8))
-    data = base_config("s.npz", max_trials_per_question=60)
-    data["models"][0]["latency"] = {"per_batch_s": 0.2}
-    data["execution"] = {"workers": 1, "batch_size": 8, "num_cpus": 2}
-    config = write_config(tmp_path / "c.yaml", data)
-    run_dir = tmp_path / "run"
-    return [str(CLI), "run", str(config), "--out", str(run_dir)], run_dir
-
-
-def _started(command: list[str], run_dir: Path, least: int) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
-        command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 240
-    while trials_in(run_dir / "trials.sqlite") < least:
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the run recorded no trials in 240 s"
-        time.sleep(0.2)
-    return process
-
-
-def _nothing_left(sid: int) -> None:
-    deadline = time.monotonic() + 30
-    while _session(sid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _session(sid)
-    for line in left:  # never leave them running, even when the test fails
-        os.kill(int(line.split()[0]), signal.SIGKILL)
-    assert not left, f"processes left running: {left}"
-
-
-def _one_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("adaptive-eval:")]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 @pytest.mark.slow
 def test_sigterm_and_sighup_through_the_watcher_and_its_process_group(tmp_path: Path) -> None:
     """To the watcher (as a shell's ``kill`` does), to the whole process group (as a scheduler
     does: Ray's own processes get it too; this used to read "ended on SIGABRT (the process
     crashed)"), SIGHUP; each leg resumes the one before (the last resume to the end is in
     the next test)."""
-    command, run_dir = _slow_run(tmp_path)
+    command, run_dir = slow_run_command(tmp_path)
     legs = [
         (lambda pid: os.kill(pid, signal.SIGTERM), 143, "terminated (SIGTERM"),
         (lambda pid: os.killpg(pid, signal.SIGTERM), 143, "terminated (SIGTERM"),
@@ -280,24 +228,24 @@ def test_sigterm_and_sighup_through_the_watcher_and_its_process_group(tmp_path: 
     ]
     for index, (send, code, words) in enumerate(legs):
         before = trials_in(run_dir / "trials.sqlite")
-        process = _started(command, run_dir, before + 16)
+        process = start_run(command, run_dir, before + 16)
         send(process.pid)
         _, err = process.communicate(timeout=120)
-        _nothing_left(process.pid)
+        assert_session_ended(process.pid, 30)
         assert process.returncode == code, (index, err)
-        assert _one_line(err).startswith(f"adaptive-eval: {words}"), (index, err)
+        assert one_error_line(err).startswith(f"adaptive-eval: {words}"), (index, err)
 
 
 @pytest.mark.slow
 def test_the_run_ends_with_its_watcher(tmp_path: Path) -> None:
     """kill -9 of the process a user launched (the watcher) used to leave the campaign running
     under pid 1, recording trials and holding the run folder's lock."""
-    command, run_dir = _slow_run(tmp_path)
-    process = _started(command, run_dir, 16)
+    command, run_dir = slow_run_command(tmp_path)
+    process = start_run(command, run_dir, 16)
     process.send_signal(signal.SIGKILL)
     _, err = process.communicate(timeout=60)
-    _nothing_left(process.pid)
-    assert "its watcher process" in _one_line(err)
+    assert_session_ended(process.pid, 30)
+    assert "its watcher process" in one_error_line(err)
     recorded = trials_in(run_dir / "trials.sqlite")
     time.sleep(2)
     assert trials_in(run_dir / "trials.sqlite") == recorded, "the run went on without its watcher"
