@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--split", type=parse_size, help="split the bundle into parts this size")
     args = parser.parse_args(argv)
-    have = read_names(args.have.read_text())
+    try:
+        have = read_names(args.have.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--have {args.have}: {error}")
     wheels = args.out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     failed = closure(args.requirement, have, wheels, pip_download, args.pin)

@@ -117,3 +117,11 @@ def test_host_lists_and_sizes_are_read_as_written() -> None:
     assert offline_bundle.parse_size("56M") == 56 * 2**20
     with pytest.raises(Exception, match="56 MB"):
         offline_bundle.parse_size("56 MB")
+
+
+def test_an_unreadable_host_list_is_one_line_naming_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as stop:
+        offline_bundle.main(["--have", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "b")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--have" in err and "nope.txt" in err and "Traceback" not in err
