@@ -119,7 +119,9 @@ def test_host_lists_and_sizes_are_read_as_written() -> None:
         offline_bundle.parse_size("56 MB")
 
 
-def test_an_unreadable_host_list_is_one_line_naming_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_host_list_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as stop:
         offline_bundle.main(["--have", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "b")])
     assert stop.value.code == 2
