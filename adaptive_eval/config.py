@@ -286,6 +286,12 @@ class BaselineConfig(_Strict):
 
 
 class ExecutionConfig(_Strict):
+    dispatch: Literal["ray", "inline"] = Field(
+        "ray",
+        description="Where workers run: 'ray' (actors on a Ray cluster, the default) or "
+        "'inline' (in this process, one batch at a time, no Ray: small campaigns, CI jobs and "
+        "benchmarks; the same loop, decisions and summary.json).",
+    )
     ray_address: str | None = Field(
         None, description="Ray cluster address; null starts a local one."
     )

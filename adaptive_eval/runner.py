@@ -17,7 +17,12 @@ from typing import IO, Any
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.cluster import RAY_LOG, ray_output_to
 from adaptive_eval.controller import Controller
-from adaptive_eval.dispatch import DispatchStats, combine_dispatch, dispatch_summary
+from adaptive_eval.dispatch import (
+    DispatchStats,
+    InlineDispatcher,
+    combine_dispatch,
+    dispatch_summary,
+)
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.progress import Progress
@@ -105,6 +110,9 @@ def _run_opened(
         )
 
         def start_workers() -> Any:
+            if execution.dispatch == "inline":
+                log.info("inline_dispatch", workers=len(campaign.plans))
+                return InlineDispatcher(campaign.plans, campaign.offsets, on_event=on_event)
             where = execution.ray_address or "a local cluster"
             if not quiet:
                 lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
@@ -112,7 +120,10 @@ def _run_opened(
             try:
                 init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
             except ClusterError as error:
-                raise ClusterError(f"{error}; Ray's output is in {run_dir / RAY_LOG}") from error
+                raise ClusterError(
+                    f"{error}; Ray's output is in {run_dir / RAY_LOG} (a small campaign can run "
+                    "without Ray: --set execution.dispatch=inline)"
+                ) from error
             return dispatcher_class(
                 campaign.plans,
                 campaign.offsets,
