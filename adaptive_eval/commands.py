@@ -403,6 +403,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         f"night {record['night']}: sampled {record['sampled']} trials, reused "
         f"{record['reused']}; {len(record['alerts'])} alert(s)"
     )
+    for line in record.get("changed") or []:
+        print(f"  {line}")
     for alert in record["alerts"]:
         print(f"  ALERT {json.dumps(alert)}")
     code: int = record["exit_code"]

@@ -6,16 +6,21 @@ what it samples. A trial is reused only where it is the very trial the campaign 
 key is
 
 - the cell: the model's identity (its config entry less execution settings and file locations,
-  the content hash of its files: scenario, replay, model folder manifest, chat template), the
+  the content hash of its files: scenario, replay, every byte of a model folder, chat template;
+  for vLLM the engine, its version, torch and CUDA, dtype and quantisation), the
   model's name (trial seeds derive from it), the dataset's content hash and prompt settings
   (template, instruction, limit), the sampling parameters, the grader, the number of rubric
   categories, the campaign seed, and the question id;
 - the trial index, whose seed is stored and checked.
 
 Changing any of these (another checkpoint, temperature, grader, rubric schema, dataset) gives new
-cells: nothing stale is reused. Rubric *weights* are not part of the key (a category does not
-depend on them). Completion texts and signals stay in each run's store; the library keeps the
-graded outcome (category, tokens, answer, reason).
+cells: nothing stale is reused. The library also keeps each model name's last identity (table
+``models``): a model whose identity changed since the library last saw it (its weights replaced in
+place, another engine version) is named in one line (:attr:`TrialLibrary.changes`, kept in the
+run's ``library_changes`` meta value, printed by ``nightly`` and in the report's provenance).
+Rubric *weights* are not part of the key (a category does not depend on them). Completion
+texts and signals stay in each run's store; the library keeps the graded outcome (category,
+tokens, answer, reason).
 
 :class:`LibraryDispatch` wraps a dispatcher: each batch is answered from the library where it
 can be, and only the missing trials go to the backend. Reused trials are recorded in the run like
@@ -46,7 +51,11 @@ CREATE TABLE IF NOT EXISTS trials (
     tokens INTEGER, prompt_tokens INTEGER, gpu_s REAL, answer TEXT, reason TEXT,
     origin TEXT NOT NULL, added_at REAL NOT NULL,
     PRIMARY KEY (cell, trial)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, identity TEXT NOT NULL,
+    seen_at REAL NOT NULL);
 """
+#: Longest value shown whole in a change line (longer ones: their first characters).
+SHOWN = 16
 
 
 def library_path(path: Path) -> Path:
@@ -72,6 +81,41 @@ def cell_descriptions(campaign: Campaign) -> list[dict[str, Any]]:
     return out
 
 
+def model_identity(description: dict[str, Any]) -> dict[str, Any]:
+    """The part of a cell description that is the model's own: its entry and its files (less
+    the dataset, which is the campaign's)."""
+    files = {k: v for k, v in description["files"].items() if k != "dataset"}
+    return {"entry": description["entry"], "files": files}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text[:SHOWN] if len(text) == 64 and text.isalnum() else text
+
+
+def describe_change(name: str, before: dict[str, Any], now: dict[str, Any]) -> str:
+    """One line naming what changed in a model's identity."""
+    parts = []
+    for section in ("files", "entry"):
+        old, new = before.get(section) or {}, now.get(section) or {}
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) == new.get(key):
+                continue
+            a, b = old.get(key), new.get(key)
+            if isinstance(a, str) and isinstance(b, str) and "; " in a + b:
+                # A description (the engine): only the parts that differ.
+                pa, pb = a.split("; "), b.split("; ")
+                a = "; ".join(x for x in pa if x not in pb)
+                b = "; ".join(x for x in pb if x not in pa)
+            parts.append(f"{key} {_shown(a)} -> {_shown(b)}")
+    return (
+        f"model {name} changed since the library last saw it ({'; '.join(parts)}): its trials "
+        "are sampled anew, none reused"
+    )
+
+
 def _hash(description: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
@@ -90,6 +134,7 @@ class TrialLibrary:
         self.names = campaign.names
         self.questions = campaign.question_ids
         models = cell_descriptions(campaign)
+        self.changes = self._note_identities(campaign.names, models)
         self.cells = [
             [_hash({**model, "question": q}) for q in campaign.question_ids] for model in models
         ]
@@ -103,6 +148,32 @@ class TrialLibrary:
                     for q, qid in enumerate(campaign.question_ids)
                 ],
             )
+
+    def _note_identities(self, names: Sequence[str], models: Sequence[dict[str, Any]]) -> list[str]:
+        """Record each model's identity; a line for each whose identity the library last saw
+        differently."""
+        changes = []
+        now = time.time()
+        with self.conn:
+            self.conn.execute("BEGIN")
+            for name, model in zip(names, models, strict=True):
+                identity = model_identity(model)
+                row = self.conn.execute(
+                    "SELECT identity FROM models WHERE name = ?", (name,)
+                ).fetchone()
+                if row is not None:
+                    try:
+                        before = json.loads(row[0])
+                    except ValueError:
+                        before = {}
+                    if before != identity:
+                        before = before if isinstance(before, dict) else {}
+                        changes.append(describe_change(name, before, identity))
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO models(name, identity, seen_at) VALUES (?, ?, ?)",
+                    (name, json.dumps(identity, sort_keys=True), now),
+                )
+        return changes
 
     def close(self) -> None:
         self.conn.close()
@@ -127,8 +198,20 @@ class TrialLibrary:
                 row = rows.get(trial) if trial is not None else None
                 usable = row is not None and row[1] == trial_seed(self.seed, name, qid, trial)
                 if usable and row is not None and trial is not None:
+                    tokens, prompt_tokens, gpu_s, answer, reason = row[3:8]
                     found.append(
-                        Trial(batch.model, item.question, trial, row[1], row[2], *row[3:8])
+                        Trial(
+                            batch.model,
+                            item.question,
+                            trial,
+                            row[1],
+                            row[2],
+                            tokens=tokens,
+                            prompt_tokens=prompt_tokens,
+                            gpu_s=gpu_s,
+                            answer=answer,
+                            reason=reason,
+                        )
                     )
                 if not usable and trial is not None and run_start is None:
                     run_start = trial
@@ -229,4 +312,7 @@ def attach(campaign: Campaign, store: TrialStore, inner: Any, origin: str) -> An
     if campaign.config.library is None:
         return inner
     path = campaign.config.resolve_path(campaign.config.library)
-    return LibraryDispatch(inner, TrialLibrary(path, campaign, origin), store)
+    library = TrialLibrary(path, campaign, origin)
+    if library.changes:  # a resume keeps the first leg's lines
+        store.set_meta(library_changes=library.changes)
+    return LibraryDispatch(inner, library, store)

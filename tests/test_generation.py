@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.backends import generation, vllm, vllm_requests, vllm_setup
+from adaptive_eval.backends import generation, model_files, vllm, vllm_requests, vllm_setup
 from adaptive_eval.backends.generation_worker import (
     Generated,
     GenerationWorker,
@@ -171,7 +171,7 @@ def test_vllm_plan_cpu_and_gpu_resources(tmp_path: Path) -> None:
     cpu = build(tmp_path, [vllm_entry(model, device="cpu", max_model_len=256)]).plans[0]
     assert cpu.actor_options == {"num_cpus": 1}
     assert cpu.num_categories == 2 and cpu.models == ("m",) and cpu.capacity is None
-    assert len(cpu.question_ids) == 20 and set(cpu.files) == {"dataset", "model"}
+    assert len(cpu.question_ids) == 20 and set(cpu.files) == {"dataset", "model_files", "engine"}
     assert cpu.load_cost_s == pytest.approx(30.0, abs=0.1)  # estimate: start-up + weights
     settings = cpu.make_worker(0).args[1]  # type: ignore[attr-defined]
     assert settings.engine_args == {"max_model_len": 256, "seed": 3, "enforce_eager": True}
@@ -215,9 +215,9 @@ def test_engine_cpus_default_values_errors_and_run_identity(tmp_path: Path) -> N
 
 def test_model_fingerprint_follows_the_folder(tmp_path: Path) -> None:
     model = fake_model(tmp_path / "m")
-    before = generation.model_dir_manifest(model)
+    before = model_files.folder_digest(model)
     (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    assert generation.model_dir_manifest(model) != before
+    assert model_files.folder_digest(model) != before
 
 
 def test_openai_plan_and_option_errors(tmp_path: Path) -> None:

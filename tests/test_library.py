@@ -128,5 +128,6 @@ def test_run_command_uses_the_library(tmp_path: Path, config_path: Path) -> None
         "reused": second["trials_used"],
         "sampled": 0,
         "saved_fraction": 1.0,
+        "changes": [],
     }
     assert ledger(tmp_path / "a") == ledger(tmp_path / "b")

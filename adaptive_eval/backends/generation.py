@@ -21,7 +21,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import get_close_matches
-from pathlib import Path
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext
@@ -298,33 +297,6 @@ def prepare_generation(
     return Prepared(setup, dataset, grader, num_cpus)
 
 
-def model_dir_manifest(path: Path) -> str:
-    """A cheap fingerprint of a model folder: config and tokenizer files' bytes plus every other
-    file's name and size (weights are not read)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    small = {
-        "config.json",
-        "generation_config.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-        "chat_template.json",
-        "special_tokens_map.json",
-    }
-    for item in sorted(path.rglob("*")):
-        if not item.is_file():
-            continue
-        rel = item.relative_to(path).as_posix()
-        digest.update(rel.encode() + b"\0")
-        if item.name in small:
-            digest.update(item.read_bytes())
-        else:
-            digest.update(str(item.stat().st_size).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
 __all__ = [
     "COMMON_OPTIONS",
     "DEFAULT_GRADER",
@@ -334,6 +306,5 @@ __all__ = [
     "Prepared",
     "feed_concurrency",
     "make_grader",
-    "model_dir_manifest",
     "prepare_generation",
 ]

@@ -62,7 +62,6 @@ from adaptive_eval.backends.generation import (
     Options,
     campaign_config,
     feed_concurrency,
-    model_dir_manifest,
     prepare_generation,
 )
 from adaptive_eval.backends.generation_worker import (
@@ -71,6 +70,7 @@ from adaptive_eval.backends.generation_worker import (
     TrialRequest,
     Window,
 )
+from adaptive_eval.backends.model_files import engine_description, folder_digest
 from adaptive_eval.backends.vllm_feed import VllmFeedEngine
 from adaptive_eval.backends.vllm_requests import convert, render_prompt, sampling_params
 from adaptive_eval.backends.vllm_setup import (
@@ -507,7 +507,12 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         engine_cpus=engine_cpus,
     )
     setup = prepared.setup
-    files = {"dataset": prepared.dataset.sha256, "model": model_dir_manifest(path)}
+    # The model's identity (library cells, the run's fingerprint): every byte of its folder
+    # (and of a separate tokenizer folder), and the engine that runs it.
+    files = {"dataset": prepared.dataset.sha256, "model_files": folder_digest(path)}
+    if tokenizer_dir.resolve() != path.resolve():
+        files["tokenizer_files"] = folder_digest(tokenizer_dir, what="tokenizer folder")
+    files["engine"] = engine_description(path, device, engine_args)
     if template_text is not None:
         import hashlib
 

