@@ -26,6 +26,7 @@ from adaptive_eval.campaign_checks import (
     plugin_spec,
 )
 from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
+from adaptive_eval.decision import DecisionCore, Limits
 from adaptive_eval.errors import InputError
 from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
@@ -82,6 +83,17 @@ class Campaign:
     @property
     def num_categories(self) -> int:
         return len(self.weights)
+
+    def decision_core(self) -> DecisionCore:
+        """The campaign's decision rules as one core (:mod:`adaptive_eval.decision`)."""
+        config = self.config
+        limits = Limits(
+            round_trials=config.policy.round_trials,
+            rounds_in_flight=config.execution.rounds_in_flight,
+            max_trials_per_question=config.policy.max_trials_per_question,
+            trial_budget=config.budget.trials,
+        )
+        return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits)
 
     def plan_of(self, model: int) -> tuple[int, BackendPlan]:
         index = int(np.searchsorted(self.offsets, model, side="right")) - 1

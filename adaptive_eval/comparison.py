@@ -40,7 +40,16 @@ from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, finger
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
-from adaptive_eval.policy import CampaignView, Goals, PairRule, StoppingRule, any_of, even_plan
+from adaptive_eval.policy import (
+    CampaignView,
+    Goals,
+    PairRule,
+    StoppingRule,
+    any_of,
+    candidate_pairs,
+    decide_pairs,
+    even_plan,
+)
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
 #: Verdicts that fix the exit code at 3 (a regression) once one is reached.
@@ -70,36 +79,22 @@ def verdicts(
     The rules see the whole campaign view with the real model indices, so a sequential rule
     keeps one state per (candidate, incumbent) pair, shared with the controller's own calls in
     the same round; under ``error_control: ranking`` each of the L - 1 comparisons gets
-    ``(1 - confidence) / (L - 1)``, so the CI gate's verdicts hold together.
+    ``(1 - confidence) / (L - 1)``, so the CI gate's verdicts hold together. The pairs are
+    decided by :func:`~adaptive_eval.policy.decide_pairs`, the ranking's own code, with the
+    candidate's pairs selected.
     """
-    for rule in rules:
-        rule.observe(view)
-    young = view.below_min()
-    out = []
-    for incumbent in range(view.num_models):
-        if incumbent == candidate:
-            continue
-        decision = None
-        if not (young[candidate] or young[incumbent]):
-            z = view.pair_z(candidate, incumbent)
-            decision = next(
-                (d for d in (rule(view, candidate, incumbent, z) for rule in rules) if d), None
-            )
-        if decision is None:
-            gap, spread = view.pair_stat(candidate, incumbent)
-            z = abs(gap) / spread if spread > 0 else 0.0
-            decision = PairDecision.undecided(candidate, incumbent, z)
-        out.append(
-            CandidateVerdict(
-                incumbent,
-                _side(decision, candidate),
-                decision.z,
-                decision.boundary,
-                decision.look,
-                getattr(decision, "reason", None),
-            )
+    decisions = decide_pairs(view, rules, candidate_pairs(candidate))
+    return [
+        CandidateVerdict(
+            decision.b if decision.a == candidate else decision.a,
+            _side(decision, candidate),
+            decision.z,
+            decision.boundary,
+            decision.look,
+            getattr(decision, "reason", None),
         )
-    return out
+        for decision in decisions
+    ]
 
 
 def boundary_at_cap(

@@ -17,8 +17,9 @@ import numpy as np
 
 from adaptive_eval.accounting import Savings, compute_savings
 from adaptive_eval.campaign import Campaign
+from adaptive_eval.decision import RoundDecision
 from adaptive_eval.errors import BackendError
-from adaptive_eval.policy import CampaignView, cap_plan, decide_pairs
+from adaptive_eval.policy import CampaignView
 from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
 from adaptive_eval.state import RunState, expand_counts, missing_items
 from adaptive_eval.stats.sequential import boundary_tables_built
@@ -28,7 +29,6 @@ from adaptive_eval.types import (
     BatchResult,
     PairDecision,
     Stop,
-    StopReason,
     Trial,
     Verdict,
     WorkItem,
@@ -42,8 +42,6 @@ SPECULATE_FROM_ROUNDS = 4
 #: decided earlier and has just become adjacent in the ranking (``decided_at_round`` says when).
 DECIDED_NOW = "decided in this round"
 BECAME_ADJACENT = "decided earlier; adjacent in the ranking from this round"
-#: Stops that more data cannot undo.
-LATCHED_STOPS = frozenset({StopReason.MAX_TRIALS, StopReason.EXHAUSTED, StopReason.INTERRUPTED})
 
 
 class DispatchPort(Protocol):
@@ -78,8 +76,9 @@ class Controller:
             campaign.prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior
         )
         self.rounds: dict[int, _Round] = {}
-        self.decisions: tuple[PairDecision, ...] = ()
-        self.stop: Stop | None = None
+        #: What decides (pairs, stop, plans): the campaign's rules, the same core the
+        #: simulator and the benchmarks run. The controller only feeds it and records.
+        self.core = campaign.decision_core()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
         # Rounds whose events (and elapsed time) were committed: a resume replays them silently.
@@ -87,7 +86,6 @@ class Controller:
         self._events: list[tuple[str, str, dict[str, Any]]] = []
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
-        self._wanted = np.ones(len(campaign.names), dtype=bool)  # models the latest plan served
         self._warmed: set[str] = set()  # phases whose first slow call (table building) was seen
         self._logged_verdicts: dict[frozenset[int], Verdict] = {}  # see _log_changes
         target = self.config.execution.prefetch_trials
@@ -216,33 +214,26 @@ class Controller:
         self.state.apply(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3], table[:, 4])
 
     def decide(self) -> None:
-        view = self.view()
         started = time.perf_counter()
         tables = boundary_tables_built()
-        decisions = decide_pairs(view, self.campaign.pair_rules)
+        outcome = self.core.decide(self.view())
         if boundary_tables_built() > tables:
             # A new error budget (Holm's step-down hands a settled pair's on) needs its
             # boundaries computed once: a warm-up, not a slow policy.
             self._warmed.discard("decide")
-        # Goal and budget stops are re-checked on every round, including those drained after
-        # the stop, so the final report never says "settled" over undecided pairs.
-        latched = self.stop is not None and self.stop.reason in LATCHED_STOPS
-        # Asked every round, latched or not: rules that test sequentially inside (compare's
-        # verdicts) then see the same looks in a run and in its offline re-read.
-        checked = self.campaign.stopping.should_stop(view, decisions)
-        stop = self.stop if latched else checked
         self._warn_if_slow("decide", started)
-        self._log_changes(decisions, stop)
-        self.decisions, self.stop = decisions, stop
+        self._log_changes(outcome)
 
     def plan(self) -> None:
         """Plan and dispatch rounds until ``rounds_in_flight`` are ahead of the posterior."""
         depth = self.config.execution.rounds_in_flight
-        while self.stop is None and len(self.state.plans) - self.state.applied_rounds < depth:
-            plan = self.allocate(self.view())
-            if plan.sum() == 0:
-                if len(self.state.plans) == self.state.applied_rounds:
-                    self.stop = self._nothing_left()
+        while len(self.state.plans) - self.state.applied_rounds < depth:
+            started, stop_before = time.perf_counter(), self.core.stop
+            in_flight = len(self.state.plans) - self.state.applied_rounds
+            plan = self.core.next_plan(self.view(), in_flight)
+            self._warn_if_slow("allocate", started)
+            if plan is None:
+                if stop_before is None and self.stop is not None:
                     self._emit("stop", reason=self.stop.reason.value, detail=self.stop.detail)
                 return
             round_index = len(self.state.plans)
@@ -270,7 +261,11 @@ class Controller:
             return
         capacity = np.broadcast_to(self.campaign.capacity[:, None], self.state.planned.shape)
         # Models the stopping rules no longer need are never planned again.
-        recent = np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0) * self._wanted[:, None]
+        wanted = self.core.wanted if self.core.wanted is not None else True
+        recent = (
+            np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0)
+            * np.asarray(wanted)[..., None]
+        )
         items = self.prefetcher.choose(recent, self.state.planned, capacity, room)
         if items:
             batches = self.batches(SPECULATIVE_ROUND, items)
@@ -279,6 +274,19 @@ class Controller:
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds
+
+    @property
+    def decisions(self) -> tuple[PairDecision, ...]:
+        """The pair decisions after the latest applied round."""
+        return self.core.decisions
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.core.stop
+
+    @stop.setter
+    def stop(self, stop: Stop | None) -> None:
+        self.core.interrupt(stop)
 
     # -- helpers --------------------------------------------------------------------------------
     @property
@@ -297,24 +305,6 @@ class Controller:
             error_control=policy.error_control,
             futility=policy.futility,
         )
-
-    def allocate(self, view: CampaignView) -> np.ndarray:
-        started = time.perf_counter()
-        needs = self.campaign.stopping.needs(view, self.decisions)
-        if needs is None:
-            needs = np.ones(view.num_models, dtype=bool)
-        self._wanted = needs | view.below_min()
-        plan = self.campaign.allocator(
-            view,
-            self.decisions,
-            self._wanted,
-            self.config.policy.round_trials,
-            self.campaign.stopping.goals(view, self.decisions),
-        )
-        budget = self.config.budget.trials
-        left = None if budget is None else budget - int(view.planned.sum())
-        self._warn_if_slow("allocate", started)
-        return cap_plan(plan, view, left)
 
     def batches(self, round_index: int, items: Iterable[WorkItem]) -> list[Batch]:
         """Pack work items into batches of at most ``batch_size`` trials, one model per batch.
@@ -345,16 +335,6 @@ class Controller:
         self._next_batch_id += 1
         return Batch(self._next_batch_id, round_index, model, tuple(items))
 
-    def _nothing_left(self) -> Stop:
-        view = self.view()
-        at_cap = view.planned.min(axis=1) >= view.capacity
-        limit = self.config.policy.max_trials_per_question
-        if (view.capacity < limit).any() and at_cap.all():
-            return Stop(StopReason.EXHAUSTED, "every replayed cell is exhausted")
-        return Stop(
-            StopReason.MAX_TRIALS, f"models still undecided are at max_trials_per_question={limit}"
-        )
-
     def savings(self) -> Savings:
         state = self.state
         return compute_savings(
@@ -376,11 +356,6 @@ class Controller:
             self.log.info("policy_warmup", phase=phase, seconds=round(spent, 4))
             return
         self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
-
-    @property
-    def wanted(self) -> np.ndarray:
-        """Models the latest plan served (the stopping rules' needs, and models below min)."""
-        return self._wanted
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:
@@ -406,13 +381,13 @@ class Controller:
         for kind, level, payload in events:
             getattr(self.log, level)(kind, round=round_index, **payload)
 
-    def _log_changes(self, decisions: tuple[PairDecision, ...], stop: Stop | None) -> None:
-        names = self.campaign.names
+    def _log_changes(self, outcome: RoundDecision) -> None:
+        names, decisions, stop = self.campaign.names, outcome.decisions, outcome.stop
         # Each pair's verdict as last logged, whether or not the pair is adjacent now: a pair
         # that left the adjacent list and came back was logged as decided twice (at rounds 29
         # and 37 of the demo), and report.html drew it twice.
         before = self._logged_verdicts
-        futile_before = {frozenset((d.a, d.b)) for d in self.decisions if d.futile}
+        futile_before = {frozenset((d.a, d.b)) for d in outcome.decisions_before if d.futile}
         changed = False
         for d in decisions:
             if d.futile and frozenset((d.a, d.b)) not in futile_before:
@@ -446,10 +421,10 @@ class Controller:
                 )
         if changed:
             self._emit("compute", level="debug", **self.savings().as_dict())
-        if stop is not None and self.stop is None:
+        if stop is not None and outcome.stop_before is None:
             self._emit("stop", reason=stop.reason.value, detail=stop.detail)
-        if stop is None and self.stop is not None:
-            self._emit("stop_withdrawn", reason=self.stop.reason.value)
+        if stop is None and outcome.stop_before is not None:
+            self._emit("stop_withdrawn", reason=outcome.stop_before.reason.value)
 
     def _trials_through(self, rounds: int | None) -> int | None:
         """Trials the campaign had recorded once ``rounds`` rounds were applied."""

@@ -291,8 +291,31 @@ def all_of(*rules: StoppingRule) -> StoppingRule:
     return AllOf(*rules)
 
 
-def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairDecision, ...]:
-    """Decisions on the adjacent pairs of the current ordering, best first.
+#: Which pairs a campaign settles, as (a, b) with a ranked above b where the rule has an order.
+PairSelector = Callable[[CampaignView], list[tuple[int, int]]]
+
+
+def adjacent_pairs(view: CampaignView) -> list[tuple[int, int]]:
+    """The adjacent pairs of the current ordering, best first (a ranking campaign)."""
+    return [(int(a), int(b)) for a, b in itertools.pairwise(view.order)]
+
+
+def candidate_pairs(candidate: int) -> PairSelector:
+    """The candidate against every other model, in model order (compare's gate)."""
+
+    def select(view: CampaignView) -> list[tuple[int, int]]:
+        return [(candidate, other) for other in range(view.num_models) if other != candidate]
+
+    return select
+
+
+def decide_pairs(
+    view: CampaignView,
+    rules: tuple[PairRule, ...],
+    pairs: PairSelector = adjacent_pairs,
+) -> tuple[PairDecision, ...]:
+    """Decisions on the selected pairs (default: the adjacent pairs of the ordering, best
+    first).
 
     A pair stays undecided until both models have ``min_trials`` on every question; otherwise
     the first rule that settles it wins. ``z`` passed to the rules, and reported for an
@@ -301,11 +324,9 @@ def decide_pairs(view: CampaignView, rules: tuple[PairRule, ...]) -> tuple[PairD
     """
     for rule in rules:
         rule.observe(view)
-    order = view.order
     young = view.below_min()
     decisions = []
-    for a, b in itertools.pairwise(order):
-        a, b = int(a), int(b)
+    for a, b in pairs(view):
         gap, spread = view.pair_stat(a, b)
         z = abs(gap) / spread if spread > 0 else 0.0
         decision = None

@@ -1,9 +1,10 @@
 """Fast in-process campaigns with known truth, for measuring decision rules and allocators.
 
 The loop is the controller's, minus I/O: rounds are planned ``rounds_in_flight`` ahead of the
-posterior, applied whole in order, and after each applied round the same
-:func:`~adaptive_eval.policy.decide_pairs`, stopping rule and allocator as a real campaign decide
-what happens next. Outcomes are drawn per round as multinomial counts from the true category
+posterior, applied whole in order, and after each applied round the campaign's decision core
+(:class:`~adaptive_eval.decision.DecisionCore`, the controller's own) decides what happens next;
+``tests/test_core_parity.py`` drives both on the same outcomes and finds them equal round by
+round. Outcomes are drawn per round as multinomial counts from the true category
 probabilities, so thousands of seeded campaigns run in minutes (``benchmarks/sequential.py``).
 """
 
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule, cap_plan
-from adaptive_eval.policy import decide_pairs as _decide
+from adaptive_eval.decision import DecisionCore, Limits
+from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.state import RunState
-from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
+from adaptive_eval.types import PairDecision, Stop, Verdict
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class SimPolicy:
     max_trials: int = 400
     round_trials: int = 256
     rounds_in_flight: int = 2
+    trial_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class SimResult:
     estimate_se: np.ndarray
     mu: np.ndarray  # Bayes@N under the policy's bayes_prior
     counts: np.ndarray  # (L, M, K) observed category counts
+    plans: tuple[np.ndarray, ...] = ()  # each round's (L, M) plan, in round order
 
     @property
     def total_trials(self) -> int:
@@ -101,14 +104,28 @@ def replay_sampler(outcomes: np.ndarray, num_categories: int) -> Sampler:
     return draw
 
 
+def core_of(policy: SimPolicy) -> DecisionCore:
+    """The campaign's decision core for ``policy``, with fresh rules: the same core the
+    controller runs (:class:`~adaptive_eval.decision.DecisionCore`)."""
+    limits = Limits(
+        policy.round_trials, policy.rounds_in_flight, policy.max_trials, policy.trial_budget
+    )
+    return DecisionCore(policy.make_rules(), policy.stopping, policy.allocator, limits)
+
+
 def simulate(
     truth: Truth, policy: SimPolicy, rng: np.random.Generator, sampler: Sampler | None = None
 ) -> SimResult:
+    """One campaign to its stop: the controller's loop with its I/O replaced by ``sampler``.
+
+    Rounds are planned ``rounds_in_flight`` ahead of the posterior, applied whole in order, and
+    after each applied round the decision core decides and plans, as in the controller.
+    """
     num_models = truth.shape[0]
     prior = np.ones(truth.probs.shape)
     state = RunState(prior, truth.weights, policy.pooled_variance, policy.bayes_prior)
     capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
-    rules = policy.make_rules()
+    core = core_of(policy)
     names = truth.names or tuple(f"m{i}" for i in range(num_models))
 
     def view() -> CampaignView:
@@ -123,38 +140,14 @@ def simulate(
             futility=policy.futility,
         )
 
-    decisions: tuple[PairDecision, ...] = ()
-    stop: Stop | None = None
-
-    def decide() -> None:
-        nonlocal decisions, stop
-        current = view()
-        decisions = _decide(current, rules)
-        if stop is None or stop.reason is not StopReason.MAX_TRIALS:
-            stop = policy.stopping.should_stop(current, decisions)
-
     def plan_ahead() -> None:
-        nonlocal stop
-        while stop is None and len(state.plans) - state.applied_rounds < policy.rounds_in_flight:
-            current = view()
-            needs = policy.stopping.needs(current, decisions)
-            if needs is None:
-                needs = np.ones(num_models, dtype=bool)
-            plan = policy.allocator(
-                current,
-                decisions,
-                needs | current.below_min(),
-                policy.round_trials,
-                policy.stopping.goals(current, decisions),
-            )
-            plan = cap_plan(plan, current, None)
-            if plan.sum() == 0:
-                if len(state.plans) == state.applied_rounds:
-                    stop = Stop(StopReason.MAX_TRIALS, "nothing left to sample")
+        while len(state.plans) - state.applied_rounds < policy.rounds_in_flight:
+            plan = core.next_plan(view(), len(state.plans) - state.applied_rounds)
+            if plan is None:
                 return
             state.add_plan(plan)
 
-    decide()
+    core.decide(view())
     plan_ahead()
     while state.applied_rounds < len(state.plans):
         plan = state.plans[state.applied_rounds]
@@ -162,19 +155,20 @@ def simulate(
             state.apply_counts(rng.multinomial(plan, truth.probs))
         else:
             state.apply_counts(sampler(plan, state.trials, rng))
-        decide()
+        core.decide(view())
         plan_ahead()
     theta, se, _ = state.estimate()
     mu, _ = state.moments()
     return SimResult(
-        decisions,
+        core.decisions,
         state.trials.copy(),
-        stop,
+        core.stop,
         state.applied_rounds,
         theta,
         se,
         mu,
         state.counts.copy(),
+        tuple(state.plans),
     )
 
 

@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "policies, backends and grading",
         (
             "adaptive_eval.policy",
+            "adaptive_eval.decision",
             "adaptive_eval.state",
             "adaptive_eval.noninferiority",
             "adaptive_eval.prefetch",
