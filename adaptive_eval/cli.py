@@ -157,9 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--prior-key", default="outcomes", help="array name in the prior npz (default outcomes)"
     )
     score.add_argument(
-        "--confidence", type=float, default=0.95, help="credible-interval level (default 0.95)"
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="level of the rank groups (and of Bayes@N's interval in --json; default 0.95)",
     )
     score.add_argument("--k", help="comma-separated k for Pass@k (default 1)")
+    score.add_argument(
+        "--first-n",
+        action="store_true",
+        help="an export: score only the first N trials of every cell ('outcomes'), not every "
+        "recorded trial ('recorded')",
+    )
     score.add_argument("--json", action="store_true", help="print the scores as JSON")
     score.set_defaults(func=cmd_score)
     imp = sub.add_parser(

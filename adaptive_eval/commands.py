@@ -247,6 +247,11 @@ def cmd_completions(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old
+#: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored).
+SCORE_SCHEMA_VERSION = 2
+
+
 def score_tensor(
     outcomes: np.ndarray,
     names: Sequence[str],
@@ -254,35 +259,68 @@ def score_tensor(
     prior: np.ndarray | None,
     confidence: float,
     ks: Sequence[int],
+    *,
+    dense: np.ndarray | None = None,
+    which: str = "all trials",
 ) -> dict[str, Any]:
-    """Bayes@N, avg@N and Pass@k of a recorded (L, M, N) tensor, and both rankings."""
-    from adaptive_eval import stats
+    """The unbiased score of a recorded (L, M, N) tensor first, then avg@N, Bayes@N and
+    Pass@k. ``outcomes`` may be ragged (``-1`` where a trial was not sampled, as export's
+    ``recorded``): every recorded trial counts. Pass@k needs the same N in every cell: it is
+    computed on ``dense`` (default ``outcomes``).
 
-    num_trials = outcomes.shape[2]
-    mu, sigma = stats.bayes(outcomes, weights, prior)
+    The score is the mean over questions of each question's observed mean (what a campaign's
+    summary leads with, and ranks by); its rank groups are the models whose scores are within
+    ``z_{(1+c)/2}`` standard errors of each other. Bayes@N (uniform prior, or ``prior``)
+    follows for reference, with its credible interval under ``ci_low``, ``ci_high`` in the JSON
+    only.
+    """
+    from adaptive_eval import stats
+    from adaptive_eval.stats.sequential import empirical_estimate
+
+    num_categories = len(weights)
+    counts = np.zeros((*outcomes.shape[:2], num_categories), dtype=np.int64)
+    for k in range(num_categories):
+        counts[..., k] = (outcomes == k).sum(axis=2)
+    n0 = stats.prior_counts(None, outcomes.shape[1], num_categories)
+    if prior is not None:
+        n0 = stats.counts_from_outcomes(prior, num_categories).astype(np.float64) + 1.0
+    nu = counts + n0
+    score, score_se = empirical_estimate(counts, nu, weights)
+    mu, sigma = stats.posterior_moments(nu, weights)
     low, high = stats.credible_interval(mu, sigma, confidence)
-    avg = stats.avg_at_n(outcomes, weights)
-    correct = weights[outcomes] == weights.max()
-    ranks = stats.rank_with_ties(mu, sigma, stats.z_threshold(confidence))
-    plain = stats.rank_no_ties(mu)
+    trials = counts.sum(axis=2)
+    avg = (counts @ weights).sum(axis=1) / np.maximum(trials.sum(axis=1), 1)
+    dense = outcomes if dense is None else dense
+    correct = weights[np.clip(dense, 0, None)] == weights.max()
+    ranks = stats.rank_with_ties(score, score_se, stats.z_threshold(confidence))
+    plain = stats.rank_no_ties(score)
     rows = []
-    for i in np.argsort(-mu, kind="stable"):
+    for i in np.argsort(-score, kind="stable"):
         row: dict[str, Any] = {
             "name": names[i],
+            "rank": int(ranks[i]),
+            "rank_no_ties": int(plain[i]),
+            "score": float(score[i]),
+            "score_se": float(score_se[i]),
+            "trials": int(trials[i].sum()),
+            "avg@N": float(avg[i]),
+            "bayes_mu": float(mu[i]),
+            "bayes_sigma": float(sigma[i]),
             "mu": float(mu[i]),
             "sigma": float(sigma[i]),
             "ci_low": float(low[i]),
             "ci_high": float(high[i]),
-            "avg@N": float(avg[i]),
-            "rank": int(ranks[i]),
-            "rank_no_ties": int(plain[i]),
         }
         for k in ks:
             row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
         rows.append(row)
     return {
-        "trials_per_question": num_trials,
+        "schema_version": SCORE_SCHEMA_VERSION,
+        "trials": which,
+        "trials_per_question": int(dense.shape[2]),
         "confidence": confidence,
+        "statistic": "score: the mean over questions of each question's observed mean "
+        "(unbiased); rank groups: scores within z_(1+c)/2 standard errors share a rank",
         "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
         "models": rows,
     }
@@ -295,14 +333,36 @@ def cmd_score(args: argparse.Namespace) -> int:
     outcomes = file.get(args.key, ndim=3, kind="i").astype(np.int64)
     num_models, _, num_trials = outcomes.shape
     names = file.names("models", num_models, "model-")
-    weights = np.asarray(parse_floats(args.weights, "--weights") if args.weights else [0.0, 1.0])
+    if args.weights is not None:
+        weights = np.asarray(parse_floats(args.weights, "--weights"))
+    else:
+        weights = np.asarray([0.0, 1.0])
     check_categories(outcomes, len(weights), file=file, name=args.key)
-    if weights.max() == weights.min():
-        raise InputError(f"--weights are all {weights[0]:g}: every model would score the same")
-    if args.weights and outcomes.size and int(outcomes.max()) < len(weights) - 1:
+    if len(weights) < 2 or weights.max() == weights.min():
+        raise InputError(
+            f"--weights {args.weights!r}: give at least two different weights (every model "
+            "would score the same)"
+        )
+    scored = outcomes
+    which = f"all trials ({args.key!r}, N = {num_trials} in every cell)"
+    if args.key == "outcomes" and file.has("recorded") and not args.first_n:
+        # An export: 'outcomes' is the dense prefix; 'recorded' holds every trial (-1: none).
+        scored = file.get("recorded", ndim=3, kind="i").astype(np.int64)
+        if scored.shape[:2] != outcomes.shape[:2] or scored.shape[2] < num_trials:
+            raise file.error(
+                "recorded", f"shape {scored.shape} does not extend outcomes {outcomes.shape}"
+            )
+        if scored.size and (int(scored.min()) < -1 or int(scored.max()) >= len(weights)):
+            raise file.error(
+                "recorded", f"holds values outside -1..{len(weights) - 1} (-1: not sampled)"
+            )
+        which = "all recorded trials ('recorded', ragged)"
+    elif file.has("recorded") and args.key == "outcomes":
+        which = f"the first N = {num_trials} trials of every cell ('outcomes', --first-n)"
+    if args.weights and outcomes.size and int(scored.max()) < len(weights) - 1:
         raise InputError(
             f"--weights gives {len(weights)} categories (0..{len(weights) - 1}) but "
-            f"{args.key} only uses 0..{int(outcomes.max())}; give one weight per category "
+            f"{args.key} only uses 0..{int(scored.max())}; give one weight per category "
             "of the data"
         )
     prior = None
@@ -315,28 +375,47 @@ def cmd_score(args: argparse.Namespace) -> int:
                 args.prior_key,
                 f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}",
             )
-    ks = parse_ints(args.k, "--k") if args.k else [1]
+        if prior.ndim == 3 and prior.shape[0] != num_models:
+            raise prior_file.error(
+                args.prior_key, f"has {prior.shape[0]} models, the outcomes have {num_models}"
+            )
+    ks = parse_ints(args.k, "--k") if args.k is not None else [1]
     bad = [k for k in ks if not 1 <= k <= num_trials]
     if bad:
         raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
     if not 0.5 < args.confidence < 1:
         raise InputError(f"--confidence must be in (0.5, 1), got {args.confidence}")
-    result = score_tensor(outcomes, names, weights, prior, args.confidence, ks)
+    result = score_tensor(
+        scored, names, weights, prior, args.confidence, ks, dense=outcomes, which=which
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    width = max(24, *(len(name) for name in names))
     head = (
-        f"{'rank':>4} {'(no CI)':>7}  {'model':<24} {'mu':>7} {'sigma':>7} {'CI':>19} "
-        f"{'avg@N':>7}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+        f"{'rank':>4} {'(no ties)':>9}  {'model':<{width}} {'score':>7} {'se':>7} "
+        f"{'trials':>7} {'avg':>7} {'Bayes@N':>8}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
     )
-    print(f"Bayes@{num_trials} ({result['prior']} prior, {args.confidence:.0%} CI)\n{head}")
+    print(
+        f"score of {which}: the mean over questions of each question's observed mean "
+        f"(unbiased); models within z = {stats_z(args.confidence):.2f} se share a rank; "
+        f"Bayes@N ({result['prior']} prior) for reference; pass@k over the first N = "
+        f"{num_trials}\n{head}"
+    )
     for row in result["models"]:
         print(
-            f"{row['rank']:>4} {row['rank_no_ties']:>7}  {row['name']:<24} {row['mu']:7.4f} "
-            f"{row['sigma']:7.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}] "
-            f"{row['avg@N']:7.4f}" + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
+            f"{row['rank']:>4} {row['rank_no_ties']:>9}  {row['name']:<{width}} "
+            f"{row['score']:7.4f} {row['score_se']:7.4f} {row['trials']:>7} "
+            f"{row['avg@N']:7.4f} {row['bayes_mu']:8.4f}"
+            + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
         )
     return 0
+
+
+def stats_z(confidence: float) -> float:
+    from adaptive_eval import stats
+
+    return float(stats.z_threshold(confidence))
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -365,8 +444,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     exported = export_run(Path(args.run_dir), out)
     print(
         f"wrote {out}: outcomes {exported.shape} (the first N = {exported.shape[2]} trials of "
-        f"every cell; cells hold {exported.fewest}..{exported.most}); {exported.dropped} later "
-        "trial(s) kept only in 'recorded' (-1 = not sampled)"
+        f"every cell; cells hold {exported.fewest}..{exported.most}); all "
+        f"{exported.recorded} trials in 'recorded' (-1 = not sampled), which `adaptive-eval "
+        f"score` scores (--first-n: only the first N; replay reads 'outcomes')"
     )
     return 0
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from adaptive_eval.rundir import package_versions
+from adaptive_eval import rundir
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
@@ -109,7 +109,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
         },
         "packages": packages if isinstance(packages, dict) else None,
         "packages_later": later if isinstance(later, list) and later else None,
-        "report_build": package_versions(),
+        "report_build": rundir.package_versions(),
     }
 
 

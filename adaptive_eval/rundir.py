@@ -102,7 +102,7 @@ MAX_CHANGES_SHOWN = 5
 
 
 def open_run_dir(
-    campaign: Campaign, run_dir: Path, *, recover: bool = False
+    campaign: Campaign, run_dir: Path, *, recover: bool = False, leg: bool | None = None
 ) -> tuple[TrialStore, str, bool]:
     """Open or create the store; refuse a directory that holds another campaign.
 
@@ -111,16 +111,24 @@ def open_run_dir(
     ``recover`` (a resume): then the rounds whose digests verify are kept, the rest is sampled
     again (:mod:`adaptive_eval.recovery`), and the salvaged store is opened and checked anew.
     Damage found on open or by any check after it (a page that cannot be read) is salvaged.
+
+    ``leg``: this open samples (a run or its resume, not a report), so the packages it runs
+    under are recorded (:func:`record_packages`); by default, where it may ``recover``, which
+    only a run asks for. A new store always records them.
     """
+    leg = recover if leg is None else leg
     try:
-        return _open_run_dir(campaign, run_dir)
+        opened = _open_run_dir(campaign, run_dir)
     except CorruptStore:
         if not recover:
             raise
-    note = _recover(campaign, run_dir)
-    store, campaign_id, resumed = _open_run_dir(campaign, run_dir)
-    store.notes.insert(0, ("store_recovered", note))
-    return store, campaign_id, resumed
+        note = _recover(campaign, run_dir)
+        opened = _open_run_dir(campaign, run_dir)
+        opened[0].notes.insert(0, ("store_recovered", note))
+    store, _, resumed = opened
+    if leg or not resumed:
+        record_packages(store)
+    return opened
 
 
 def _check_chain(store: TrialStore) -> None:
@@ -244,7 +252,6 @@ def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, b
             questions=list(campaign.question_ids),
             limits=config.limits(),
         )
-        record_packages(store)
         _write_config_copy(config, run_dir)
         return store, campaign_id, False
     changes = _identity_changes(store.get_meta("identity"), identity)
@@ -269,7 +276,6 @@ def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, b
         store.close()
         raise
     _record_limits(store, config, run_dir)
-    record_packages(store)
     return store, str(store.get_meta("campaign_id")), True
 
 

@@ -58,7 +58,10 @@ def test_score_prints_bayes_avg_pass_and_both_rankings(tensor: Path, capsys) -> 
     assert ranks in ([1, 1, 2], [1, 2, 3])
     assert main(["score", str(tensor), "--k", "2"]) == 0
     text = capsys.readouterr().out
-    assert "Bayes@16" in text and "pass@2" in text
+    assert "Bayes@N" in text and "pass@2" in text
+    # The unbiased score leads (issue 29): with N trials in every cell it is avg@N.
+    for i, name in enumerate("abc"):
+        assert by_name[name]["score"] == pytest.approx(outcomes[i].mean())
 
 
 def test_score_with_prior_and_weights(tmp_path: Path, tensor: Path, capsys) -> None:

@@ -11,8 +11,8 @@ Layout of the history folder::
 
 Each night re-uses the library, so only what is new is sampled: new checkpoints (a model any
 byte of whose folder changed, or whose engine version, dtype or quantisation changed, has new
-library cells, and the night names it in one line), new questions (a changed dataset), cells below what the
-campaign's rules want. A night then checks itself against the previous night:
+library cells, and the night names it in one line), new questions (a changed dataset), cells
+below what the campaign's rules want. A night then checks itself against the previous night:
 
 - ``score_drop``: a model (by name) whose score went down, decided by the campaign's own pair
   rules (``campaign.pair_rules`` via :func:`~adaptive_eval.policy.decide_pairs`) on a two-model

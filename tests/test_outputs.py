@@ -1,0 +1,118 @@
+"""Outputs other tools read (issue 29, section 2): summary.json's version, the run's own
+provenance, no "95% credible" interval beside the lead score, score and export on all trials."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+from adaptive_eval import rundir
+from adaptive_eval.cli import main
+from adaptive_eval.store import TrialStore
+from adaptive_eval.summary import SCHEMA_VERSION
+from adaptive_eval.workflows.report import report_run
+
+SCORES = [0.25, 0.45, 0.47, 0.7]
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> tuple[Path, Path]:
+    """(config, run folder) of a finished in-process campaign."""
+    write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_inline(load(config), tmp_path / "run")
+    return config, tmp_path / "run"
+
+
+def test_summary_json_leads_with_its_schema_version(run: tuple[Path, Path]) -> None:
+    config, run_dir = run
+    report_run(load(config), run_dir)
+    text = (run_dir / "summary.json").read_text()
+    summary = json.loads(text)
+    assert next(iter(summary)) == "schema_version" and summary["schema_version"] == SCHEMA_VERSION
+    assert "not a confidence interval" in summary["bayes"]["credible_interval"]
+
+
+def test_report_keeps_the_runs_packages_and_states_its_own_build_apart(
+    run: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, run_dir = run
+    recorded = report_run(load(config), run_dir)["provenance"]["packages"]
+    assert recorded["numpy"] and recorded == rundir.package_versions()
+    # Later, another environment (vllm installed, another numpy) rebuilds the report.
+    monkeypatch.setattr(
+        rundir, "package_versions", lambda: {**recorded, "numpy": "9.9", "vllm": "0.99"}
+    )
+    provenance = report_run(load(config), run_dir)["provenance"]
+    assert provenance["packages"] == recorded  # what the run used, not today's
+    assert provenance["packages_later"] is None  # a report is not a resume
+    assert provenance["report_build"]["numpy"] == "9.9"
+    text = (run_dir / "report.md").read_text()
+    used = text.split("Packages the run used: ")[1].splitlines()[0]
+    assert f"numpy {recorded['numpy']}," in used and "9.9" not in used
+    assert "This report was written by: " in text and "numpy 9.9" in text
+    assert "vllm 0.99" not in used
+
+
+def test_report_reads_a_run_folder_written_before_versions_were_kept(
+    run: tuple[Path, Path],
+) -> None:
+    config, run_dir = run
+    store = TrialStore(run_dir)
+    try:
+        store.conn.execute("DELETE FROM meta WHERE key = 'packages'")
+    finally:
+        store.close()
+    # A summary.json of schema version 1 (no version, Bayes@N as mu / sigma / ci_*).
+    old = {"name": "x", "models": [{"name": "model-0", "mu": 0.3, "sigma": 0.1, "rank": 1}]}
+    (run_dir / "summary.json").write_text(json.dumps(old))
+    summary = report_run(load(config), run_dir)
+    assert summary["schema_version"] == SCHEMA_VERSION
+    assert summary["provenance"]["packages"] is None
+    assert "Packages the run used: not recorded" in (run_dir / "report.md").read_text()
+
+
+def test_no_credible_interval_in_tables_or_headlines(run: tuple[Path, Path]) -> None:
+    config, run_dir = run
+    report_run(load(config), run_dir)
+    for page in ("report.md", "report.html"):
+        text = (run_dir / page).read_text().replace(str(run_dir.parent), "DIR")
+        assert "credible" not in text, page
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {"bayes_low", "bayes_high"} <= set(summary["models"][0])  # kept, named in "bayes"
+
+
+def scored(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["score", *args, "--json"]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_export_then_score_gives_the_runs_scores_from_all_trials(
+    run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    out = tmp_path / "e.npz"
+    assert main(["export", str(run_dir), "--out", str(out)]) == 0
+    result = scored(capsys, str(out))
+    assert result["trials"] == "all recorded trials ('recorded', ragged)"
+    got = {m["name"]: m for m in result["models"]}
+    for model in summary["models"]:
+        assert got[model["name"]]["score"] == pytest.approx(model["score"], abs=1e-12)
+    assert [m["name"] for m in result["models"]] == [m["name"] for m in summary["models"]]
+    # The dense prefix, on request, and said so.
+    first = scored(capsys, str(out), "--first-n")
+    assert first["trials"].startswith("the first N = ")
+    # The console table leads with the score and shows no credible interval.
+    capsys.readouterr()
+    assert main(["score", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "credible" not in text and "CI" not in text
+    assert text.splitlines()[1].split()[:4] == ["rank", "(no", "ties)", "model"]
+    assert "score" in text.splitlines()[1]
