@@ -241,7 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
         "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
     )
     export.add_argument("run_dir", help="run folder")
-    export.add_argument("--out", required=True, help="npz to write")
+    export.add_argument(
+        "--out", required=True, help="npz to write (--format eee: the folder to write into)"
+    )
+    export.add_argument(
+        "--format",
+        choices=("npz", "eee"),
+        default="npz",
+        help="npz: the outcome tensor replay and score read (default); eee: Every Eval Ever "
+        "aggregate and instance records (schema 0.3.0)",
+    )
     export.set_defaults(func=cmd_export)
     commands = "\n".join(
         f"  {action.dest:<12} {action.help}"

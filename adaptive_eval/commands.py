@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -247,175 +246,23 @@ def cmd_completions(args: argparse.Namespace) -> int:
     return 0
 
 
-#: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old
-#: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored).
-SCORE_SCHEMA_VERSION = 2
-
-
-def score_tensor(
-    outcomes: np.ndarray,
-    names: Sequence[str],
-    weights: np.ndarray,
-    prior: np.ndarray | None,
-    confidence: float,
-    ks: Sequence[int],
-    *,
-    dense: np.ndarray | None = None,
-    which: str = "all trials",
-) -> dict[str, Any]:
-    """The unbiased score of a recorded (L, M, N) tensor first, then avg@N, Bayes@N and
-    Pass@k. ``outcomes`` may be ragged (``-1`` where a trial was not sampled, as export's
-    ``recorded``): every recorded trial counts. Pass@k needs the same N in every cell: it is
-    computed on ``dense`` (default ``outcomes``).
-
-    The score is the mean over questions of each question's observed mean (what a campaign's
-    summary leads with, and ranks by); its rank groups are the models whose scores are within
-    ``z_{(1+c)/2}`` standard errors of each other. Bayes@N (uniform prior, or ``prior``)
-    follows for reference, with its credible interval under ``ci_low``, ``ci_high`` in the JSON
-    only.
-    """
-    from adaptive_eval import stats
-    from adaptive_eval.stats.sequential import empirical_estimate
-
-    num_categories = len(weights)
-    counts = np.zeros((*outcomes.shape[:2], num_categories), dtype=np.int64)
-    for k in range(num_categories):
-        counts[..., k] = (outcomes == k).sum(axis=2)
-    n0 = stats.prior_counts(None, outcomes.shape[1], num_categories)
-    if prior is not None:
-        n0 = stats.counts_from_outcomes(prior, num_categories).astype(np.float64) + 1.0
-    nu = counts + n0
-    score, score_se = empirical_estimate(counts, nu, weights)
-    mu, sigma = stats.posterior_moments(nu, weights)
-    low, high = stats.credible_interval(mu, sigma, confidence)
-    trials = counts.sum(axis=2)
-    avg = (counts @ weights).sum(axis=1) / np.maximum(trials.sum(axis=1), 1)
-    dense = outcomes if dense is None else dense
-    correct = weights[np.clip(dense, 0, None)] == weights.max()
-    ranks = stats.rank_with_ties(score, score_se, stats.z_threshold(confidence))
-    plain = stats.rank_no_ties(score)
-    rows = []
-    for i in np.argsort(-score, kind="stable"):
-        row: dict[str, Any] = {
-            "name": names[i],
-            "rank": int(ranks[i]),
-            "rank_no_ties": int(plain[i]),
-            "score": float(score[i]),
-            "score_se": float(score_se[i]),
-            "trials": int(trials[i].sum()),
-            "avg@N": float(avg[i]),
-            "bayes_mu": float(mu[i]),
-            "bayes_sigma": float(sigma[i]),
-            "mu": float(mu[i]),
-            "sigma": float(sigma[i]),
-            "ci_low": float(low[i]),
-            "ci_high": float(high[i]),
-        }
-        for k in ks:
-            row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
-        rows.append(row)
-    return {
-        "schema_version": SCORE_SCHEMA_VERSION,
-        "trials": which,
-        "trials_per_question": int(dense.shape[2]),
-        "confidence": confidence,
-        "statistic": "score: the mean over questions of each question's observed mean "
-        "(unbiased); rank groups: scores within z_(1+c)/2 standard errors share a rank",
-        "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
-        "models": rows,
-    }
-
-
 def cmd_score(args: argparse.Namespace) -> int:
-    from adaptive_eval.npzio import NpzFile, check_categories
+    from adaptive_eval.workflows.score import render_score, score_npz
 
-    file = NpzFile(args.file)
-    outcomes = file.get(args.key, ndim=3, kind="i").astype(np.int64)
-    num_models, _, num_trials = outcomes.shape
-    names = file.names("models", num_models, "model-")
-    if args.weights is not None:
-        weights = np.asarray(parse_floats(args.weights, "--weights"))
-    else:
-        weights = np.asarray([0.0, 1.0])
-    check_categories(outcomes, len(weights), file=file, name=args.key)
-    if len(weights) < 2 or weights.max() == weights.min():
-        raise InputError(
-            f"--weights {args.weights!r}: give at least two different weights (every model "
-            "would score the same)"
-        )
-    scored = outcomes
-    which = f"all trials ({args.key!r}, N = {num_trials} in every cell)"
-    if args.key == "outcomes" and file.has("recorded") and not args.first_n:
-        # An export: 'outcomes' is the dense prefix; 'recorded' holds every trial (-1: none).
-        scored = file.get("recorded", ndim=3, kind="i").astype(np.int64)
-        if scored.shape[:2] != outcomes.shape[:2] or scored.shape[2] < num_trials:
-            raise file.error(
-                "recorded", f"shape {scored.shape} does not extend outcomes {outcomes.shape}"
-            )
-        if scored.size and (int(scored.min()) < -1 or int(scored.max()) >= len(weights)):
-            raise file.error(
-                "recorded", f"holds values outside -1..{len(weights) - 1} (-1: not sampled)"
-            )
-        which = "all recorded trials ('recorded', ragged)"
-    elif file.has("recorded") and args.key == "outcomes":
-        which = f"the first N = {num_trials} trials of every cell ('outcomes', --first-n)"
-    if args.weights and outcomes.size and int(scored.max()) < len(weights) - 1:
-        raise InputError(
-            f"--weights gives {len(weights)} categories (0..{len(weights) - 1}) but "
-            f"{args.key} only uses 0..{int(scored.max())}; give one weight per category "
-            "of the data"
-        )
-    prior = None
-    if args.prior:
-        prior_file = NpzFile(args.prior)
-        prior = prior_file.get(args.prior_key, ndim=(2, 3), kind="i").astype(np.int64)
-        check_categories(prior, len(weights), file=prior_file, name=args.prior_key)
-        if prior.shape[-2] != outcomes.shape[1]:
-            raise prior_file.error(
-                args.prior_key,
-                f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}",
-            )
-        if prior.ndim == 3 and prior.shape[0] != num_models:
-            raise prior_file.error(
-                args.prior_key, f"has {prior.shape[0]} models, the outcomes have {num_models}"
-            )
+    weights = parse_floats(args.weights, "--weights") if args.weights is not None else None
     ks = parse_ints(args.k, "--k") if args.k is not None else [1]
-    bad = [k for k in ks if not 1 <= k <= num_trials]
-    if bad:
-        raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
-    if not 0.5 < args.confidence < 1:
-        raise InputError(f"--confidence must be in (0.5, 1), got {args.confidence}")
-    result = score_tensor(
-        scored, names, weights, prior, args.confidence, ks, dense=outcomes, which=which
+    result = score_npz(
+        Path(args.file),
+        key=args.key,
+        weights=weights,
+        prior_path=Path(args.prior) if args.prior else None,
+        prior_key=args.prior_key,
+        confidence=args.confidence,
+        ks=ks,
+        first_n=args.first_n,
     )
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    width = max(24, *(len(name) for name in names))
-    head = (
-        f"{'rank':>4} {'(no ties)':>9}  {'model':<{width}} {'score':>7} {'se':>7} "
-        f"{'trials':>7} {'avg':>7} {'Bayes@N':>8}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
-    )
-    print(
-        f"score of {which}: the mean over questions of each question's observed mean "
-        f"(unbiased); models within z = {stats_z(args.confidence):.2f} se share a rank; "
-        f"Bayes@N ({result['prior']} prior) for reference; pass@k over the first N = "
-        f"{num_trials}\n{head}"
-    )
-    for row in result["models"]:
-        print(
-            f"{row['rank']:>4} {row['rank_no_ties']:>9}  {row['name']:<{width}} "
-            f"{row['score']:7.4f} {row['score_se']:7.4f} {row['trials']:>7} "
-            f"{row['avg@N']:7.4f} {row['bayes_mu']:8.4f}"
-            + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
-        )
+    print(json.dumps(result, indent=2) if args.json else render_score(result, ks))
     return 0
-
-
-def stats_z(confidence: float) -> float:
-    from adaptive_eval import stats
-
-    return float(stats.z_threshold(confidence))
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -440,6 +287,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from adaptive_eval.workflows.export import export_run
 
+    if args.format == "eee":
+        from adaptive_eval.workflows.eee import export_eee
+
+        written = export_eee(Path(args.run_dir), Path(args.out))
+        print(
+            f"wrote {len(written)} Every Eval Ever record(s) under {Path(args.out) / 'data'} "
+            "(each model's unbiased score over every recorded trial, and one instance line per "
+            "trial beside it)"
+        )
+        return 0
     out = npz_out(args.out)
     exported = export_run(Path(args.run_dir), out)
     print(

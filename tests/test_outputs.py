@@ -116,3 +116,36 @@ def test_export_then_score_gives_the_runs_scores_from_all_trials(
     assert "credible" not in text and "CI" not in text
     assert text.splitlines()[1].split()[:4] == ["rank", "(no", "ties)", "model"]
     assert "score" in text.splitlines()[1]
+
+
+def test_export_to_every_eval_ever_validates_against_its_schema(
+    run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")  # installed with ray
+    schemas = Path(__file__).parent / "data" / "every_eval_ever"
+    aggregate = jsonschema.Draft7Validator(json.loads((schemas / "eval.schema.json").read_text()))
+    instance = jsonschema.Draft7Validator(
+        json.loads((schemas / "instance_level_eval.schema.json").read_text())
+    )
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    out = tmp_path / "eee"
+    assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0
+    records = sorted(out.glob("data/*/*/*/*.json"))
+    assert len(records) == len(SCORES)
+    by_name = {m["name"]: m for m in summary["models"]}
+    for path in records:
+        record = json.loads(path.read_text())
+        aggregate.validate(record)
+        model = by_name[record["model_info"]["name"]]
+        (result,) = record["evaluation_results"]
+        assert result["score_details"]["score"] == model["score"]  # the unbiased score
+        assert result["score_details"]["uncertainty"]["num_samples"] == model["trials"]
+        samples = out / record["detailed_evaluation_results"]["file_path"]
+        lines = samples.read_text().splitlines()
+        assert len(lines) == model["trials"] == record["detailed_evaluation_results"]["total_rows"]
+        for line in lines:
+            instance.validate(json.loads(line))
+    # Exporting again rewrites the same files.
+    assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0
+    assert sorted(out.glob("data/*/*/*/*.json")) == records

@@ -1,0 +1,189 @@
+"""``adaptive-eval score FILE.npz``: score a recorded outcome tensor offline.
+
+The unbiased score leads, as in every other output, over every recorded trial: an export's
+``recorded`` (ragged, ``-1`` where a trial was not drawn) unless ``--first-n`` asks for its
+dense ``outcomes``; the first line says which trials were scored. Bayes@N, avg and pass@k follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval.errors import InputError
+from adaptive_eval.npzio import NpzFile, check_categories
+
+#: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old
+#: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored).
+SCORE_SCHEMA_VERSION = 2
+
+
+def score_tensor(
+    outcomes: np.ndarray,
+    names: Sequence[str],
+    weights: np.ndarray,
+    prior: np.ndarray | None,
+    confidence: float,
+    ks: Sequence[int],
+    *,
+    dense: np.ndarray | None = None,
+    which: str = "all trials",
+) -> dict[str, Any]:
+    """The unbiased score of a recorded (L, M, N) tensor first, then avg@N, Bayes@N and
+    Pass@k. ``outcomes`` may be ragged (``-1`` where a trial was not sampled, as export's
+    ``recorded``): every recorded trial counts. Pass@k needs the same N in every cell: it is
+    computed on ``dense`` (default ``outcomes``).
+
+    The score is the mean over questions of each question's observed mean (what a campaign's
+    summary leads with, and ranks by); its rank groups are the models whose scores are within
+    ``z_{(1+c)/2}`` standard errors of each other. Bayes@N (uniform prior, or ``prior``)
+    follows for reference, with its credible interval under ``ci_low``, ``ci_high`` in the JSON
+    only.
+    """
+    from adaptive_eval import stats
+    from adaptive_eval.stats.sequential import empirical_estimate
+
+    num_categories = len(weights)
+    counts = np.zeros((*outcomes.shape[:2], num_categories), dtype=np.int64)
+    for k in range(num_categories):
+        counts[..., k] = (outcomes == k).sum(axis=2)
+    n0 = stats.prior_counts(None, outcomes.shape[1], num_categories)
+    if prior is not None:
+        n0 = stats.counts_from_outcomes(prior, num_categories).astype(np.float64) + 1.0
+    nu = counts + n0
+    score, score_se = empirical_estimate(counts, nu, weights)
+    mu, sigma = stats.posterior_moments(nu, weights)
+    low, high = stats.credible_interval(mu, sigma, confidence)
+    trials = counts.sum(axis=2)
+    avg = (counts @ weights).sum(axis=1) / np.maximum(trials.sum(axis=1), 1)
+    dense = outcomes if dense is None else dense
+    correct = weights[np.clip(dense, 0, None)] == weights.max()
+    ranks = stats.rank_with_ties(score, score_se, stats.z_threshold(confidence))
+    plain = stats.rank_no_ties(score)
+    rows = []
+    for i in np.argsort(-score, kind="stable"):
+        row: dict[str, Any] = {
+            "name": names[i],
+            "rank": int(ranks[i]),
+            "rank_no_ties": int(plain[i]),
+            "score": float(score[i]),
+            "score_se": float(score_se[i]),
+            "trials": int(trials[i].sum()),
+            "avg@N": float(avg[i]),
+            "bayes_mu": float(mu[i]),
+            "bayes_sigma": float(sigma[i]),
+            "mu": float(mu[i]),
+            "sigma": float(sigma[i]),
+            "ci_low": float(low[i]),
+            "ci_high": float(high[i]),
+        }
+        for k in ks:
+            row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
+        rows.append(row)
+    return {
+        "schema_version": SCORE_SCHEMA_VERSION,
+        "trials": which,
+        "trials_per_question": int(dense.shape[2]),
+        "confidence": confidence,
+        "statistic": "score: the mean over questions of each question's observed mean "
+        "(unbiased); rank groups: scores within z_(1+c)/2 standard errors share a rank",
+        "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
+        "models": rows,
+    }
+
+
+def score_npz(
+    path: Path,
+    *,
+    key: str = "outcomes",
+    weights: Sequence[float] | None = None,
+    prior_path: Path | None = None,
+    prior_key: str = "outcomes",
+    confidence: float = 0.95,
+    ks: Sequence[int] = (1,),
+    first_n: bool = False,
+) -> dict[str, Any]:
+    """Read, check and score ``path`` (see :func:`score_tensor`); errors name file and array."""
+    file = NpzFile(path)
+    outcomes = file.get(key, ndim=3, kind="i").astype(np.int64)
+    num_models, _, num_trials = outcomes.shape
+    names = file.names("models", num_models, "model-")
+    w = np.asarray([0.0, 1.0] if weights is None else list(weights), dtype=np.float64)
+    check_categories(outcomes, len(w), file=file, name=key)
+    if len(w) < 2 or w.max() == w.min():
+        raise InputError(
+            f"--weights {','.join(f'{x:g}' for x in w)!r}: give at least two different weights "
+            "(every model would score the same)"
+        )
+    scored = outcomes
+    which = f"all trials ({key!r}, N = {num_trials} in every cell)"
+    if key == "outcomes" and file.has("recorded") and not first_n:
+        # An export: 'outcomes' is the dense prefix; 'recorded' holds every trial (-1: none).
+        scored = file.get("recorded", ndim=3, kind="i").astype(np.int64)
+        if scored.shape[:2] != outcomes.shape[:2] or scored.shape[2] < num_trials:
+            raise file.error(
+                "recorded", f"shape {scored.shape} does not extend outcomes {outcomes.shape}"
+            )
+        if scored.size and (int(scored.min()) < -1 or int(scored.max()) >= len(w)):
+            raise file.error("recorded", f"holds values outside -1..{len(w) - 1} (-1: not sampled)")
+        which = "all recorded trials ('recorded', ragged)"
+    elif file.has("recorded") and key == "outcomes":
+        which = f"the first N = {num_trials} trials of every cell ('outcomes', --first-n)"
+    if weights is not None and outcomes.size and int(scored.max()) < len(w) - 1:
+        raise InputError(
+            f"--weights gives {len(w)} categories (0..{len(w) - 1}) but {key} only uses "
+            f"0..{int(scored.max())}; give one weight per category of the data"
+        )
+    prior = None
+    if prior_path is not None:
+        prior_file = NpzFile(prior_path)
+        prior = prior_file.get(prior_key, ndim=(2, 3), kind="i").astype(np.int64)
+        check_categories(prior, len(w), file=prior_file, name=prior_key)
+        if prior.shape[-2] != outcomes.shape[1]:
+            raise prior_file.error(
+                prior_key, f"has {prior.shape[-2]} questions, the outcomes have {outcomes.shape[1]}"
+            )
+        if prior.ndim == 3 and prior.shape[0] != num_models:
+            raise prior_file.error(
+                prior_key, f"has {prior.shape[0]} models, the outcomes have {num_models}"
+            )
+    bad = [k for k in ks if not 1 <= k <= num_trials]
+    if bad:
+        raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
+    if not 0.5 < confidence < 1:
+        raise InputError(f"--confidence must be in (0.5, 1), got {confidence}")
+    return score_tensor(scored, names, w, prior, confidence, ks, dense=outcomes, which=which)
+
+
+def render_score(result: dict[str, Any], ks: Sequence[int]) -> str:
+    """The console table: the score first, no credible interval."""
+    from adaptive_eval import stats
+
+    names = [row["name"] for row in result["models"]]
+    width = max(24, *(len(name) for name in names))
+    z = float(stats.z_threshold(result["confidence"]))
+    head = (
+        f"{'rank':>4} {'(no ties)':>9}  {'model':<{width}} {'score':>7} {'se':>7} "
+        f"{'trials':>7} {'avg':>7} {'Bayes@N':>8}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+    )
+    lines = [
+        f"score of {result['trials']}: the mean over questions of each question's observed "
+        f"mean (unbiased); models within z = {z:.2f} se share a rank; Bayes@N "
+        f"({result['prior']} prior) for reference; pass@k over the first N = "
+        f"{result['trials_per_question']}",
+        head,
+    ]
+    for row in result["models"]:
+        lines.append(
+            f"{row['rank']:>4} {row['rank_no_ties']:>9}  {row['name']:<{width}} "
+            f"{row['score']:7.4f} {row['score_se']:7.4f} {row['trials']:>7} "
+            f"{row['avg@N']:7.4f} {row['bayes_mu']:8.4f}"
+            + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["SCORE_SCHEMA_VERSION", "render_score", "score_npz", "score_tensor"]
