@@ -35,15 +35,45 @@ from adaptive_eval.stats.intervals import IntervalDesign
 
 DEFAULT_FIXED_N = 80
 DEFAULT_PAIR_RULE = "group_sequential"
+#: Fields of the default pair rule that belong to its design (the rest come from ``policy``).
+_DESIGN_FIELDS = (
+    "spending",
+    "looks",
+    "first_look",
+    "gamma",
+    "horizons",
+    "ratio",
+    "cap_share",
+    "shortest",
+    "step_down",
+    "futility_trials",
+)
+
+
+def default_design() -> str:
+    """The default pair rule's group-sequential design, read off the rule itself, so that the
+    fingerprint and the report follow a changed default (the boundaries are built from the
+    same fields)."""
+    rule = pair_rules.build(DEFAULT_PAIR_RULE)
+    values = ", ".join(
+        f"{name}={getattr(rule, name):g}"
+        if isinstance(getattr(rule, name), float)
+        else f"{name}={getattr(rule, name)}"
+        for name in _DESIGN_FIELDS
+    )
+    return f"{DEFAULT_PAIR_RULE}({values})"
+
+
 #: Which decision rules a run was recorded under, beyond what its config names: part of the
 #: identity, so a run recorded under earlier rules refuses to resume under these (and says so)
 #: instead of mixing two rules in one campaign.
 DECISION_RULES = (
-    "3: Holm step-down over the adjacent pairs under error_control ranking; futility stops "
-    "(policy.futility, from 8 trials per question); group_sequential with shorter horizons "
-    "(horizons=3, ratio=4, cap_share=0.5, shortest=16); per-trial variance centred on the "
-    "model's pooled score; ci_width stops on a repeated confidence interval of the unbiased "
-    "score (12 looks, HSD -4) and its models get trial targets"
+    "4: one decision core for the controller, the simulator and compare's verdicts (compare "
+    "hands the pair rules the decision statistic's z); Holm step-down over the adjacent pairs "
+    "under error_control ranking; futility stops (policy.futility); "
+    f"{default_design()}; per-trial variance centred on the model's pooled score; ci_width "
+    "stops on a repeated confidence interval of the unbiased score (12 looks, HSD -4) and its "
+    "models get trial targets"
 )
 
 

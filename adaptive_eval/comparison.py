@@ -139,13 +139,18 @@ class Judge:
     candidate: int
     margin: NonInferiority | None = None
 
+    #: The verdicts of the latest round judged (empty before the first).
+    latest: list[CandidateVerdict] = dataclasses.field(default_factory=list)
+
     def __call__(self, view: CampaignView) -> list[CandidateVerdict]:
         if self.margin is None:
-            return verdicts(view, self.rules, self.candidate)
-        return [
-            CandidateVerdict(v.incumbent, v.decision, v.z, v.boundary, v.look)
-            for v in self.margin.verdicts(view)
-        ]
+            self.latest = verdicts(view, self.rules, self.candidate)
+        else:
+            self.latest = [
+                CandidateVerdict(v.incumbent, v.decision, v.z, v.boundary, v.look)
+                for v in self.margin.verdicts(view)
+            ]
+        return self.latest
 
 
 class CandidatePlaced(StoppingRule):

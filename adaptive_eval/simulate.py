@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adaptive_eval.campaign import Campaign
 from adaptive_eval.decision import DecisionCore, Limits
 from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.state import RunState
@@ -116,32 +117,85 @@ def core_of(policy: SimPolicy) -> DecisionCore:
 def simulate(
     truth: Truth, policy: SimPolicy, rng: np.random.Generator, sampler: Sampler | None = None
 ) -> SimResult:
-    """One campaign to its stop: the controller's loop with its I/O replaced by ``sampler``.
+    """One campaign to its stop under ``policy``: see :func:`run_core`."""
+    state = RunState(
+        np.ones(truth.probs.shape), truth.weights, policy.pooled_variance, policy.bayes_prior
+    )
+    settings = ViewSettings(
+        names=truth.names or tuple(f"m{i}" for i in range(truth.shape[0])),
+        capacity=np.full(truth.shape[0], policy.max_trials, dtype=np.int64),
+        confidence=policy.confidence,
+        min_trials=policy.min_trials,
+        rope=policy.rope,
+        error_control=policy.error_control,
+        futility=policy.futility,
+    )
+    return run_core(core_of(policy), state, settings, truth, rng, sampler)
 
-    Rounds are planned ``rounds_in_flight`` ahead of the posterior, applied whole in order, and
-    after each applied round the decision core decides and plans, as in the controller.
+
+def simulate_campaign(
+    campaign: Campaign, truth: Truth, rng: np.random.Generator, sampler: Sampler | None = None
+) -> SimResult:
+    """One campaign to its stop exactly as built for users: the campaign's own decision core
+    (:meth:`~adaptive_eval.campaign.Campaign.decision_core`: its pair rules, stopping rules,
+    allocator, limits and budget), prior and view settings, with outcomes drawn from ``truth``
+    (or served by ``sampler``) instead of its backends. Build a fresh campaign for each
+    independent run (its sequential rules keep state)."""
+    policy = campaign.config.policy
+    state = RunState(campaign.prior, campaign.weights, bayes_prior=policy.bayes_prior)
+    settings = ViewSettings(
+        names=campaign.names,
+        capacity=campaign.capacity,
+        confidence=policy.confidence,
+        min_trials=policy.min_trials_per_question,
+        rope=policy.rope,
+        error_control=policy.error_control,
+        futility=policy.futility,
+    )
+    return run_core(campaign.decision_core(), state, settings, truth, rng, sampler)
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """What a :class:`CampaignView` carries besides the evidence (the controller's
+    ``Controller.view`` arguments)."""
+
+    names: tuple[str, ...]
+    capacity: np.ndarray
+    confidence: float
+    min_trials: int
+    rope: float | None
+    error_control: str
+    futility: float
+
+
+def run_core(
+    core: DecisionCore,
+    state: RunState,
+    settings: ViewSettings,
+    truth: Truth,
+    rng: np.random.Generator,
+    sampler: Sampler | None = None,
+) -> SimResult:
+    """The controller's loop with its I/O replaced by ``sampler`` (default: multinomial draws
+    from ``truth``): rounds are planned ``rounds_in_flight`` ahead of the posterior, applied
+    whole in order, and after each applied round the decision core decides and plans.
     """
-    num_models = truth.shape[0]
-    prior = np.ones(truth.probs.shape)
-    state = RunState(prior, truth.weights, policy.pooled_variance, policy.bayes_prior)
-    capacity = np.full(num_models, policy.max_trials, dtype=np.int64)
-    core = core_of(policy)
-    names = truth.names or tuple(f"m{i}" for i in range(num_models))
 
     def view() -> CampaignView:
         return state.view(
-            names,
-            capacity,
-            policy.confidence,
-            policy.min_trials,
+            settings.names,
+            settings.capacity,
+            settings.confidence,
+            settings.min_trials,
             0.0,
-            rope=policy.rope,
-            error_control=policy.error_control,
-            futility=policy.futility,
+            rope=settings.rope,
+            error_control=settings.error_control,
+            futility=settings.futility,
         )
 
     def plan_ahead() -> None:
-        while len(state.plans) - state.applied_rounds < policy.rounds_in_flight:
+        while len(state.plans) - state.applied_rounds < core.limits.rounds_in_flight:
             plan = core.next_plan(view(), len(state.plans) - state.applied_rounds)
             if plan is None:
                 return

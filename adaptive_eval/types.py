@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -226,26 +226,3 @@ class Stop:
 
     reason: StopReason
     detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """Trials to add per (model, question) cell in the next round: an (L, M) integer array."""
-
-    per_cell: Any  # numpy int64 array (L, M); Any keeps this module free of numpy imports
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ModelState:
-    """Posterior summary of one model, as reported."""
-
-    name: str
-    mu: float
-    sigma: float
-    ci_low: float
-    ci_high: float
-    trials: int
-    rank: int
-    rank_no_ties: int
-    active: bool = field(default=True)

@@ -167,11 +167,16 @@ def test_cap_plan_respects_capacity_and_budget() -> None:
     assert cap_plan(plan, v, 5).tolist() == [[2, 2, 1, 0], [0, 0, 0, 0]]
 
 
-@pytest.mark.parametrize("name", ["uniform", "pairwise"])
-def test_allocators_never_exceed_capacity(name: str) -> None:
+@pytest.mark.parametrize("name", ["uniform", "pairwise", "track_and_stop"])
+def test_allocators_plan_nothing_for_a_model_at_its_capacity(name: str) -> None:
+    """The allocator's own plan (before the core's :func:`cap_plan`): a (L, M) int64 plan,
+    never negative, nothing for a model already at its capacity on every question, and
+    something for some model with room that is needed."""
     rng = np.random.default_rng(1)
-    for _ in range(50):
-        planned = rng.integers(0, 12, size=(4, 3))
+    for _ in range(100):
+        planned = rng.integers(0, 13, size=(4, 3))
+        full = int(rng.integers(0, 4))
+        planned[full] = 12
         v = view(
             list(rng.random(4)),
             list(rng.random(4) * 0.05),
@@ -181,5 +186,10 @@ def test_allocators_never_exceed_capacity(name: str) -> None:
             planned=planned,
         )
         decisions = decide_pairs(v, RULES)
-        plan = cap_plan(allocators.build(name)(v, decisions, np.ones(4, bool), 7), v, None)
-        assert np.all(plan >= 0) and np.all(planned + plan <= 12)
+        needs = np.ones(4, dtype=bool)
+        plan = allocators.build(name)(v, decisions, needs, 7)
+        assert plan.dtype == np.int64 and plan.shape == (4, 3)
+        assert np.all(plan >= 0)
+        assert not plan[full].any(), f"{name} planned {plan[full]} for a model at its capacity"
+        room = planned.min(axis=1) < 12
+        assert plan[room].sum() > 0

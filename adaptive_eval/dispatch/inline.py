@@ -44,7 +44,6 @@ class InlineDispatcher:
         self._random = random.Random(shuffle_seed) if shuffle_seed is not None else None
         self._crash_after = crash_after
         self.stats = DispatchStats()
-        self.submitted: list[Batch] = []
         self._worker_count = len(self._workers)  # as the Ray dispatcher: kept after shutdown
 
     @property
@@ -53,7 +52,6 @@ class InlineDispatcher:
 
     def submit(self, batches: Sequence[Batch]) -> None:
         self._queue.extend(batches)
-        self.submitted.extend(batches)
 
     def pending(self) -> int:
         return len(self._queue)

@@ -314,16 +314,6 @@ def shared_pool() -> CheckerPool:
         return _shared[1]
 
 
-def configure_shared_pool(max_workers: int | None = None) -> None:
-    """Replace the process-wide pool (closing the old one) with one of the given size."""
-    global _shared
-    with _shared_lock:
-        old = _shared
-        _shared = (os.getpid(), CheckerPool(max_workers))
-    if old is not None and old[0] == os.getpid():
-        old[1].close()
-
-
 @atexit.register
 def _close_shared() -> None:
     if _shared is not None and _shared[0] == os.getpid():

@@ -1,0 +1,203 @@
+"""Wrong-verdict rates of every verdict a user can rest on, measured through the shipped core.
+
+    python benchmarks/verdicts.py --confidence 0.95 --replicates 2000 --out v95.json
+    python benchmarks/verdicts.py --confidence 0.99 --replicates 4000 --out v99.json
+
+Each campaign is built from a config exactly as ``run`` and ``compare`` build it
+(:func:`adaptive_eval.campaign.build_campaign`, :func:`adaptive_eval.comparison.compare_campaign`)
+and run by :func:`adaptive_eval.simulate.simulate_campaign`: the campaign's own decision core
+(the controller's, ``tests/test_core_parity.py``) with outcomes drawn from a known truth. Per
+case, ``truths`` different per-question rate profiles are drawn (Beta around the stated mean,
+the candidate shifted by exactly the stated difference on every question), and the seeded
+campaigns cycle through them. Cases (binary rubric; ``M`` questions; cap 200 per question):
+
+* ``gate at -margin``: ``compare --margin 0.05`` with the candidate exactly 0.05 worse: "pass"
+  is wrong (the gate's guarantee: at most ``alpha = 1 - confidence``);
+* ``gate, no margin, tie``: ``compare`` without a margin on an unchanged checkpoint: "better"
+  or "worse" is wrong;
+* ``equivalence at the rope``: ``compare`` without a margin, the candidate exactly ``rope``
+  apart: "equivalent" is wrong;
+* ``ranking tie``: a 2-model ranking campaign (``run``) on a true tie: any order is wrong.
+
+Reported: the wrong rate with its Wilson 95% interval against ``alpha`` and ``1.3 alpha``, the
+verdict shares and the mean trials per question of the candidate (or model 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.comparison import compare_campaign
+from adaptive_eval.config import load_config
+from adaptive_eval.simulate import Truth, simulate_campaign
+from adaptive_eval.stats import sequential as seq
+
+CAP = 200
+ROPE = 0.02
+MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # gate / compare / ranking
+    questions: int
+    mean: float  # the incumbent's (model 1's) mean per-question rate
+    difference: float  # candidate - incumbent, exactly, on every question
+    wrong: tuple[str, ...]  # verdicts that are wrong for this truth
+
+
+CASES = (
+    Case("gate at -margin, M=30, rates ~0.6", "gate", 30, 0.6, -MARGIN, ("pass",)),
+    Case("gate at -margin, M=10, rates ~0.6", "gate", 10, 0.6, -MARGIN, ("pass",)),
+    Case("gate at -margin, M=30, rates ~0.93", "gate", 30, 0.93, -MARGIN, ("pass",)),
+    Case("gate at -margin, M=30, rates ~0.08", "gate", 30, 0.08, -MARGIN, ("pass",)),
+    Case("gate, no margin, tie, M=30", "compare", 30, 0.6, 0.0, ("better", "worse")),
+    Case("gate, no margin, tie, M=10", "compare", 10, 0.6, 0.0, ("better", "worse")),
+    Case("equivalence at the rope, M=30", "compare", 30, 0.6, ROPE, ("equivalent",)),
+    Case("ranking tie, 2 models, M=30", "ranking", 30, 0.6, 0.0, ("a>b",)),
+    Case("ranking tie, 2 models, M=10", "ranking", 10, 0.6, 0.0, ("a>b",)),
+)
+
+
+def rates(case: Case, seed: int) -> np.ndarray:
+    """(2, M) success rates: the candidate (row 0) = the incumbent + ``difference``."""
+    rng = np.random.default_rng(seed)
+    kappa = 8.0
+    low, high = max(0.0, -case.difference), min(1.0, 1.0 - case.difference)
+    incumbent = rng.beta(kappa * case.mean, kappa * (1 - case.mean), case.questions)
+    incumbent = np.clip(incumbent, low + 0.005, high - 0.005)
+    return np.stack([incumbent + case.difference, incumbent])
+
+
+def write_config(folder: Path, case: Case, confidence: float, success: np.ndarray) -> Path:
+    probs = np.stack([1 - success, success], axis=2)
+    np.savez(folder / "truth.npz", probs=probs, models=np.array(["candidate", "incumbent"]))
+    data = {
+        "name": "verdicts",
+        "seed": 0,
+        "models": [{"backend": "simulated", "path": "truth.npz"}],
+        "rubric": {"weights": [0, 1]},
+        "policy": {"confidence": confidence, "rope": ROPE, "max_trials_per_question": CAP},
+        "execution": {"dispatch": "inline"},
+    }
+    path = folder / "verdicts.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def one_case(args: tuple[Case, float, int, int, int]) -> list[tuple[str, float]]:
+    """(verdict, candidate's trials per question) of campaigns ``first .. first + count``."""
+    case, confidence, truths, first, count = args
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = {}
+        for rep in range(first, first + count):
+            which = rep % truths
+            if which not in configs:
+                folder = Path(tmp) / str(which)
+                folder.mkdir()
+                success = rates(case, 1_000 + which)
+                configs[which] = (
+                    load_config(write_config(folder, case, confidence, success)),
+                    Truth(np.stack([1 - success, success], axis=2), np.array([0.0, 1.0])),
+                )
+            config, truth = configs[which]
+            out.append(run_one(case, config, truth, rep))
+    return out
+
+
+def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float]:
+    rng = np.random.default_rng(rep)
+    if case.kind == "ranking":
+        campaign = build_campaign(config)
+        result = simulate_campaign(campaign, truth, rng)
+        (decision,) = result.decisions
+        verdict = (
+            "a>b"
+            if decision.settled and decision.verdict.value != "equivalent"
+            else (decision.verdict.value)
+        )
+        return verdict, float(result.trials[0].mean())
+    margin = MARGIN if case.kind == "gate" else None
+    campaign, judge = compare_campaign(config, "candidate", margin)
+    result = simulate_campaign(campaign, truth, rng)
+    (found,) = judge.latest
+    return found.decision, float(result.trials[0].mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--replicates", type=int, default=2000)
+    parser.add_argument("--truths", type=int, default=20, help="rate profiles per case")
+    parser.add_argument("--cases", default="", help="substring of case names, ';'-separated")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    wanted = [c for c in CASES if not args.cases or any(w in c.name for w in args.cases.split(";"))]
+    alpha = 1 - args.confidence
+    print(
+        f"confidence {args.confidence} (alpha {alpha:.3g}), {args.replicates} campaigns per case, "
+        f"{args.truths} rate profiles, cap {CAP}, margin {MARGIN}, rope {ROPE}\n"
+    )
+    print(
+        "| case | wrong | rate [Wilson 95%] | <= alpha | upper <= 1.3 alpha | shares | "
+        "trials/question |"
+    )
+    print("|---|---:|---|:-:|:-:|---|---:|")
+    rows = []
+    chunk = max(1, args.replicates // (4 * args.jobs))
+    with multiprocessing.Pool(args.jobs) as pool:
+        for case in wanted:
+            started = time.perf_counter()
+            work = [
+                (case, args.confidence, args.truths, first, min(chunk, args.replicates - first))
+                for first in range(0, args.replicates, chunk)
+            ]
+            found = [row for part in pool.map(one_case, work) for row in part]
+            decisions = [d for d, _ in found]
+            wrong = sum(d in case.wrong for d in decisions)
+            low, high = seq.wilson_interval(wrong, len(decisions))
+            shares = {d: decisions.count(d) / len(decisions) for d in sorted(set(decisions))}
+            per_question = float(np.mean([n for _, n in found]))
+            row = {
+                **asdict(case),
+                "confidence": args.confidence,
+                "replicates": len(decisions),
+                "wrong": wrong,
+                "rate": wrong / len(decisions),
+                "wilson": [low, high],
+                "within_alpha": wrong / len(decisions) <= alpha and high <= 1.3 * alpha,
+                "shares": shares,
+                "trials_per_question": per_question,
+                "seconds": time.perf_counter() - started,
+            }
+            rows.append(row)
+            share_text = ", ".join(f"{k} {v:.3f}" for k, v in shares.items())
+            print(
+                f"| {case.name} | {wrong} | {row['rate']:.4f} [{low:.4f}, {high:.4f}] | "
+                f"{'yes' if row['rate'] <= alpha else 'NO'} | "
+                f"{'yes' if high <= 1.3 * alpha else 'NO'} | {share_text} | "
+                f"{per_question:.1f} |",
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": {**vars(args), "out": str(args.out)}, "rows": rows}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
