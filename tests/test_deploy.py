@@ -173,9 +173,62 @@ def validate_kuberay(value: Any, spec: str, where: str) -> list[str]:
     return errors
 
 
+#: The spec of KubeRay's RayCronJob CRD (its openAPIV3Schema, vendored with its source noted;
+#: the RayClusterSpec and pod template inside are checked by the validators above).
+RAYCRONJOB_SCHEMA = ROOT / "tests" / "data" / "kuberay" / "raycronjob.schema.json"
+
+
+def _strict(schema: Any) -> Any:
+    """An openAPIV3 schema with unknown fields refused where it names properties (as
+    ``kubectl apply --validate=strict`` refuses them; a structural schema would drop them)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def validate_raycronjob_spec(spec: Any) -> list[str]:
+    import json
+
+    import jsonschema
+
+    schema = _strict(json.loads(RAYCRONJOB_SCHEMA.read_text()))
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [
+        f"RayCronJob.spec.{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in validator.iter_errors(spec)
+    ]
+    template = spec.get("jobTemplate") if isinstance(spec, dict) else None
+    if isinstance(template, dict):
+        where = "RayCronJob.spec.jobTemplate"
+        if "rayClusterSpec" in template:
+            errors += validate_kuberay(
+                template["rayClusterSpec"], "RayClusterSpec", f"{where}.rayClusterSpec"
+            )
+        if "submitterPodTemplate" in template:
+            errors += validate_model(
+                template["submitterPodTemplate"],
+                _k8s_models().V1PodTemplateSpec,
+                f"{where}.submitterPodTemplate",
+            )
+    return errors
+
+
 def validate_manifest(doc: dict[str, Any]) -> list[str]:
     kind = doc.get("kind")
     api = doc.get("apiVersion")
+    if api == "ray.io/v1" and kind == "RayCronJob":
+        meta = validate_model(doc.get("metadata"), _k8s_models().V1ObjectMeta, f"{kind}.metadata")
+        extra = [
+            f"{kind}.{k}: unknown field"
+            for k in doc
+            if k not in {"apiVersion", "kind", "metadata", "spec"}
+        ]
+        return meta + extra + validate_raycronjob_spec(doc.get("spec"))
     if (api, kind) in KIND_MODELS:
         return validate_model(doc, getattr(_k8s_models(), KIND_MODELS[(api, kind)]), kind)
     if api == "ray.io/v1" and kind in ("RayCluster", "RayJob"):
@@ -192,7 +245,14 @@ def validate_manifest(doc: dict[str, Any]) -> list[str]:
 
 def test_every_manifest_validates_against_the_schemas() -> None:
     found = {doc["kind"] for _, doc in manifests()}
-    assert {"RayCluster", "RayJob", "CronJob", "ConfigMap", "PersistentVolumeClaim"} <= found
+    assert {
+        "RayCluster",
+        "RayJob",
+        "RayCronJob",
+        "CronJob",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+    } <= found
     errors = [f"{name}: {e}" for name, doc in manifests() for e in validate_manifest(doc)]
     assert errors == []
 
@@ -276,6 +336,44 @@ def test_the_nightly_cronjob_runs_the_nightly_workflow_on_the_head() -> None:
     assert commands[-1] == ["python", "-m", "adaptive_eval.ray_job", address, job_id]
     # The entrypoint runs on the head: the config and the history must be mounted there.
     assert_mounted_on_head(cluster["spec"], entrypoint)
+
+
+def test_the_raycronjob_runs_the_nightly_on_the_long_running_cluster() -> None:
+    """deploy/kubernetes/nightly-raycronjob.yaml (issue 29): KubeRay's RayCronJob."""
+    (cron,) = by_kind("RayCronJob")
+    assert validate_manifest(cron) == []
+    template = cron["spec"]["jobTemplate"]
+    entrypoint = shlex.split(template["entrypoint"])
+    check_adaptive_eval(entrypoint)
+    assert entrypoint[:2] == ["adaptive-eval", "nightly"] and "--history" in entrypoint
+    # On the long-running cluster, whose head mounts the config and the history.
+    (cluster,) = by_kind("RayCluster")
+    assert template["clusterSelector"] == {"ray.io/cluster": cluster["metadata"]["name"]}
+    assert "rayClusterSpec" not in template
+    assert_mounted_on_head(cluster["spec"], entrypoint)
+    # KubeRay cannot tell an alert (exit 3) from a failure: an alert is never re-run.
+    assert template["backoffLimit"] == 0
+    # The same schedule as the CronJob, in UTC (the nightly's default night is the UTC date).
+    (plain,) = by_kind("CronJob")
+    assert cron["spec"]["schedule"] == plain["spec"]["schedule"]
+    assert cron["spec"]["timeZone"] == "Etc/UTC"
+    # An alternative to the CronJob, applied on its own (its CRD is feature-gated).
+    (kustomization,) = documents(K8S / "kustomization.yaml")
+    assert "nightly-raycronjob.yaml" not in kustomization["resources"]
+
+
+def test_the_raycronjob_validator_catches_mistakes() -> None:
+    (cron,) = by_kind("RayCronJob")
+    bad = yaml.safe_load(yaml.safe_dump(cron))
+    del bad["spec"]["schedule"]
+    bad["spec"]["jobTemplate"]["entrypointNumCpu"] = 1  # a typo
+    bad["spec"]["jobTemplate"]["backoffLimit"] = "0"
+    bad["spec"]["jobTemplate"]["submitterPodTemplate"]["spec"]["restartPolicy"] = 3
+    errors = validate_manifest(bad)
+    assert any("'schedule' is a required property" in e for e in errors), errors
+    assert any("'entrypointNumCpu' was unexpected" in e for e in errors), errors
+    assert any("backoffLimit: '0' is not of type 'integer'" in e for e in errors), errors
+    assert any("restartPolicy: Input should be a valid string" in e for e in errors), errors
 
 
 def test_an_alert_is_not_retried_by_the_jobs_backoff() -> None:
