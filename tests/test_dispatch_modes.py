@@ -1,0 +1,65 @@
+"""``execution.dispatch: inline`` runs the shipped loop without Ray and gives the same result.
+
+Every CPU config in configs/ is run twice through the command line, on a local Ray cluster and
+in-process (``--set execution.dispatch=inline``): summary.json must be the same but for what
+describes the execution itself (elapsed time, the dispatch block, provenance, the run's id).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+#: What differs between two executions of one campaign by design.
+EXECUTION_FIELDS = ("campaign_id", "elapsed_s", "dispatch", "provenance", "resumed")
+#: configs/vllm-*.yaml need a vLLM engine (tests/test_vllm_backend.py runs the tiny one).
+CPU_CONFIGS = sorted(
+    path.name for path in (REPO / "configs").glob("*.yaml") if not path.name.startswith("vllm")
+)
+
+
+def _run(config: str, out: Path, *extra: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "adaptive_eval.cli"]
+    if config == "compare.yaml":
+        command += ["compare", str(REPO / "configs" / config), "--candidate", "LLM_10"]
+    else:
+        command += ["run", str(REPO / "configs" / config)]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--quiet", *extra],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert done.returncode in (0, 3, 4), done.stderr[-2000:]
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return {k: v for k, v in summary.items() if k not in EXECUTION_FIELDS}
+
+
+def test_the_cpu_configs_are_listed() -> None:
+    assert {"demo.yaml", "demo-width.yaml", "compare.yaml"} <= set(CPU_CONFIGS)
+
+
+def test_inline_dispatch_needs_no_ray(tmp_path: Path) -> None:
+    """The inline run never starts Ray: no ray.log output, no cluster in the dispatch block."""
+    _run("demo.yaml", tmp_path / "inline", "--set", "execution.dispatch=inline")
+    dispatch = json.loads((tmp_path / "inline" / "summary.json").read_text())["dispatch"]
+    assert dispatch["batches"] > 0
+    ray_log = tmp_path / "inline" / "ray.log"
+    assert not ray_log.exists() or ray_log.read_text().strip() == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CPU_CONFIGS)
+def test_every_config_gives_the_same_summary_with_and_without_ray(
+    tmp_path: Path, config: str
+) -> None:
+    on_ray = _run(config, tmp_path / "ray")
+    inline = _run(config, tmp_path / "inline", "--set", "execution.dispatch=inline")
+    assert inline == on_ray
