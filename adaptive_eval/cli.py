@@ -234,6 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
     nightly.add_argument(
         "--keep", type=_at_least(1), default=30, help="run folders of the last N nights"
     )
+    nightly.add_argument(
+        "--flip-alerts",
+        choices=("down", "any", "none"),
+        default="down",
+        help="which ranking flips alert (exit 3): down (default: a model that was ahead fell "
+        "behind), any, or none; the others are printed as news",
+    )
     nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     nightly.set_defaults(func=cmd_nightly)
 

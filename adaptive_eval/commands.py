@@ -332,10 +332,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.workflows.nightly import run_nightly
+    from adaptive_eval.workflows.nightly import alert_text, run_nightly
 
     config = load_config(args.config, args.set)
-    record = run_nightly(config, Path(args.history), night=args.night, keep=args.keep)
+    print(f"nightly: running {args.config} with the history in {args.history}", flush=True)
+    record = run_nightly(
+        config,
+        Path(args.history),
+        night=args.night,
+        keep=args.keep,
+        flip_alerts=args.flip_alerts,
+        quiet=False,
+    )
     print(
         f"night {record['night']}: sampled {record['sampled']} trials, reused "
         f"{record['reused']}; {len(record['alerts'])} alert(s)"
@@ -343,7 +351,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     for line in record.get("changed") or []:
         print(f"  {line}")
     for alert in record["alerts"]:
-        print(f"  ALERT {json.dumps(alert)}")
+        print(f"  ALERT: {alert_text(alert)}")
+    for item in record.get("news") or []:
+        print(f"  news: {alert_text(item)}")
     code: int = record["exit_code"]
     return code
 

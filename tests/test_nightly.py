@@ -163,9 +163,22 @@ def test_a_settled_pair_that_flipped_is_an_alert_however_far_apart_they_are() ->
         return {"models": models, "pairs": []}
 
     flips = ranking_flips(ranked("a", "b", "c"), ranked("b", "c", "a"))
+    # (No scores in these summaries: a flip whose direction is unknown counts as down.)
     assert flips == [
-        {"kind": "ranking_flip", "pair": ["a", "b"], "before": "a", "now": "b"},
-        {"kind": "ranking_flip", "pair": ["a", "c"], "before": "a", "now": "c"},
+        {
+            "kind": "ranking_flip",
+            "pair": ["a", "b"],
+            "before": "a",
+            "now": "b",
+            "direction": "down",
+        },
+        {
+            "kind": "ranking_flip",
+            "pair": ["a", "c"],
+            "before": "a",
+            "now": "c",
+            "direction": "down",
+        },
     ]
     # Not settled tonight (a shares b's rank): no flip, whatever the order.
     assert ranking_flips(ranked("a", "b"), ranked("b", "a", ties=("a",))) == []
@@ -188,7 +201,7 @@ def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
     after = {"models": [{"name": "y", "rank": 1}, {"name": "x", "rank": 2}]}
     same = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
     assert ranking_flips(before, after) == [
-        {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y"}
+        {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y", "direction": "down"}
     ]
     assert ranking_flips(before, same) == []
 
@@ -258,3 +271,50 @@ def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
     assert started == []  # neither Ray nor a worker was started
     events = (history / "runs" / "2026-05-02" / "events.jsonl").read_text()
     assert "ray_starting" not in events
+
+
+# -- issue 29: a past night re-run, a recovered model, the console ------------------------------
+
+
+def test_a_past_night_rerun_takes_its_place_in_date_order(tmp_path: Path) -> None:
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    run_nightly(load(path), history, night="2026-05-01", runner=inline)
+    run_nightly(load(path), history, night="2026-05-05", runner=inline)
+    _checkpoint(tmp_path, 0.3)  # what 05-02 evaluated: a regressed checkpoint
+    late = run_nightly(load(path), history, night="2026-05-02", runner=inline)
+    # Compared with the night before it (05-01), not with the newest (05-05).
+    assert [a["model"] for a in late["alerts"] if a["kind"] == "score_drop"] == ["ckpt"]
+    nights = [json.loads(x)["night"] for x in (history / "nights.jsonl").read_text().splitlines()]
+    assert nights == ["2026-05-01", "2026-05-02", "2026-05-05"]
+    text = (history / "summary.md").read_text()
+    assert text.index("## 2026-05-05") < text.index("## 2026-05-02") < text.index("## 2026-05-01")
+
+
+def test_a_recovered_model_is_news_not_an_alert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adaptive_eval.workflows.nightly import alert_text
+
+    path = _setup(tmp_path)
+    history = tmp_path / "history"
+    _checkpoint(tmp_path, 0.3)
+    run_nightly(load(path), history, night="2026-06-01", runner=inline)
+    _checkpoint(tmp_path, 0.7)  # the checkpoint recovered: it moves up past "medium"
+    night = run_nightly(load(path), history, night="2026-06-02", runner=inline)
+    assert night["exit_code"] == 0 and night["alerts"] == []
+    (flip,) = [n for n in night["news"] if n["pair"] == ["ckpt", "medium"]]
+    assert flip["direction"] == "up" and flip["now"] == "ckpt"
+    assert (
+        "News: ranking flip ckpt vs medium: medium was ahead, now ckpt (moved up)"
+        in (history / "summary.md").read_text()
+    )
+    # Opted in, an upward flip alerts too; a drop alerts by default.
+    every = run_nightly(load(path), history, night="2026-06-02", runner=inline, flip_alerts="any")
+    assert every["exit_code"] == 3 and flip in every["alerts"]
+    _checkpoint(tmp_path, 0.3)
+    down = run_nightly(load(path), history, night="2026-06-03", runner=inline)
+    flips = [a for a in down["alerts"] if a["kind"] == "ranking_flip"]
+    assert flips and all(a["direction"] == "down" for a in flips)
+    # The console line of an alert is a sentence, not a raw dict.
+    assert alert_text(flips[0]).startswith("ranking flip ckpt vs medium: ckpt was ahead")

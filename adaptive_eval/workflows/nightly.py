@@ -18,7 +18,14 @@ below what the campaign's rules want. A night then checks itself against the pre
   rules (``campaign.pair_rules`` via :func:`~adaptive_eval.policy.decide_pairs`) on a two-model
   view: last night's posterior of the model against tonight's. Scores are the unbiased estimate
   the rules decide on (Bayes@N is kept beside it: it moves with the trials a night drew);
-- ``ranking_flip``: a pair settled one way last night and the other way tonight.
+- ``ranking_flip``: a pair settled one way last night and the other way tonight. A flip is
+  ``down`` when the model that was ahead lost more score than the other gained, ``up`` when the
+  model behind rose past it (a recovered checkpoint). ``flip_alerts`` (``--flip-alerts``) says
+  which flips alert: ``down`` (default), ``any`` or ``none``; the others are kept as ``news``
+  in the night's record (printed, in summary.md), never an exit 3.
+
+A night re-run for a past date (``--night 2026-11-02`` after 11-05) is compared with the night
+before it and slotted into the history in date order.
 
 Any alert makes the exit code 3 and writes ``alert.json`` and ``alert.md`` in the night's folder.
 ``--keep N`` keeps the run folders of the last N nights (history lines and the library stay).
@@ -156,6 +163,45 @@ def score_drops(
     return alerts
 
 
+#: Which ranking flips alert (``--flip-alerts``).
+FLIP_ALERTS = ("down", "any", "none")
+
+
+def alert_text(alert: dict[str, Any], text: Callable[[object], str] = str) -> str:
+    """One line for an alert or a news item (console, alert.md, summary.md)."""
+    if alert["kind"] == "score_drop":
+        return (
+            f"{text(alert['model'])} score dropped: estimate {alert['before']:.4f} -> "
+            f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
+        )
+    moved = " (moved up)" if alert.get("direction") == "up" else ""
+    return (
+        f"ranking flip {text(' vs '.join(alert['pair']))}: {text(alert['before'])} was ahead, "
+        f"now {text(alert['now'])}{moved}"
+    )
+
+
+def _flip_direction(flip: dict[str, Any], before: dict[str, Any], now: dict[str, Any]) -> str:
+    """``down`` when the model that was ahead lost more score than the other gained."""
+
+    def scores(summary: dict[str, Any]) -> dict[str, float]:
+        out = {}
+        for m in summary["models"]:
+            try:
+                out[str(m["name"])] = score(m)
+            except StopIteration:
+                continue
+        return out
+
+    old, new = scores(before), scores(now)
+    ahead, behind = flip["before"], flip["now"]
+    if not {ahead, behind} <= old.keys() & new.keys():
+        return "down"  # unknown: alert
+    fell = old[ahead] - new[ahead]
+    rose = new[behind] - old[behind]
+    return "down" if fell >= rose else "up"
+
+
 def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
     """Pairs settled one way last night and the other way tonight, over every pair of models
     both nights ranked, not only the adjacent ones: a model settled above another (a lower
@@ -174,19 +220,21 @@ def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str,
             is_now = new[first] - new[second]
             if was and is_now and (was > 0) != (is_now > 0):
                 above = first if was < 0 else second
-                flips.append(
-                    {
-                        "kind": "ranking_flip",
-                        "pair": [first, second],
-                        "before": above,
-                        "now": second if above == first else first,
-                    }
-                )
+                flip = {
+                    "kind": "ranking_flip",
+                    "pair": [first, second],
+                    "before": above,
+                    "now": second if above == first else first,
+                }
+                flips.append({**flip, "direction": _flip_direction(flip, before, now)})
     return flips
 
 
 def _night_record(
-    night: str, summary: dict[str, Any], alerts: list[dict[str, Any]]
+    night: str,
+    summary: dict[str, Any],
+    alerts: list[dict[str, Any]],
+    news: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     library = (summary.get("provenance") or {}).get("library") or {}
     return {
@@ -217,6 +265,7 @@ def _night_record(
             for m in summary["models"]
         ],
         "alerts": alerts,
+        "news": list(news or []),
     }
 
 
@@ -225,14 +274,10 @@ def _alert_markdown(record: dict[str, Any]) -> str:
     for alert in record["alerts"]:
         if alert["kind"] == "score_drop":
             lines.append(
-                f"- **{md.text(alert['model'])}** score dropped: estimate {alert['before']:.4f} -> "
-                f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
+                f"- **{md.text(alert['model'])}**{alert_text(alert)[len(alert['model']) :]}"
             )
         else:
-            lines.append(
-                f"- ranking flip {md.text(' vs '.join(alert['pair']))}: "
-                f"{md.text(alert['before'])} was ahead, now {md.text(alert['now'])}"
-            )
+            lines.append(f"- {alert_text(alert, md.text)}")
     return "\n".join(lines) + "\n"
 
 
@@ -247,7 +292,8 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             f"{record['stop_reason']}.",
             "",
             *[f"- {md.text(line)}" for line in record.get("changed") or []],
-            *([""] if record.get("changed") else []),
+            *[f"- News: {alert_text(item, md.text)}" for item in record.get("news") or []],
+            *([""] if record.get("changed") or record.get("news") else []),
             "| rank | model | score | se | Bayes@N | Bayes@N sd | trials |",
             "|---:|---|---:|---:|---:|---:|---:|",
         ]
@@ -293,10 +339,16 @@ def run_nightly(
     night: str | None = None,
     keep: int = 30,
     runner: Runner | None = None,
+    flip_alerts: str = "down",
+    quiet: bool = True,
 ) -> dict[str, Any]:
     """Run one night; returns its history record (``alerts`` empty when all is well)."""
     if keep < 1:
         raise InputError(f"--keep must be >= 1, got {keep}")
+    if flip_alerts not in FLIP_ALERTS:
+        raise InputError(
+            f"--flip-alerts must be one of {', '.join(FLIP_ALERTS)}, got {flip_alerts!r}"
+        )
     tonight = _night(night)
     if config.library is None:
         config = config.model_copy(update={"library": str((history / "library.sqlite").resolve())})
@@ -319,26 +371,34 @@ def run_nightly(
     if runner is None:
 
         def runner(c: CampaignConfig, d: Path) -> dict[str, Any]:
-            return run_campaign(c, d, quiet=True)
+            return run_campaign(c, d, quiet=quiet)
 
     run_dir = runs / tonight
     summary = runner(config, run_dir)
     save_posterior(campaign, run_dir)
     alerts: list[dict[str, Any]] = []
+    news: list[dict[str, Any]] = []
     if previous and (previous[-1] / "summary.json").exists():
         before = _load_posterior(previous[-1])
         now = _load_posterior(run_dir)
         if before is not None and now is not None:
             alerts += score_drops(campaign, before, now)
-        alerts += ranking_flips(json.loads((previous[-1] / "summary.json").read_text()), summary)
-    record = _night_record(tonight, summary, alerts)
+        for flip in ranking_flips(json.loads((previous[-1] / "summary.json").read_text()), summary):
+            alerting = flip_alerts == "any" or (
+                flip_alerts == "down" and flip["direction"] == "down"
+            )
+            (alerts if alerting else news).append(flip)
+    record = _night_record(tonight, summary, alerts, news)
     record["exit_code"] = EXIT_ALERT if alerts else 0
     if alerts:
         atomic_write(run_dir / "alert.json", json.dumps(record, indent=2) + "\n")
         atomic_write(run_dir / "alert.md", _alert_markdown(record))
     lines = history / "nights.jsonl"
     records = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
-    records = [r for r in records if r["night"] != tonight] + [record]
+    # In date order: a past night re-run takes its place, not the newest one's.
+    records = sorted(
+        [r for r in records if r["night"] != tonight] + [record], key=lambda r: str(r["night"])
+    )
     atomic_write(lines, "".join(json.dumps(r) + "\n" for r in records))
     atomic_write(history / "summary.md", _summary_markdown(records))
     _write_night_outputs(run_dir, summary, tonight, alerts, records)
@@ -347,4 +407,4 @@ def run_nightly(
     return record
 
 
-__all__ = ["EXIT_ALERT", "ranking_flips", "run_nightly", "score_drops"]
+__all__ = ["EXIT_ALERT", "FLIP_ALERTS", "alert_text", "ranking_flips", "run_nightly", "score_drops"]
