@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from adaptive_eval.presentation import percent
+from adaptive_eval.presentation import saving
 
 
 class Kind(enum.Enum):
@@ -121,7 +121,7 @@ def _ranking(summary: dict[str, Any]) -> Headline:
             if undecided
             else ""
         )
-        + f"; saved {percent(saved)} of {baseline_text(summary)}, {counted}"
+        + f"; {saving(saved, baseline_text(summary))}, {counted}"
     )
     return Headline(Kind.RANKING, Tone.WARNING if undecided else Tone.GOOD, text)
 

@@ -118,6 +118,39 @@ def percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def saving(value: float | None, of: str = "") -> str:
+    """ "saved 53.7% of X", or for a run that spent more than the fixed-N run "spent 39.1% more
+    than X" (never "saved -39.1%")."""
+    if value is None:
+        return f"saved n/a{' of ' + of if of else ''}"
+    if value < 0:
+        return f"spent {-100 * value:.1f}% more{' than ' + of if of else ''}"
+    return f"saved {100 * value:.1f}%{' of ' + of if of else ''}"
+
+
+def saved_cell(value: float | None) -> str:
+    """A "saved" table cell: ``53.7%``, or ``none (39.1% more)``."""
+    if value is not None and value < 0:
+        return f"none ({-100 * value:.1f}% more)"
+    return percent(value)
+
+
+def stop_text(summary: dict[str, Any]) -> str:
+    """Why the run stopped, or that it has not finished (it printed "stopped on None (None)")."""
+    if summary.get("stop_reason") is None:
+        return (
+            "not finished (interrupted before its end; run the same command again to resume "
+            "it): the state it reached"
+        )
+    detail = summary.get("stop_detail")
+    return f"{summary['stop_reason']}" + (f" ({detail})" if detail else "")
+
+
+def name_width(summary: dict[str, Any], least: int = 24) -> int:
+    """The model column's width on the console: the longest name (tables broke on long ones)."""
+    return max([least, *(len(str(m["name"])) for m in summary.get("models") or [])])
+
+
 def optional(value: Any, spec: str = "") -> str:
     """A table cell: the value formatted with ``spec``, or empty where there is none."""
     return "" if value is None else format(value, spec)

@@ -12,10 +12,13 @@ from adaptive_eval.presentation import (
     COMPARE_EXIT_MEANING,
     decision_text,
     interval_label,
+    name_width,
     optional,
-    percent,
     ranking_notes,
     ranking_table,
+    saved_cell,
+    saving,
+    stop_text,
     undecided_note,
     width_goal_line,
 )
@@ -32,7 +35,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"# Campaign {md.code(summary['name'])}",
         "",
         *headline_markdown(summary),  # the verdict, alert or ranking in one line
-        f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  ",
+        (
+            f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  "
+            if summary.get("stop_reason") is not None
+            else f"**Not finished:** {md.text(stop_text(summary))}.  "
+        ),
         f"Ranking confidence {summary['confidence']}; prior: {md.text(summary['prior'])}.",
         "",
         *_decision_lines(summary.get("decision_rules") or {}),
@@ -80,11 +87,14 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}"
         + (f"; {md.text(base['note'])}" if base.get("note") else "")
         + ") | "
-        f"{percent(saved['trials_fraction'])}{undecided_note(summary)} |",
+        f"{saved_cell(saved['trials_fraction'])}{undecided_note(summary)} |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base['tokens'], 0)} | "
-        f"{percent(saved['tokens_fraction'])} |",
-        f"| GPU-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | {estimate_of(base['gpu_s'], 1)} | "
-        f"{percent(saved['gpu_fraction'])} |",
+        f"{saved_cell(saved['tokens_fraction'])} |",
+        f"| device-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | "
+        f"{estimate_of(base['gpu_s'], 1)} | {saved_cell(saved['gpu_fraction'])} |",
+        "",
+        "device-s: the seconds of the devices that ran the engines (GPU-seconds on GPUs, the "
+        "engine's seconds on CPU).",
         "",
     ]
     prefetch = (summary.get("dispatch") or {}).get("prefetch")
@@ -94,7 +104,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"Speculative prefetch: {prefetch['sent']} trials sent ahead of the plans, "
             f"{prefetch['used']} of them recorded when a round planned them, "
             f"{prefetch['unused']} never used (generated or in flight at the stop); "
-            f"counting those, trials saved: {percent(1 - spent / base['trials'])}.",
+            f"counting those, {saving(1 - spent / base['trials'], 'the trials')}.",
             "",
         ]
     if summary.get("provenance"):
@@ -155,17 +165,19 @@ def render_console(summary: dict[str, Any]) -> str:
     """A compact human summary for the terminal."""
     saved = summary["compute_saved"]
     interval = interval_label(summary)
+    width = name_width(summary)
+    finished = summary.get("stop_reason") is not None
     out = [
-        f"campaign {summary['name']}: stopped on {summary['stop_reason']} "
-        f"({summary['stop_detail']})",
+        f"campaign {summary['name']}: "
+        + (f"stopped on {stop_text(summary)}" if finished else stop_text(summary)),
         "",
-        f"{'rank':>4}  {'model':<24} {'score':>7} {interval:>26} {'trials':>7} {'Bayes@N':>8}",
+        f"{'rank':>4}  {'model':<{width}} {'score':>7} {interval:>26} {'trials':>7} {'Bayes@N':>8}",
     ]
     for m in summary["models"]:
         bounds = f"[{m['score_low']:.4f}, {m['score_high']:.4f}]"
         out.append(
-            f"{m['rank']:>4}  {m['name']:<24} {m['score']:7.4f} {bounds:>26} {m['trials']:>7} "
-            f"{m['bayes_mu']:8.4f}"
+            f"{m['rank']:>4}  {m['name']:<{width}} {m['score']:7.4f} {bounds:>26} "
+            f"{m['trials']:>7} {m['bayes_mu']:8.4f}"
         )
     out += [
         "rank: models share a rank until their pair is decided; score: the unbiased estimate "
@@ -191,12 +203,16 @@ def render_console(summary: dict[str, Any]) -> str:
         f"trials used {summary['trials_used']} vs fixed N = "
         f"{summary['baseline']['fixed_n']}"
         + (f" ({summary['baseline']['note']})" if summary["baseline"].get("note") else "")
-        + f": {summary['baseline']['trials']} "
-        f"-> saved {percent(saved['trials_fraction'])} of trials"
+        + f": {summary['baseline']['trials']} -> "
         + (
-            f", {percent(saved['tokens_fraction'])} of tokens"
-            if saved["tokens_fraction"] is not None
-            else ""
+            f"{saving(saved['trials_fraction'], 'trials')}"
+            + (
+                f", {saving(saved['tokens_fraction'], 'tokens')[6:]}"
+                if saved["tokens_fraction"] is not None and saved["tokens_fraction"] >= 0
+                else ""
+            )
+            if finished
+            else "not finished: no saving yet"
         )
         + undecided_note(summary),
     ]
@@ -215,6 +231,7 @@ def write_outputs(
     from adaptive_eval.provenance import collect
     from adaptive_eval.report_html import write_html
 
+    summary.setdefault("finished", summary.get("stop_reason") is not None)
     summary["provenance"] = collect(run_dir, store)
     library = summary["provenance"].get("library")
     if library is not None and summary["baseline"]["trials"]:

@@ -37,6 +37,8 @@ from adaptive_eval.presentation import (
     optional,
     ranking_notes,
     ranking_table,
+    saving,
+    stop_text,
 )
 from adaptive_eval.storage import atomic_write
 
@@ -457,7 +459,7 @@ def render(
 ) -> str:
     # Reused library trials cost nothing now: the saving counts what this run sampled.
     saved, counted = saved_fraction(summary)
-    saved_text = "n/a" if saved is None else f"{100 * saved:.1f}%"
+    saved_text = saving(saved)
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
@@ -503,11 +505,16 @@ def render(
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Campaign <code>{html.escape(summary['name'])}</code></h1>",
         *_headline_html(summary),
-        f"<p id='stop'>Stopped: <b>{html.escape(str(summary['stop_reason']))}</b> "
-        f"({html.escape(str(summary['stop_detail']))}). Prior: "
-        f"{html.escape(summary['prior'])}.</p>",
+        (
+            f"<p id='stop'>Stopped: <b>{html.escape(str(summary['stop_reason']))}</b> "
+            f"({html.escape(str(summary['stop_detail']))}). Prior: "
+            f"{html.escape(summary['prior'])}.</p>"
+            if summary.get("stop_reason") is not None
+            else f"<p id='stop'><b>Not finished:</b> {html.escape(stop_text(summary))}. Prior: "
+            f"{html.escape(summary['prior'])}.</p>"
+        ),
         f"<p id='saved'>Trials used {summary['trials_used']} against "
-        f"{html.escape(baseline_text(summary))}: saved {saved_text}, {html.escape(counted)}."
+        f"{html.escape(baseline_text(summary))}: {saved_text}, {html.escape(counted)}."
         + (
             f" <span class='note'>{undecided} pair(s) still undecided at the stop: the saving "
             "is not a settled ranking's.</span>"

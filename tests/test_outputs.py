@@ -149,3 +149,49 @@ def test_export_to_every_eval_ever_validates_against_its_schema(
     # Exporting again rewrites the same files.
     assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0
     assert sorted(out.glob("data/*/*/*/*.json")) == records
+
+
+# -- issue 29, items 3.3 and 3.9: an unfinished run, negative savings, long names, device-s -----
+
+
+def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Path]) -> None:
+    from adaptive_eval.report import render_console, write_outputs
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    assert summary["finished"] is True
+    summary.update(stop_reason=None, stop_detail=None)
+    summary.pop("finished")
+    console = render_console(summary)
+    assert "None" not in console.splitlines()[0]
+    assert console.startswith(f"campaign {summary['name']}: not finished")
+    assert "not finished: no saving yet" in console and "saved" not in console.split("\n")[-1]
+    write_outputs(run_dir, summary)
+    assert json.loads((run_dir / "summary.json").read_text())["finished"] is False
+    for page in ("report.md", "report.html"):
+        text = (run_dir / page).read_text()
+        assert "Stopped: **None**" not in text and "<b>None</b>" not in text, page
+        assert "Not finished:" in text, page
+
+
+def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) -> None:
+    from adaptive_eval.headline import headline
+    from adaptive_eval.report import render_console, render_markdown
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    summary["compute_saved"]["trials_fraction"] = -0.391
+    assert "saved -" not in render_console(summary) and "spent 39.1% more than" in (
+        render_console(summary)
+    )
+    assert "spent 39.1% more than the fixed-N run" in headline(summary).text
+    markdown = render_markdown(summary)
+    assert "-39.1%" not in markdown and "none (39.1% more)" in markdown
+    assert "| GPU-s |" not in markdown and "| device-s |" in markdown
+    long = "org/" + "a-very-long-model-name-" * 3
+    summary["models"][0]["name"] = long
+    rows = [line for line in render_console(summary).splitlines() if line[:4].strip().isdigit()]
+    columns = {
+        line.index(f"{m['score']:7.4f}") for line, m in zip(rows, summary["models"], strict=True)
+    }
+    assert len(columns) == 1  # the score column stays aligned past a long name

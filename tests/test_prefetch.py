@@ -20,6 +20,7 @@ from helpers import (
 from adaptive_eval.config import parse_config
 from adaptive_eval.errors import InputError
 from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
+from adaptive_eval.presentation import saving
 from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -169,9 +170,9 @@ def test_prefetch_on_ray_with_an_emulated_engine_records_the_same_trials(
     # report.md prices the unused speculative trials into the trials saved.
     report = (tmp_path / "ray" / "report.md").read_text()
     spent = summary["trials_used"] + prefetch["unused"]
-    expected = 100 * (1 - spent / summary["baseline"]["trials"])
+    expected = saving(1 - spent / summary["baseline"]["trials"], "the trials")
     assert f"{prefetch['unused']} never used" in report
-    assert f"counting those, trials saved: {expected:.1f}%" in report
+    assert f"counting those, {expected}." in report  # "spent X% more", never "saved -X%"
 
 
 @pytest.mark.parametrize("crash_after", [4, 15])
