@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,10 +191,17 @@ def test_a_batch_delivered_twice_counts_once(tmp_path: Path, config_path: Path) 
 
     campaign = build_campaign(load(config_path))
     store, _, _ = open_run_dir(campaign, tmp_path / "run")
-    dispatcher = InlineDispatcher(campaign.plans, campaign.offsets)
+    sent: list[Any] = []
+
+    class Watched(InlineDispatcher):
+        def submit(self, batches: Any) -> None:
+            sent.extend(batches)
+            super().submit(batches)
+
+    dispatcher = Watched(campaign.plans, campaign.offsets)
     controller = Controller(campaign, store, dispatcher, NullLog())
     controller.resume()
-    batch = dispatcher.submitted[0]
+    batch = sent[0]
     result = campaign.plans[0].make_worker(0)().run(batch)
     planned = controller.rounds[batch.round].missing
     controller.record([result, result])
