@@ -8,6 +8,7 @@ file that holds the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 import sys
@@ -349,8 +350,37 @@ def _fail(error: AdaptiveEvalError) -> int:
     return EXIT_FAILED
 
 
+#: Arguments that name files or folders, checked before any command reads them.
+PATH_ARGUMENTS = ("config", "run_dir", "out", "history", "file", "files", "prior", "candidate")
+
+
+def check_path_arguments(args: argparse.Namespace) -> None:
+    """A path no file system can hold (a component over 255 bytes, a path over 4,096) or one
+    holding a NUL is one line naming the option, not a traceback."""
+    for name in PATH_ARGUMENTS:
+        if name == "candidate" or not hasattr(args, name):
+            continue
+        values = getattr(args, name)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str):
+                continue
+            option = name if name in ("config", "run_dir", "file", "files") else f"--{name}"
+            shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+            if "\0" in value:
+                raise InputError(f"{shown} holds a NUL character", field=option)
+            encoded = os.fsencode(value)
+            longest = max((len(part) for part in encoded.split(b"/")), default=0)
+            if longest > 255 or len(encoded) > 4096:
+                raise InputError(
+                    f"{shown} ({len(value):,} characters) is longer than a file system allows "
+                    "(255 bytes a name, 4,096 a path)",
+                    field=option,
+                )
+
+
 def _run_command(args: argparse.Namespace) -> int:
     try:
+        check_path_arguments(args)
         code: int = args.func(args)
         return code
     except AdaptiveEvalError as error:

@@ -79,11 +79,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         ),
         f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
         f"rope {policy.rope}",
-        f"  stops on: {describe_stopping(config)}",
+        f"  stops on: {_stopping_text(config, describe_stopping(config))}",
         _score_line(campaign),
         f"  Bayes@N (reported beside the score): {policy.bayes_prior} prior",
-        f"  budget: trials {config.budget.trials}, tokens {config.budget.tokens}, wall clock "
-        f"{config.budget.wall_clock_s} s",
+        f"  budget: {_budget_text(config)}",
+        *_library_lines(config),
         f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials"
@@ -96,10 +96,95 @@ def cmd_validate(args: argparse.Namespace) -> int:
         lines.append(f"  warning: {error}")
     address = config.execution.ray_address
     unreachable = address_problem(address, VALIDATE_PROBE_S) if address else None
+    if address is not None and address.strip().removeprefix("ray://") == "auto":
+        unreachable = _auto_address_problem()
     if unreachable is not None:  # the cluster may come up before `run`: a warning
         lines.append(f"  warning: execution.ray_address: {unreachable}; `run` would fail now")
     print(scrub("\n".join(lines)))
     return 0
+
+
+def _rule_text(ref: Any) -> str:
+    """A stopping rule as written, its parameters and nested rules included."""
+    from adaptive_eval.config import PluginSpec
+
+    if isinstance(ref, str):
+        return ref
+    if isinstance(ref, dict):
+        ref = PluginSpec.model_validate(ref)
+    if not isinstance(ref, PluginSpec):
+        return str(ref)
+    params = ref.params()
+    nested = params.pop("rules", None)
+    inner = [f"{k}={v}" for k, v in params.items()]
+    if isinstance(nested, list):
+        inner += [_rule_text(r) for r in nested]
+    return f"{ref.name}({', '.join(inner)})" if inner else ref.name
+
+
+def _stopping_text(config: Any, described: str) -> str:
+    """validate's "stops on": every rule with its parameters ("all_of" alone said nothing)."""
+    stopping = config.policy.stopping
+    if not stopping:
+        return described
+    rules = "; or ".join(_rule_text(ref) for ref in stopping)
+    budget = described.split("; and the budget", 1)
+    return rules + (f"; and the budget{budget[1]}" if len(budget) > 1 else "")
+
+
+def _budget_text(config: Any) -> str:
+    """The limits set, or that there are none ("trials None, tokens None" said nothing)."""
+    budget = config.budget
+    limits = [
+        f"{name} {value:,}" if isinstance(value, int) else f"{name} {value:g} s"
+        for name, value in (
+            ("trials", budget.trials),
+            ("tokens", budget.tokens),
+            ("wall clock", budget.wall_clock_s),
+        )
+        if value is not None
+    ]
+    return ", ".join(limits) if limits else "none (the stopping rules and the cap decide)"
+
+
+def _library_lines(config: Any) -> list[str]:
+    """Where the trial library is and whether it exists (a missing folder was silent)."""
+    from adaptive_eval.library import library_path
+
+    if config.library is None:
+        return []
+    path = library_path(config.resolve_path(config.library))
+    if path.exists():
+        return [f"  trial library: {path} (exists; its cells are reused before sampling)"]
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    made = f"; creates {len(missing)} folder(s) from {missing[-1]}" if missing else ""
+    return [f"  trial library: {path} (new: created by the run{made})"]
+
+
+def _auto_address_problem() -> str | None:
+    """``ray_address: auto`` finds a cluster started on this machine (``ray start``) through
+    ``RAY_ADDRESS`` or Ray's address file; with neither, ``run`` fails after Ray's wait."""
+    import os
+    import tempfile
+
+    from adaptive_eval.cluster_address import address_problem
+
+    found = os.environ.get("RAY_ADDRESS")
+    if not found:
+        tmp = os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()
+        marker = Path(tmp) / "ray" / "ray_current_cluster"
+        try:
+            found = marker.read_text().strip()
+        except OSError:
+            return (
+                "auto finds no Ray cluster started on this machine (no RAY_ADDRESS, no "
+                f"{marker}); start one with `ray start --head`, or leave ray_address out "
+                "for a local one"
+            )
+    if found.strip().removeprefix("ray://") == "auto":
+        return None
+    problem = address_problem(found, VALIDATE_PROBE_S)
+    return None if problem is None else f"auto resolves to {found}: {problem}"
 
 
 def _score_line(campaign: Campaign) -> str:

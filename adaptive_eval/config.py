@@ -266,7 +266,37 @@ class PolicyConfig(_Strict):
                 f"min_trials_per_question={self.min_trials_per_question} exceeds "
                 f"max_trials_per_question={self.max_trials_per_question}"
             )
+        _check_widths(self.stopping or [], "stopping")
         return self
+
+
+#: The narrowest interval a width goal may ask for: 1e-300 or a subnormal (5e-324) overflowed
+#: the trials it needs (OverflowError, rc 1); 1e-6 needs ~1e12 trials per question already.
+MIN_HALF_WIDTH = 1e-6
+
+
+def _check_widths(refs: Sequence[Any], where: str) -> None:
+    """Width goals (``ci_width``'s ``half_width`` or ``width``, inside ``all_of`` and
+    ``any_of`` too) no narrower than :data:`MIN_HALF_WIDTH`."""
+    for index, ref in enumerate(refs):
+        if not isinstance(ref, PluginSpec):
+            continue
+        params = ref.params()
+        for key in ("half_width", "width"):
+            value = params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                half = value if key == "half_width" else value / 2
+                if half < MIN_HALF_WIDTH:
+                    raise ValueError(
+                        f"{where}[{index}].{key} = {value!r} is narrower than any campaign "
+                        f"can reach (a half-width of at least {MIN_HALF_WIDTH:g})"
+                    )
+        nested = params.get("rules")
+        if isinstance(nested, list):
+            _check_widths(
+                [PluginSpec.model_validate(r) if isinstance(r, dict) else r for r in nested],
+                f"{where}[{index}].rules",
+            )
 
 
 class BudgetConfig(_Strict):
@@ -428,12 +458,27 @@ class CampaignConfig(_Strict):
     def _shown_name(cls, name: str) -> str:
         return _plain_name("the campaign name", name)
 
+    @field_validator("library")
+    @classmethod
+    def _library_named(cls, library: str | None) -> str | None:
+        if library is not None and not library.strip():
+            raise ValueError(
+                "is empty; give a library file or a folder to hold one, or leave library out"
+            )
+        return library
+
     def resolve_path(self, path: str) -> Path:
-        candidate = Path(path).expanduser()
-        if candidate.is_absolute():
-            return candidate
-        base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
-        return (base / candidate).resolve()
+        """``path`` (``~`` expanded) as absolute, relative to the config's folder; a path that
+        cannot be one (``~nosuchuser``, a NUL, a symlink loop) is an :class:`InputError`."""
+        try:
+            candidate = Path(path).expanduser()
+            if candidate.is_absolute():
+                return candidate
+            base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
+            return (base / candidate).resolve()
+        except (RuntimeError, ValueError, OSError) as error:
+            reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            raise InputError(f"path {path!r}: {reason}", source=self.source) from None
 
     def identity(self, execution_options: Sequence[Collection[str]] = ()) -> dict[str, Any]:
         """The parts that decide which trials are drawn and how they are judged.
@@ -556,11 +601,22 @@ def _override_path(dotted: str) -> list[str | int]:
     return path
 
 
+def _clip(text: str, keep: int = 60) -> str:
+    """``repr`` of a long command-line value, shortened for an error line."""
+    return repr(text) if len(text) <= keep else repr(text[:keep]) + f" ... ({len(text):,} chars)"
+
+
 def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
     """Set one ``KEY.PATH=VALUE`` (YAML value); list items by index: ``models[0].workers=2``."""
     if "=" not in override:
         raise InputError(f"override {override!r} is not KEY=VALUE", source=source)
     dotted, raw = override.split("=", 1)
+    if dotted.count(".") + dotted.count("[") >= MAX_YAML_DEPTH:
+        raise InputError(
+            f"override {_clip(override)}: its key has more than {MAX_YAML_DEPTH} parts (a "
+            "config nests a few levels)",
+            source=source,
+        )
     try:
         path = _override_path(dotted)
     except ValueError as error:
@@ -589,7 +645,7 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
             f"override {override!r}: {_location(tuple(path[:-1]))} is not a mapping",
             source=source,
         )
-    node[last] = load_yaml(raw, f"{source}: override {override!r}")
+    node[last] = load_yaml(raw, f"{source}: override {_clip(override)}")
 
 
 #: The most nodes a config may expand to once its aliases are followed. A config is a few
@@ -673,10 +729,47 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+#: The deepest a config may nest (collections in collections, flow or block). A config is under
+#: ten levels; PyYAML composes and constructs recursively, so 500 levels ended in a
+#: RecursionError (rc 1).
+MAX_YAML_DEPTH = 64
+
+
+def _check_depth(text: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_YAML_DEPTH`, from its tokens (PyYAML's
+    scanner is iterative; its composer is not)."""
+    opening = (
+        yaml.BlockMappingStartToken,
+        yaml.BlockSequenceStartToken,
+        yaml.FlowMappingStartToken,
+        yaml.FlowSequenceStartToken,
+    )
+    closing = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    depth = 0
+    for token in yaml.scan(text, Loader=_StrictLoader):
+        if isinstance(token, opening):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise yaml.scanner.ScannerError(
+                    None,
+                    None,
+                    f"nested more than {MAX_YAML_DEPTH} levels deep (a config needs a few)",
+                    token.start_mark,
+                )
+        elif isinstance(token, closing):
+            depth -= 1
+
+
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML safely, duplicate keys refused; an error is one line naming the position."""
     try:
+        _check_depth(text)
         return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except RecursionError:
+        raise InputError(
+            f"invalid YAML: nested too deep to read (at most {MAX_YAML_DEPTH} levels)",
+            source=source,
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -706,8 +799,25 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Campaig
         )
     for override in overrides or []:
         _apply_override(data, override, source)
+    _refuse_nul(data, source)
     remember(data)
     return parse_config(data, source=str(Path(path).resolve()))
+
+
+def _refuse_nul(data: Any, source: str, at: tuple[str | int, ...] = ()) -> None:
+    """A NUL character in any value (a path, a name) is refused naming its field (the OS
+    refuses such a path later, as "unexpected error: ValueError: embedded null byte")."""
+    if isinstance(data, str):
+        if "\0" in data:
+            raise InputError(
+                f"{data[:60]!r} holds a NUL character", source=source, field=_location(at)
+            )
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            _refuse_nul(value, source, (*at, str(key)))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            _refuse_nul(value, source, (*at, index))
 
 
 def file_sha256(path: Path) -> str:

@@ -103,6 +103,8 @@ def load_dataset(
             record = json.loads(row)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {lineno}: invalid JSON: {exc.msg}", source=where) from None
+        except RecursionError:  # json's decoder recurses: a line nested thousands deep
+            raise InputError(f"line {lineno}: JSON nested too deep to read", source=where) from None
         if not isinstance(record, dict):
             raise InputError(
                 f"line {lineno}: expected a JSON object, got {type(record).__name__}", source=where

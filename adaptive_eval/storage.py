@@ -43,7 +43,12 @@ def nearest_existing(path: Path) -> Path:
     """``path`` or its nearest existing ancestor (what statvfs and access can be asked about,
     and what decides whether ``path`` can be created)."""
     path = Path(path).absolute()
-    while not path.exists() and path != path.parent:
+    while path != path.parent:
+        try:
+            if path.exists():
+                break
+        except OSError:  # a name too long, a symlink loop: ask its parent
+            pass
         path = path.parent
     return path
 

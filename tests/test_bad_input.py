@@ -401,6 +401,55 @@ CONFIG_CASES = [
     case("set-into-scalar", "is not a mapping", "seed.x=1"),
     case("set-duplicate-key", "duplicate key 'a'", "models[0].options={a: 1, a: 2}"),
     case("set-control", "invalid YAML", "name=\x1b[31m"),
+    # -- issue 29, section 4: deep nesting, hostile paths, npz files, numbers ----------------
+    raw("yaml-deep-flow-list", "nested more than 64 levels", "x: " + "[" * 500 + "]" * 500),
+    raw("yaml-deep-flow-map", "nested more than 64 levels", "x: " + "{a: " * 500 + "1" + "}" * 500),
+    raw(
+        "yaml-deep-block",
+        "nested more than 64 levels",
+        "".join("  " * i + f"k{i}:\n" for i in range(500)) + "  " * 500 + "1\n",
+    ),
+    case(
+        "options-deep",
+        "nested more than 64 levels",
+        "models[0].options={a: " + "[" * 300 + "]" * 300 + "}",
+    ),
+    case(
+        "all-of-deep",
+        "nested more than 64 levels",
+        "policy.stopping=[" + "{name: all_of, rules: [" * 300 + "pairs_settled" + "]}" * 300 + "]",
+    ),
+    case("set-many-parts", "more than 64 parts", "a" + ".b" * 3000 + "=1"),
+    case(
+        "path-nul",
+        "models[0].path: 's\\x00.npz' holds a NUL character",
+        'models[0].path="s\\0.npz"',
+    ),
+    case("path-symlink-loop", "Symlink loop", "models[0].path=loop1"),
+    case(
+        "path-no-such-user",
+        "Could not determine home directory",
+        'models[0].path="~nosuchuser29/s.npz"',
+    ),
+    case("library-empty", "library: is empty; give a library file", 'library=""'),
+    case("library-nul", "library: 'a\\x00b' holds a NUL character", 'library="a\\0b"'),
+    scenario("npz-lying-header", "its header claims a 200000x100000x1 float64 array", "liar.npz"),
+    scenario("npz-encrypted", "member probs.npy is encrypted", "enc.npz"),
+    scenario("npz-unknown-method", "compression method is not supported", "method.npz"),
+    scenario("npz-zip-bomb", "a zip bomb", "bomb.npz"),
+    scenario("npz-name-10000-chars", "is 10,000 characters; at most 256", "names_long.npz"),
+    scenario("npz-tokens-1e300", "at most 1e+07", "tokens_huge.npz"),
+    replay("replay-duplicate-questions", "duplicate name 'q'", "r_dupq.npz"),
+    case(
+        "width-subnormal",
+        "narrower than any campaign can reach",
+        "policy.stopping=[{name: ci_width, half_width: 5e-324}]",
+    ),
+    case(
+        "width-tiny-nested",
+        "rules[1].width = 1e-300 is narrower",
+        "policy.stopping=[{name: all_of, rules: [pairs_settled, {name: ci_width, width: 1e-300}]}]",
+    ),
 ]
 
 
@@ -448,7 +497,47 @@ def _arrays(root: Path) -> dict[str, dict[str, Any]]:
         },
         "r_ok": {"outcomes": rng.integers(0, 2, (2, 4, 5))},
         "r_u64": {"outcomes": np.full((2, 4, 5), 2**63 + 1, dtype=np.uint64)},
+        "names_long": {"probs": good, "models": np.array(["x" * 10_000, "b"])},
+        "tokens_huge": {"probs": good, "tokens_mean": np.full((2, 4), 1e300)},
+        "r_dupq": {
+            "outcomes": rng.integers(0, 2, (2, 4, 5)),
+            "questions": np.array(["q", "q", "r", "s"]),
+        },
     }
+
+
+def _write_hostile_npz(root: Path) -> None:
+    """npz files that lie (issue 29, item 4.3): a header claiming 149 GB over a few bytes, an
+    encrypted member, a compression method zipfile does not know, a zip bomb."""
+    import io
+    import struct
+
+    good = np.stack([np.full((2, 4), 0.4), np.full((2, 4), 0.6)], axis=2)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (200000, 100000, 1)}
+    )
+    with zipfile.ZipFile(root / "liar.npz", "w") as archive:
+        archive.writestr("probs.npy", header.getvalue() + b"\0" * 64)
+    for name, offset, value in (("enc", 6, 1), ("method", 8, 99)):
+        with zipfile.ZipFile(root / f"{name}.npz", "w") as archive:
+            array = io.BytesIO()
+            np.save(array, good)
+            archive.writestr("probs.npy", array.getvalue())
+        data = bytearray((root / f"{name}.npz").read_bytes())
+        central = data.index(b"PK\x01\x02")
+        data[offset : offset + 2] = struct.pack("<H", value)  # the local header
+        data[central + offset + 2 : central + offset + 4] = struct.pack("<H", value)
+        (root / f"{name}.npz").write_bytes(bytes(data))
+    with (
+        zipfile.ZipFile(root / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("probs.npy", "w", force_zip64=True) as member,
+    ):
+        np.lib.format.write_array_header_1_0(
+            member, {"descr": "<f8", "fortran_order": False, "shape": (1024, 1024, 9)}
+        )
+        for _ in range(9):
+            member.write(b"\0" * (8 << 20))
 
 
 def _write_inputs(root: Path) -> None:
@@ -460,6 +549,9 @@ def _write_inputs(root: Path) -> None:
     (root / "pickled.npz").write_bytes(pickle.dumps({"probs": [1, 2]}))
     (root / "folder").mkdir()
     os.mkfifo(root / "pipe.npz")
+    _write_hostile_npz(root)
+    os.symlink("loop2", root / "loop1")
+    os.symlink("loop1", root / "loop2")
     (root / "notes.txt").write_text("a text file, not a library")
     with sqlite3.connect(root / "other.sqlite") as conn:
         conn.execute("CREATE TABLE unrelated (x)")
@@ -519,6 +611,13 @@ def _write_harness_logs(root: Path) -> None:
     data[start : start + 6] = b"\xff\xfe\x00ab\x01"
     (root / "corrupt.eval").write_bytes(bytes(data))
     (root / "not-utf8.json").write_bytes('{"eval": {"task": "caf\xe9"}}'.encode("latin-1"))
+    # Issue 29, items 4.1 and 4.5: a line nested 100,000 deep, a model folder with an escape.
+    for model, text in (
+        ("org__d", "[" * 100_000 + "]" * 100_000 + "\n"),
+        ("\x1b[31mred", good),
+    ):
+        (root / "lm2" / model).mkdir(parents=True)
+        (root / "lm2" / model / "samples_gsm8k_2024-05-01T10-00-00.0.jsonl").write_text(text)
 
 
 @pytest.fixture(scope="module")
@@ -896,7 +995,79 @@ COMMAND_CASES = [
     ),
     command("run-without-out", "--out", lambda i, r, t: ["run", str(i / "c.yaml")]),
     command("unknown-command", "invalid choice: 'bogus'", lambda i, r, t: ["bogus"]),
+    # -- issue 29, section 4 ---------------------------------------------------------------
+    command(
+        "out-5000-characters",
+        "--out: '",
+        lambda i, r, t: ["run", str(i / "c.yaml"), "--out", str(t / ("x" * 5000))],
+    ),
+    command(
+        "history-5000-characters",
+        "is longer than a file system allows",
+        lambda i, r, t: ["nightly", str(i / "c.yaml"), "--history", str(t / ("h" * 5000))],
+    ),
+    command(
+        "export-run-dir-5000-characters",
+        "run_dir: '",
+        lambda i, r, t: ["export", str(t / ("r" * 5000)), "--out", str(t / "x.npz")],
+    ),
+    command(
+        "report-symlink-loop", "not a run directory", lambda i, r, t: ["report", str(i / "loop1")]
+    ),
+    score("k-empty", "--k must be finite numbers, got ''", "--k", ""),
+    score("score-weights-empty", "--weights must be finite numbers, got ''", "--weights", ""),
+    imports(
+        "lm-eval-deep-json",
+        "line 1: JSON nested too deep to read",
+        "lm-eval",
+        "lm2/org__d/samples_gsm8k_2024-05-01T10-00-00.0.jsonl",
+    ),
+    imports(
+        "lm-eval-ansi-model",
+        "holds control characters",
+        "lm-eval",
+        "lm2/\x1b[31mred/samples_gsm8k_2024-05-01T10-00-00.0.jsonl",
+    ),
+    imports(
+        "lm-eval-same-file-twice",
+        "given twice (the same file",
+        "lm-eval",
+        LM.format("a", 1),
+        LM.format("a", 1),
+    ),
+    command(
+        "lm-eval-copy-twice",
+        "given twice (a copy of it",
+        lambda i, r, t: [
+            "import",
+            "--format",
+            "lm-eval",
+            str(i / LM.format("a", 1)),
+            str(
+                _copy(
+                    i / LM.format("a", 1),
+                    t / "org__a" / "samples_gsm8k_2024-05-09T10-00-00.0.jsonl",
+                )
+            ),
+            "--out",
+            str(t / "x.npz"),
+        ],
+    ),
+    command(
+        "import-map-40000",
+        "--map given 40,000 times; at most 1,000",
+        lambda i, r, t: [
+            *("import", "--format", "inspect", str(i / "epoch0.json"), "--out", str(t / "x.npz")),
+            *[arg for k in range(40_000) for arg in ("--map", f"v{k}=1")],
+        ],
+    ),
 ]
+
+
+def _copy(source: Path, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(source.read_bytes())
+    return target
 
 
 @pytest.fixture(scope="module")

@@ -71,6 +71,10 @@ def lognormal_lengths(seeds: np.ndarray, latency: LatencyModel) -> np.ndarray | 
     )
 
 
+#: The most tokens a simulated completion may average (1e300 was accepted).
+MAX_TOKENS_MEAN = 1e7
+
+
 class EngineModel:
     """A continuously batched engine, emulated: ``slots`` sequences decode at once and a trial
     holds one slot for its service time; trials enter first come first served as slots free
@@ -308,6 +312,13 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             )
         if np.any(tokens_mean <= 0):
             raise file.error("tokens_mean", "must be positive")
+        if np.any(tokens_mean > MAX_TOKENS_MEAN):
+            worst = float(tokens_mean.max())
+            raise file.error(
+                "tokens_mean",
+                f"holds {worst:g} tokens per completion; at most {MAX_TOKENS_MEAN:g} (the "
+                "token counts and budgets would overflow)",
+            )
     weights = None
     if file.has("weights"):
         weights = tuple(float(w) for w in file.get("weights", ndim=1, kind="fi"))

@@ -30,6 +30,7 @@ cells with more trials than the smallest are truncated to it (the dropped count 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
@@ -78,8 +79,48 @@ def _norm(value: Any) -> float | str:
     raise ValueError(f"score {json.dumps(value)} is neither a number nor a string")
 
 
+#: The most ``--map`` entries (a rubric has a handful of score values; 40,000 were accepted).
+MAX_MAP_ENTRIES = 1000
+
+
+def _refuse_repeats(paths: Sequence[Path]) -> None:
+    """A file given twice (by two names, or two copies of one file) would be counted as two
+    trials of the same samples: refused, naming both."""
+    seen: dict[tuple[int, str], Path] = {}
+    for path in paths:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        key = (path.stat().st_size, digest.hexdigest())
+        first = seen.setdefault(key, path)
+        if first is not path:
+            same = "the same file" if first.resolve() == path.resolve() else "a copy of it"
+            raise InputError(
+                f"given twice ({same}: {first}); each file is one trial of its model, so its "
+                "samples would be counted twice: give it once",
+                source=str(path),
+            )
+
+
+def check_name(name: str, what: str, source: str) -> str:
+    """A model or task name read from a log: printable, of reasonable length (an ANSI escape
+    in a name reached the terminal and the report)."""
+    if not name.isprintable() or len(name) > 256:
+        shown = repr(name[:60]) + ("..." if len(name) > 60 else "")
+        raise InputError(
+            f"{what} {shown} holds control characters or is over 256 characters",
+            source=source,
+        )
+    return name
+
+
 def parse_map(items: Sequence[str]) -> dict[float | str, int]:
     """``["C=1", "P=1", "0.5=1"]`` -> a value -> category mapping (keys normalised)."""
+    if len(items) > MAX_MAP_ENTRIES:
+        raise InputError(
+            f"--map given {len(items):,} times; at most {MAX_MAP_ENTRIES:,} score values"
+        )
     out: dict[float | str, int] = {}
     for item in items:
         value, sep, category = item.rpartition("=")
@@ -117,6 +158,12 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             except json.JSONDecodeError as error:
                 raise InputError(
                     f"line {number}: invalid JSON ({error.msg})", source=str(path)
+                ) from None
+            except RecursionError:  # json's decoder recurses: a line nested thousands deep
+                raise InputError(
+                    f"line {number}: JSON nested too deep to read (a samples line is a few "
+                    "levels deep)",
+                    source=str(path),
                 ) from None
             if not isinstance(record, dict):
                 raise InputError(f"line {number}: not a JSON object", source=str(path))
@@ -158,7 +205,7 @@ def read_lm_eval(
                 "not an lm-eval --log_samples file (expected samples_<task>_<date>.jsonl)",
                 source=str(path),
             )
-        model = path.resolve().parent.name
+        model = check_name(path.resolve().parent.name, "model (folder) name", str(path))
         runs[(model, match["task"])].append((match["date"], path))
     scores: list[Score] = []
     for (model, task), files in sorted(runs.items()):
@@ -292,6 +339,8 @@ def read_inspect(paths: Iterable[Path], scorer: str | None = None) -> list[Score
         model, task = info.get("model"), info.get("task")
         if not model or not task:
             raise InputError("eval header lacks model or task", source=str(path))
+        check_name(str(model), "model name", str(path))
+        check_name(str(task), "task name", str(path))
         for where, sample in samples:
             if not isinstance(sample, dict) or sample.get("id") is None:
                 raise InputError(
@@ -433,6 +482,7 @@ def import_files(
         raise InputError(f"--filter applies to --format lm-eval, not {fmt}")
     for path in paths:
         check(path, limit=MAX_TEXT_BYTES, what=f"{fmt} log")
+    _refuse_repeats(paths)
     scores = (
         read_lm_eval(paths, metric, filter_name)
         if fmt == "lm-eval"
