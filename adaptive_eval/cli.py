@@ -383,6 +383,9 @@ def _run_command(args: argparse.Namespace) -> int:
         check_path_arguments(args)
         code: int = args.func(args)
         return code
+    except BrokenPipeError:  # `adaptive-eval score X | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 0
     except AdaptiveEvalError as error:
         return _fail(error)
     except (OSError, sqlite3.Error) as error:
@@ -394,6 +397,17 @@ def _run_command(args: argparse.Namespace) -> int:
     except Exception as error:  # the last line of defence: one line, traceback to a file
         _report_unexpected(args, error)
         return EXIT_FAILED
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of a closed pipe does
+    not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _stop_ray() -> None:

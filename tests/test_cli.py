@@ -238,3 +238,58 @@ def test_completions_reads_the_store(tmp_path: Path, capsys) -> None:
     assert [r["trial"] for r in rows] == list(range(len(rows)))
     assert main(["completions", str(tmp_path / "run"), "--model", "zz"]) == 2
     assert "'zz' is not in this run" in capsys.readouterr().err
+
+
+def test_validate_states_the_budget_every_rule_the_library_and_an_auto_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, items 3.8 and 4.6: "budget: trials None, tokens None, wall clock None s",
+    "stops on: all_of" without its rules, a library in a missing folder not mentioned, and
+    `ray_address: auto` with no cluster accepted (run then failed after Ray's wait)."""
+    from helpers import base_config, mimic_success, write_config, write_scenario
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6], questions=6))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+    capsys.readouterr()
+    rules = (
+        "policy.stopping=[{name: all_of, rules: [pairs_settled, "
+        "{name: ci_width, half_width: 0.3}]}]"
+    )
+    assert (
+        main(
+            [
+                *("validate", str(config), "--set", rules),
+                *("--set", f"library={tmp_path / 'a' / 'b' / 'lib'}"),
+                *("--set", "execution.ray_address=auto"),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "None" not in out, out
+    assert "budget: none (the stopping rules and the cap decide)" in out
+    assert "stops on: all_of(pairs_settled, ci_width(half_width=0.3))" in out
+    assert f"trial library: {tmp_path / 'a' / 'b' / 'lib' / 'library.sqlite'} (new: created" in out
+    assert "creates 3 folder(s)" in out
+    assert "execution.ray_address: auto finds no Ray cluster started on this machine" in out
+    assert main(["validate", str(config), "--set", "budget.trials=500"]) == 0
+    assert "budget: trials 500" in capsys.readouterr().out
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    """`adaptive-eval score X | head` printed "unexpected error: BrokenPipeError" (rc 1)."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "many.npz", outcomes=rng.integers(0, 2, (3000, 2, 2)))
+    command = [sys.executable, "-m", "adaptive_eval.cli", "score", str(tmp_path / "many.npz")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # what `head -1` does
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, err
+    assert "BrokenPipe" not in err and "unexpected error" not in err, err
