@@ -8,6 +8,7 @@ headline, a typed value, in this order of precedence:
 - a run that has not finished: say so first (what follows is the state so far);
 - compare's verdict: the exit code, its meaning, and the candidate against each incumbent;
 - a nightly alert: each alert of the night (or that there was none, before the ranking);
+- a width goal: met for every model or not, and the compute saved;
 - the ranking: how many rank groups the decisions settled, who is first, the pairs decided
   and undecided, and the compute saved (counting only the trials this run sampled where a
   trial library supplied the rest).
@@ -25,6 +26,7 @@ from adaptive_eval.presentation import saving
 class Kind(enum.Enum):
     UNFINISHED = "Not finished"
     VERDICT = "Verdict"
+    WIDTH = "Width goal"
     ALERT = "Alert"
     RANKING = "Ranking"
 
@@ -59,6 +61,29 @@ VERDICT_WORDS = {
     "pass": "within the margin of",
     "undecided": "undecided against",
 }
+
+
+#: The order a verdict's parts are told in: the gate's failures first.
+VERDICT_ORDER = ("fail", "worse", "undecided", "pass", "equivalent", "better")
+
+
+def _width(summary: dict[str, Any]) -> Headline:
+    """A width-goal campaign's headline: the goal met or not (it gave the ranking's line,
+    "5 pairs still undecided", which the goal never asked about)."""
+    info = summary.get("score") or {}
+    models = summary.get("models") or []
+    met = sum(bool(m.get("width_goal_met")) for m in models)
+    who = "all models at once" if info.get("simultaneous") else "each model"
+    saved, counted = saved_fraction(summary)
+    level = f"{100 * float(info.get('confidence') or summary.get('confidence') or 0):g}%"
+    goal = f"+-{info['half_width']:g} at {level} ({who})"
+    verdict = (
+        f"met for all {len(models)} models"
+        if met == len(models)
+        else f"met for {met} of {len(models)} models, not met for {len(models) - met}"
+    )
+    text = f"goal {goal} {verdict}; {saving(saved, baseline_text(summary))}, {counted}"
+    return Headline(Kind.WIDTH, Tone.GOOD if met == len(models) else Tone.WARNING, text)
 
 
 def trials_text(row: dict[str, Any]) -> str:
@@ -131,9 +156,13 @@ def _verdict(comparison: dict[str, Any]) -> Headline:
     by_decision: dict[str, list[str]] = {}
     for row in comparison["verdicts"]:
         by_decision.setdefault(row["decision"], []).append(row["incumbent"])
+    # What decided the exit code first: a regression before an undecided pair before a pass
+    # ("undecided against LLM_9; worse than LLM_11" buried the regression).
+    order = list(VERDICT_ORDER) + [d for d in by_decision if d not in VERDICT_ORDER]
     parts = [
-        f"{VERDICT_WORDS.get(decision, decision)} {', '.join(names)}"
-        for decision, names in by_decision.items()
+        f"{VERDICT_WORDS.get(decision, decision)} {', '.join(by_decision[decision])}"
+        for decision in order
+        if decision in by_decision
     ]
     text = (
         f"exit {code}, {comparison.get('meaning') or ''}: {comparison['candidate']} is "
@@ -206,6 +235,8 @@ def headline(summary: dict[str, Any]) -> Headline:
         return Headline(
             ranking.kind, ranking.tone, f"night {nightly.get('night')}, no alert; {ranking.text}"
         )
+    if (summary.get("score") or {}).get("half_width") is not None:
+        return _width(summary)
     return _ranking(summary)
 
 

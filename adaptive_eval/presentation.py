@@ -171,6 +171,10 @@ def undecided_note(summary: dict[str, Any]) -> str:
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
     if not undecided or summary["stop_reason"] is None:
         return ""
+    if (summary.get("score") or {}).get("half_width") is not None and str(
+        summary["stop_reason"]
+    ).startswith("ci_width"):
+        return ""  # a width goal never asked for the pairs
     return f" (stopped on {summary['stop_reason']} with {undecided} pair(s) undecided)"
 
 

@@ -368,8 +368,8 @@ td:nth-child(3), th:nth-child(3) { text-align: left; }
 figure { margin: 1.5rem 0; } figure svg { width: 100%; height: auto; }
 .note { color: #c92a2a; font-weight: 600; }
 .headline { font-size: 1.15rem; padding: 0.5rem 0.8rem; border-left: 6px solid #868e96; }
-.headline.good { border-color: #2b8a3e; } .headline.warning { border-color: #e8590c; }
-.headline.bad { border-color: #c92a2a; background: #fff5f5; }
+.headline.tone-good { border-color: #2b8a3e; } .headline.tone-warning { border-color: #e8590c; }
+.headline.tone-bad { border-color: #c92a2a; background: #fff5f5; }
 .legend { color: #495057; font-size: 0.9em; }
 .warning { color: #c92a2a; font-weight: 600; border-left: 4px solid #c92a2a; padding-left: 0.5em; }
 """
@@ -425,7 +425,8 @@ def _headline_html(summary: dict[str, Any]) -> list[str]:
     """The page's first line: compare's verdict, the nightly alert, or the ranking."""
     found = headline(summary)
     out = [
-        f"<p id='headline' class='headline {found.tone.value}'><b>"
+        # tone-*: the page's .warning (bold red) is for warnings, not a headline's tone.
+        f"<p id='headline' class='headline tone-{found.tone.value}'><b>"
         f"{html.escape(found.kind.value)}:</b> {html.escape(found.text)}</p>"
     ]
     if found.details:

@@ -337,7 +337,7 @@ def test_the_verdict_leads_the_compare_pages_and_quiet_prints_only_it(
     lead = re.sub("<[^>]+>", "", "<p" + page.split("<p id='headline'", 1)[1].split("</p>")[0])
     assert "Verdict: exit 3, a regression: cand is" in lead and "worse than inc-70" in lead
     assert page.index("id='headline'") < page.index("id='stop'") < page.index("id='comparison'")
-    assert "class='headline bad'" in page
+    assert "class='headline tone-bad'" in page
     report = (run_dir / "report.md").read_text()
     assert report.splitlines()[2].startswith("**Verdict:** exit 3, a regression")
     # The pairs figure: every comparison has its boundary mark (undecided ones at the cap), and

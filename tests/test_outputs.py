@@ -195,3 +195,54 @@ def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) 
         line.index(f"{m['score']:7.4f}") for line, m in zip(rows, summary["models"], strict=True)
     }
     assert len(columns) == 1  # the score column stays aligned past a long name
+
+
+# -- issue 29, items 3.1 and 3.7: the width goal's headline, the verdict's order, tones --------
+
+
+def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, Path]) -> None:
+    from adaptive_eval.headline import headline
+    from adaptive_eval.report import render_console
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    summary["score"]["half_width"] = 0.05
+    summary["stop_reason"] = "ci_width"
+    for model in summary["models"]:
+        model["width_goal_met"] = True
+    found = headline(summary)
+    assert found.line.startswith("Width goal: goal +-0.05 at 95% (each model) met for all 4 ")
+    assert "undecided" not in found.line
+    assert "pair(s) undecided" not in render_console(summary)  # the goal never asked for pairs
+    summary["models"][0]["width_goal_met"] = False
+    assert "met for 3 of 4 models, not met for 1" in headline(summary).text
+
+
+def test_a_verdict_tells_the_regression_first() -> None:
+    from adaptive_eval.headline import headline
+
+    verdicts = [
+        {"incumbent": "LLM_9", "decision": "undecided", "trials": 10},
+        {"incumbent": "LLM_11", "decision": "worse", "trials": 10},
+    ]
+    summary = {
+        "stop_reason": "goal_met",
+        "comparison": {
+            "exit_code": 3,
+            "meaning": "a regression",
+            "candidate": "c",
+            "verdicts": verdicts,
+        },
+    }
+    text = headline(summary).text
+    assert text.index("worse than LLM_11") < text.index("undecided against LLM_9"), text
+
+
+def test_an_ordinary_headline_is_not_styled_as_a_warning(run: tuple[Path, Path]) -> None:
+    config, run_dir = run
+    report_run(load(config), run_dir)
+    page = (run_dir / "report.html").read_text()
+    tag = page.split("<p id='headline'", 1)[1].split(">", 1)[0]
+    assert "tone-" in tag
+    # The page's .warning class (bold red) belongs to warnings only.
+    assert "warning" not in tag.replace("tone-warning", "").split("class=")[1]
