@@ -67,6 +67,49 @@ class ConsoleLines:
         self.stream.flush()
 
 
+#: Console wording of events a user meets (the file keeps the raw event): ``kind -> (text of
+#: the event, or None to keep it off the console)``.
+CONSOLE_TEXT: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    # The loop's own work (planning, deciding) taking long: 0.05 s is crossed routinely on a
+    # loaded machine, so the console hears of it from a second on (events.jsonl always).
+    "slow_policy": lambda e: (
+        None
+        if float(e.get("seconds") or 0) < SLOW_POLICY_CONSOLE_S
+        else f"the {e.get('phase')} step of the decision loop took {float(e['seconds']):.1f} s "
+        "(its own work, not sampling)"
+    ),
+    "campaign_start": lambda e: (
+        "resuming the campaign recorded in this folder: its trials "
+        "are kept and sampling continues where it stopped"
+        if e.get("resumed")
+        else None
+    ),
+    "late_result_ignored": lambda e: (
+        f"a result of round {e.get('round')} came after its round "
+        "closed; it is ignored (its trials are sampled again)"
+    ),
+    "config_ignored": lambda e: str(e.get("message")),
+}
+SLOW_POLICY_CONSOLE_S = 1.0
+#: Events shown on the console whatever its level (a resumed run said nothing).
+ALWAYS_SHOWN = frozenset({"campaign_start"})
+
+
+class _Readable:
+    """structlog processor: known events as a sentence on the console (``warning: ...``), or
+    dropped from it; others as structlog renders them."""
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> Any:
+        wording = CONSOLE_TEXT.get(str(event.get("event")))
+        if wording is None:
+            return event
+        text = wording(event)
+        if text is None:
+            raise structlog.DropEvent
+        label = "note" if method in ("info", "debug") else method
+        return f"{label}: {text}"
+
+
 class _QuietBelow:
     """Drop console output below a level (the JSON file already has the event)."""
 
@@ -82,6 +125,8 @@ class _QuietBelow:
         self.level = self.LEVELS[level]
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("event") in ALWAYS_SHOWN and self.level < self.LEVELS["error"]:
+            return event
         if self.LEVELS.get(method, 20) < self.level:
             raise structlog.DropEvent
         return event
@@ -101,13 +146,24 @@ def open_event_log(
         _JsonlTee(handle),
         _QuietBelow(console_level),
         _scrubbed,
-        structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-        structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+        _Readable(),
+        _Rendered(structlog.processors.TimeStamper(fmt="%H:%M:%S")),
+        _Rendered(structlog.dev.ConsoleRenderer(colors=stream.isatty())),
     ]
     logger = structlog.wrap_logger(
         structlog.PrintLogger(stream), processors=processors, wrapper_class=structlog.BoundLogger
     )
     return logger.bind(campaign=campaign_id), handle
+
+
+class _Rendered:
+    """A processor that leaves a line already worded by :class:`_Readable` as it is."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, logger: Any, method: str, event: Any) -> Any:
+        return event if isinstance(event, str) else self.inner(logger, method, event)
 
 
 class SilentLog:

@@ -246,3 +246,33 @@ def test_an_ordinary_headline_is_not_styled_as_a_warning(run: tuple[Path, Path])
     assert "tone-" in tag
     # The page's .warning class (bold red) belongs to warnings only.
     assert "warning" not in tag.replace("tone-warning", "").split("class=")[1]
+
+
+# -- issue 29, item 3.6: console lines are sentences ------------------------------------------
+
+
+def test_console_lines_are_sentences_and_routine_slowness_stays_in_the_file(
+    tmp_path: Path,
+) -> None:
+    import io
+
+    from adaptive_eval.logs import open_event_log
+
+    console = io.StringIO()
+    log, handle = open_event_log(tmp_path, "c-1", "warning", console)
+    try:
+        log.warning("slow_policy", phase="plan", seconds=0.0508)  # routine on a loaded machine
+        log.info("campaign_start", resumed=False, models=3)
+        assert console.getvalue() == ""
+        log.warning("slow_policy", phase="plan", seconds=2.5)
+        log.info("campaign_start", resumed=True, models=3)  # shown although below the level
+    finally:
+        handle.close()
+    lines = console.getvalue().splitlines()
+    assert lines == [
+        "warning: the plan step of the decision loop took 2.5 s (its own work, not sampling)",
+        "note: resuming the campaign recorded in this folder: its trials are kept and sampling "
+        "continues where it stopped",
+    ]
+    events = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert len(events) == 4  # the file keeps every event, raw
