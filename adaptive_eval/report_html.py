@@ -110,8 +110,18 @@ def _figure(width: float, height: float) -> tuple[Figure, Any]:
     # Labels are names from the user's files: "$\frac" must be drawn as typed, not parsed as
     # math text (which failed the whole page after the campaign had run).
     plt.rcParams["text.parse_math"] = False
+    plt.rcParams["font.size"] = 10
     fig, ax = plt.subplots(figsize=(width, height))
     return fig, ax
+
+
+#: The smallest text on a plot, in points (ticks and legends were 7 px).
+MIN_FONT = 9
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs`` (a legend said "1 pairs")."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def rank_groups(models: list[dict[str, Any]]) -> list[list[int]]:
@@ -165,7 +175,7 @@ def forest_plot(summary: dict[str, Any]) -> str:
         "settled (same rank)"
     )
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=MIN_FONT)
     return _svg(fig)
 
 
@@ -181,12 +191,14 @@ def trials_plot(summary: dict[str, Any], data: RunData) -> str:
     totals = data.trials[order].sum(axis=1)
     y = np.arange(len(order))[::-1]
     ax.barh(y, totals, color="#74c0fc")
-    baseline = summary["baseline"]["fixed_n"] * len(data.questions)
+    fixed_n = summary["baseline"]["fixed_n"]
+    baseline = fixed_n * len(data.questions)
     ax.axvline(
         baseline,
         color="#495057",
         linestyle="--",
-        label=f"fixed N = {baseline // max(1, len(data.questions))}",
+        # The line is at the model's trials, not at N: say both ("fixed N = 80" sat at 2,400).
+        label=f"fixed-N run: {fixed_n} per question = {baseline:,} per model",
     )
     ax.set_yticks(y, [data.models[i] for i in order])
     ax.set_xlabel("trials per model (rank order, best first)")
@@ -206,11 +218,21 @@ def heatmap_plot(summary: dict[str, Any], data: RunData) -> str:
     columns = np.argsort(-trials.sum(axis=0), kind="stable")  # most-sampled questions first
     # Wider for many questions (as many cells as the page shows); also the cheaper to draw.
     fig, ax = _figure(max(9, min(14, 2 + 0.12 * len(columns))), 0.3 * len(order) + 1.8)
-    image = ax.imshow(trials[:, columns], aspect="auto", cmap="viridis", interpolation="nearest")
+    # The colour scale starts at 0 trials (it started at the fewest, so 8 looked like none).
+    image = ax.imshow(
+        trials[:, columns],
+        aspect="auto",
+        cmap="viridis",
+        interpolation="nearest",
+        vmin=0,
+        vmax=max(1, int(trials.max())),
+    )
     ax.set_yticks(np.arange(len(order)), [data.models[i] for i in order])
     step = max(1, -(-len(columns) // HEATMAP_LABELS))
     ticks = np.arange(0, len(columns), step)
-    ax.set_xticks(ticks, [data.questions[columns[t]] for t in ticks], rotation=90, fontsize=7)
+    ax.set_xticks(
+        ticks, [data.questions[columns[t]] for t in ticks], rotation=90, fontsize=MIN_FONT
+    )
     ax.set_xlabel(
         f"question ({len(data.questions)}, most-sampled first"
         + (f"; every {step}th labelled" if step > 1 else "")
@@ -280,7 +302,7 @@ def pairs_plot(summary: dict[str, Any]) -> str:
     ax.set_yticks(y, [p["label"] for p in pairs])
     ax.set_xlabel("|z| of the pair against its boundary (solid: decided; dashed: at the cap)")
     if bounded or open_marks:  # beside the axes: inside, it covered bars and their marks
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=MIN_FONT)
     return _svg(fig)
 
 
@@ -301,7 +323,14 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
     fig, ax = _figure(7, 3.2)
     cumulative = np.cumsum(data.per_round)
     rounds = np.arange(1, len(cumulative) + 1)
-    ax.step(rounds, cumulative, where="post", color="#1c7ed6", label="trials recorded")
+    library = (summary.get("provenance") or {}).get("library") or {}
+    recorded = "trials recorded"
+    if library.get("reused"):  # a night that sampled nothing is not a climb of new trials
+        recorded += (
+            f" ({library['reused']:,} reused from the trial library, "
+            f"{library.get('sampled', 0):,} sampled)"
+        )
+    ax.step(rounds, cumulative, where="post", color="#1c7ed6", label=recorded)
     ax.axhline(summary["baseline"]["trials"], color="#495057", linestyle="--", label="fixed-N run")
     # One dot per decided pair of the summary (the decision events logged a pair each time it
     # became adjacent again: 6 dots for the demo's 5 decided pairs), at its own round.
@@ -313,7 +342,7 @@ def compute_plot(summary: dict[str, Any], data: RunData) -> str:
             "o",
             color="#2b8a3e",
             alpha=0.8,
-            label=f"a pair decided ({len(decided)} pairs)",
+            label=f"a pair decided ({plural(len(decided), 'pair')})",
         )
         dots[0].set_gid("pairs-decided")
     ax.set_xlabel("round")
@@ -346,9 +375,9 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     alerts = [i for i, record in enumerate(history) if record.get("alerts")]
     for i in alerts:
         ax.axvline(i, color="#c92a2a", alpha=0.3, linewidth=6)
-    ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(range(len(nights)), nights, rotation=45, ha="right", fontsize=MIN_FONT)
     ax.set_ylabel("estimate (what decisions use)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=MIN_FONT)
     return _svg(fig)
 
 

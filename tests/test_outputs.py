@@ -276,3 +276,22 @@ def test_console_lines_are_sentences_and_routine_slowness_stays_in_the_file(
     ]
     events = (tmp_path / "events.jsonl").read_text().splitlines()
     assert len(events) == 4  # the file keeps every event, raw
+
+
+# -- issue 29, item 3.7: report.html's plots ---------------------------------------------------
+
+
+def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Path]) -> None:
+    import re
+
+    from adaptive_eval.report_html import plural
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    page = (run_dir / "report.html").read_text()
+    sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", page)}
+    assert sizes and min(sizes) >= 9, sorted(sizes)  # ticks and legends were 7 px
+    n, questions = summary["baseline"]["fixed_n"], 12
+    assert f"fixed-N run: {n} per question = {n * questions:,} per model" in page
+    assert plural(1, "pair") == "1 pair" and plural(2, "pair") == "2 pairs"
+    assert "(1 pairs)" not in page
