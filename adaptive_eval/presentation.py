@@ -146,6 +146,16 @@ def stop_text(summary: dict[str, Any]) -> str:
     return f"{summary['stop_reason']}" + (f" ({detail})" if detail else "")
 
 
+def stop_label(summary: dict[str, Any]) -> str:
+    """The stop reason; on a compare page ``goal_met`` says which goal ("Stopped: goal_met"
+    beside a regression read as if the candidate had met its goal)."""
+    reason = str(summary["stop_reason"])
+    comparison = summary.get("comparison")
+    if comparison is not None and reason == "goal_met":
+        return f"the gate was decided, exit {comparison.get('exit_code')} (goal_met)"
+    return reason
+
+
 def name_width(summary: dict[str, Any], least: int = 24) -> int:
     """The model column's width on the console: the longest name (tables broke on long ones)."""
     return max([least, *(len(str(m["name"])) for m in summary.get("models") or [])])
@@ -166,9 +176,19 @@ def decision_text(pair: dict[str, Any]) -> str:
 COMPARE_EXIT_MEANING = {0: "not worse than any incumbent", 3: "a regression", 4: "undecided"}
 
 
+def undecided_count(summary: dict[str, Any]) -> int:
+    """The undecided pairs that matter: a compare run's candidate-incumbent verdicts (the
+    incumbents' own pairs are not the gate's business; the page warned about them in red),
+    else the ranking's adjacent pairs."""
+    comparison = summary.get("comparison")
+    if comparison is not None:
+        return sum(row.get("decision") == "undecided" for row in comparison.get("verdicts") or [])
+    return sum(p["decision"] == "undecided" for p in summary["pairs"])
+
+
 def undecided_note(summary: dict[str, Any]) -> str:
     """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking."""
-    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    undecided = undecided_count(summary)
     if not undecided or summary["stop_reason"] is None:
         return ""
     if (summary.get("score") or {}).get("half_width") is not None and str(

@@ -18,6 +18,7 @@ from adaptive_eval.presentation import (
     ranking_table,
     saved_cell,
     saving,
+    stop_label,
     stop_text,
     undecided_note,
     width_goal_line,
@@ -36,7 +37,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         *headline_markdown(summary),  # the verdict, alert or ranking in one line
         (
-            f"Stopped: **{summary['stop_reason']}** ({md.text(summary['stop_detail'])}).  "
+            f"Stopped: **{md.text(stop_label(summary))}** ({md.text(summary['stop_detail'])}).  "
             if summary.get("stop_reason") is not None
             else f"**Not finished:** {md.text(stop_text(summary))}.  "
         ),

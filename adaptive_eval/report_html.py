@@ -38,7 +38,9 @@ from adaptive_eval.presentation import (
     ranking_notes,
     ranking_table,
     saving,
+    stop_label,
     stop_text,
+    undecided_count,
 )
 from adaptive_eval.storage import atomic_write
 
@@ -490,7 +492,7 @@ def render(
     # Reused library trials cost nothing now: the saving counts what this run sampled.
     saved, counted = saved_fraction(summary)
     saved_text = saving(saved)
-    undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
+    undecided = undecided_count(summary)
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
     pairs = _table(
@@ -536,7 +538,7 @@ def render(
         f"<h1>Campaign <code>{html.escape(summary['name'])}</code></h1>",
         *_headline_html(summary),
         (
-            f"<p id='stop'>Stopped: <b>{html.escape(str(summary['stop_reason']))}</b> "
+            f"<p id='stop'>Stopped: <b>{html.escape(stop_label(summary))}</b> "
             f"({html.escape(str(summary['stop_detail']))}). Prior: "
             f"{html.escape(summary['prior'])}.</p>"
             if summary.get("stop_reason") is not None

@@ -295,3 +295,40 @@ def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Pat
     assert f"fixed-N run: {n} per question = {n * questions:,} per model" in page
     assert plural(1, "pair") == "1 pair" and plural(2, "pair") == "2 pairs"
     assert "(1 pairs)" not in page
+
+
+def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
+    run: tuple[Path, Path],
+) -> None:
+    from adaptive_eval.report import write_outputs
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    summary["stop_reason"] = "goal_met"
+    summary["pairs"][0]["decision"] = "undecided"  # two incumbents: not the gate's business
+    name = summary["models"][0]["name"]
+    summary["comparison"] = {
+        "candidate": name,
+        "margin": None,
+        "exit_code": 3,
+        "meaning": "a regression",
+        "stopped": None,
+        "verdicts": [
+            {
+                "incumbent": summary["models"][1]["name"],
+                "decision": "worse",
+                "z": -4.0,
+                "boundary": 3.3,
+                "decided_at_round": 3,
+                "trials": 100,
+            }
+        ],
+    }
+    write_outputs(run_dir, summary)
+    page = (run_dir / "report.html").read_text()
+    assert "the gate was decided, exit 3 (goal_met)" in page
+    assert "still undecided at the stop" not in page
+    assert (
+        "Stopped: **the gate was decided, exit 3 (goal\\_met)**"
+        in (run_dir / "report.md").read_text()
+    )
