@@ -12,6 +12,7 @@ from them. A run recorded before versions were kept has ``packages: null``.
 from __future__ import annotations
 
 import datetime as _dt
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,34 @@ ROLES = {
 DESCRIPTIONS = ("engine",)
 
 
+#: The most distinct server reports listed per model.
+MAX_SERVED = 5
+
+
+def _served(store: TrialStore) -> dict[str, list[str]]:
+    """What OpenAI-compatible servers reported serving, per model name: ``model`` and
+    ``system_fingerprint`` of their responses, as recorded in the trials' signals."""
+    names = [str(n) for n in store.get_meta("models") or []]
+    out: dict[str, list[str]] = {}
+    try:
+        rows = store.conn.execute(
+            "SELECT DISTINCT model, json_extract(signals, '$.served_model'), "
+            "json_extract(signals, '$.system_fingerprint') FROM completions "
+            "WHERE json_valid(signals) AND json_extract(signals, '$.served_model') IS NOT NULL "
+            "LIMIT 100"
+        ).fetchall()
+    except sqlite3.Error:
+        return out
+    for model, served, fingerprint in rows:
+        if not isinstance(model, int) or not 0 <= model < len(names):
+            continue
+        text = str(served) + (f" ({fingerprint})" if fingerprint else "")
+        listed = out.setdefault(names[model], [])
+        if text not in listed and len(listed) < MAX_SERVED:
+            listed.append(text)
+    return out
+
+
 def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
     """Provenance of the run in ``run_dir`` (empty parts are omitted); ``store``: the run's
     store where the caller holds it open."""
@@ -51,6 +80,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
     files: list[dict[str, str]] = []
     extensions: list[Any] = []
     reused = recorded = 0
+    served: dict[str, list[str]] = {}
     packages: Any = None
     later: Any = None
     changes: Any = None
@@ -64,6 +94,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
             packages = opened.get_meta("packages")
             later = opened.get_meta("packages_later")
             changes = opened.get_meta("library_changes")
+            served = _served(opened)
     models = []
     for index, entry in enumerate(config.get("models") or []):
         hashes = files[index] if index < len(files) else {}
@@ -81,6 +112,9 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
                 "engine": hashes.get("engine"),
             }
         )
+        if entry.get("backend") == "openai":
+            name = entry.get("name") or options.get("model")
+            models[-1]["served"] = served.get(str(name), [])
     dataset = None
     if config.get("dataset"):
         digest = next((f["dataset"] for f in files if "dataset" in f), None)
@@ -134,6 +168,8 @@ def markdown(
             parts.insert(0, f"revision {code(model['revision'])} (stated)")
         if model.get("engine"):
             parts.append(f"engine: {text(model['engine'])}")
+        if model.get("served"):
+            parts.append(f"the server reported serving {text(', '.join(model['served']))}")
         lines.append(
             f"- models[{index}]: {text(model['backend'])} {code(model['path'])} ({text(label)})"
             + (f"; {'; '.join(parts)}" if parts else "")

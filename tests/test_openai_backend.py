@@ -451,3 +451,23 @@ def test_requests_stay_in_flight_across_batch_boundaries() -> None:
     assert server.peak == 4
     # Busy time is each batch's share of the pool, so the two add up to at most the wall time.
     assert results[1].busy_s + results[2].busy_s <= finished[1] - started + 0.05
+
+
+def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, section 1: a server's weights cannot be hashed. The model it reports serving
+    (and its system fingerprint) is kept with every trial and listed in the provenance; a
+    revision the user states is part of the model's identity (library cells, fingerprint)."""
+    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.provenance import collect
+
+    with FlakyServer(script=[], answers=ANSWERS) as server:
+        cfg = config(server.url, limit=2, revision="2026-11-01")
+        data = cfg.model_dump(mode="json")
+        data["policy"] = {"min_trials_per_question": 1, "max_trials_per_question": 1}
+        run_inline(parse_config(data), tmp_path / "run")
+        other = build_campaign(config(server.url, limit=2, revision="2026-11-02"))
+        assert other.fingerprint != build_campaign(cfg).fingerprint
+    (model,) = collect(tmp_path / "run")["models"]
+    assert model["served"] == [server.model] == ["flaky"]  # what the server said, not our name

@@ -79,6 +79,8 @@ BACKEND_OPTIONS = {
     "prompt_logprobs": "ask for prompt log-probs (vLLM servers only; default false)",
     "extra_body": "more request fields (top_k, stop, ...), sent as they are",
     "headers": "more HTTP headers",
+    "revision": "the served model's revision as you state it (a server's weights cannot be "
+    "hashed): part of the model's identity, so change it when the model behind the name changes",
 }
 
 
@@ -201,6 +203,7 @@ def parse_response(
     extra: dict[str, Any] = {
         "response_id": data.get("id"),
         "served_model": data.get("model"),
+        "system_fingerprint": data.get("system_fingerprint"),
         "logprob_tokens": len(token_logprobs) if cumulative is not None else None,
     }
     if endpoint == "chat":
@@ -473,6 +476,7 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if api_key_env and config.execution.ray_address is None and not os.environ.get(api_key_env):
         raise options.error("api_key_env", f"environment variable {api_key_env} is not set")
     headers = {str(k): str(v) for k, v in options.mapping("headers").items()}
+    options.string("revision")  # recorded in the run's identity with the entry's options
     settings = OpenAISettings(
         entry_field=context.field,
         base_url=base_url,
