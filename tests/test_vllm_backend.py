@@ -387,3 +387,35 @@ def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
     assert dispatch["failed_batches"] == len(failures)
     assert dispatch["model_loads"] >= 3  # both models, and the killed one again
     assert all(t.tokens == MAX_TOKENS for t in trials)
+
+
+def test_a_checkpoint_replaced_in_place_is_sampled_anew_by_the_next_night(
+    models: tuple[Path, Path], ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, section 1: a vLLM candidate at a fixed path ran one night; its
+    model.safetensors was then replaced by another model's weights of the same size, and the
+    next night reused all 30 of its trials. It must sample them anew and say why."""
+    import shutil
+
+    from adaptive_eval._testing.tiny_model import build_tiny_model
+    from adaptive_eval.workflows.nightly import run_nightly
+
+    candidate = tmp_path / "candidate"
+    shutil.copytree(models[0], candidate)
+    other = build_tiny_model(tmp_path / "other", seed=7, arch="qwen2")
+    weights = candidate / "model.safetensors"
+    assert weights.stat().st_size == (other / "model.safetensors").stat().st_size
+    assert weights.read_bytes() != (other / "model.safetensors").read_bytes()
+    data = campaign_data(models)
+    data["models"] = [{**data["models"][0], "path": str(candidate), "name": "candidate"}]
+    monkeypatch.setenv("ADAPTIVE_EVAL_HASH_CACHE", str(tmp_path / "hashes.sqlite"))
+    history = tmp_path / "history"
+    first = run_nightly(parse_config(data), history, night="2026-11-01")
+    assert first["sampled"] > 0 and first["reused"] == 0
+    same = run_nightly(parse_config(data), history, night="2026-11-02")
+    assert same["sampled"] == 0 and same["reused"] == first["sampled"]
+    shutil.copyfile(other / "model.safetensors", weights)  # same size, other weights
+    swapped = run_nightly(parse_config(data), history, night="2026-11-03")
+    assert swapped["reused"] == 0 and swapped["sampled"] == first["sampled"]
+    (line,) = swapped["changed"]
+    assert line.startswith("model candidate changed since the library last saw it (model_files ")
