@@ -176,6 +176,26 @@ def decision_text(pair: dict[str, Any]) -> str:
 COMPARE_EXIT_MEANING = {0: "not worse than any incumbent", 3: "a regression", 4: "undecided"}
 
 
+#: Verdicts that put the candidate below / above its incumbent.
+CANDIDATE_BELOW = frozenset({"worse", "fail"})
+CANDIDATE_ABOVE = frozenset({"better", "pass"})
+
+
+def candidate_side(row: dict[str, Any]) -> tuple[float, float | None]:
+    """A verdict's z and boundary in one sign convention, the candidate's: negative where it is
+    below the incumbent, the boundary signed as the side it crossed (``--margin`` showed
+    z = -3.91 beside a boundary of +3.31, the two-sided test z = +4.29 for a worse candidate)."""
+    z, boundary = float(row["z"]), row.get("boundary")
+    decision = row.get("decision")
+    if decision in CANDIDATE_BELOW:
+        z = -abs(z)
+        boundary = None if boundary is None else -abs(float(boundary))
+    elif decision in CANDIDATE_ABOVE:
+        z = abs(z)
+        boundary = None if boundary is None else abs(float(boundary))
+    return z, boundary
+
+
 def undecided_count(summary: dict[str, Any]) -> int:
     """The undecided pairs that matter: a compare run's candidate-incumbent verdicts (the
     incumbents' own pairs are not the gate's business; the page warned about them in red),

@@ -10,6 +10,7 @@ from adaptive_eval import markdown as md
 from adaptive_eval.headline import markdown_lines as headline_markdown
 from adaptive_eval.presentation import (
     COMPARE_EXIT_MEANING,
+    candidate_side,
     decision_text,
     interval_label,
     name_width,
@@ -136,11 +137,13 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
         "|---|---|---:|---:|---:|---:|",
     ]
     for row in comparison["verdicts"]:
+        z, boundary = candidate_side(row)
         lines.append(
-            f"| {md.text(row['incumbent'])} | {decision_text(row)} | {row['z']:.3f} | "
-            f"{optional(row.get('boundary'), '.3f')} | {optional(row.get('decided_at_round'))} | "
+            f"| {md.text(row['incumbent'])} | {decision_text(row)} | {z:+.3f} | "
+            f"{optional(boundary, '+.3f')} | {optional(row.get('decided_at_round'))} | "
             f"{row['trials']} |"
         )
+    lines += ["", "z from the candidate's side: negative where it is below the incumbent."]
     return [*lines, ""]
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from adaptive_eval.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.presentation import (
     COMPARE_EXIT_MEANING,
+    candidate_side,
     decision_text,
     interval_label,
     optional,
@@ -432,8 +433,8 @@ def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
         [
             row["incumbent"],
             decision_text(row),
-            f"{row['z']:.3f}",
-            optional(row.get("boundary"), ".3f"),
+            f"{candidate_side(row)[0]:+.3f}",
+            optional(candidate_side(row)[1], "+.3f"),
             optional(row.get("decided_at_round")),
             str(row["trials"]),
         ]

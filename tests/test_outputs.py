@@ -332,3 +332,14 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
         "Stopped: **the gate was decided, exit 3 (goal\\_met)**"
         in (run_dir / "report.md").read_text()
     )
+    # One sign convention, the candidate's: a worse candidate's z and boundary are negative
+    # whichever way the test computed them (the two-sided rule gave +4.29 where --margin gave
+    # -3.91 beside a boundary of +3.31).
+    from adaptive_eval.presentation import candidate_side
+
+    assert candidate_side({"z": 4.29, "boundary": 3.31, "decision": "worse"}) == (-4.29, -3.31)
+    assert candidate_side({"z": -3.91, "boundary": 3.31, "decision": "fail"}) == (-3.91, -3.31)
+    assert candidate_side({"z": 2.5, "boundary": 2.1, "decision": "pass"}) == (2.5, 2.1)
+    markdown = (run_dir / "report.md").read_text()
+    assert "| worse | -4.000 | -3.300 | 3 | 100 |" in markdown
+    assert ">-4.000<" in page and ">-3.300<" in page
