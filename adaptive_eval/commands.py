@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
     print(_result_text(summary, args, render_console))
+    if not args.json:  # a model the trial library knew otherwise: one line each
+        library = (summary.get("provenance") or {}).get("library") or {}
+        for line in library.get("changes") or []:
+            print(f"trial library: {line}", file=sys.stderr)
     return 0
 
 

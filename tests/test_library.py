@@ -131,3 +131,22 @@ def test_run_command_uses_the_library(tmp_path: Path, config_path: Path) -> None
         "changes": [],
     }
     assert ledger(tmp_path / "a") == ledger(tmp_path / "b")
+
+
+def test_a_run_names_a_model_whose_files_changed_since_the_library_saw_it(
+    tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, section 1: the run that finds a changed identity says so in one line."""
+    from adaptive_eval.cli import main
+
+    inline = ["--quiet", "--set", "execution.dispatch=inline"]
+    assert main(["run", str(config_path), "--out", str(tmp_path / "a"), *inline]) == 0
+    assert "trial library:" not in capsys.readouterr().err
+    write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12, seed=5))
+    assert main(["run", str(config_path), "--out", str(tmp_path / "b"), *inline]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("trial library:")]
+    assert len(lines) == len(SCORES)  # one per model of the changed scenario file
+    assert all("changed since the library last saw it (scenario " in x for x in lines)
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["provenance"]["library"]["reused"] == 0
+    assert "- Trial library: model model-0 changed" in (tmp_path / "b" / "report.md").read_text()
