@@ -114,16 +114,19 @@ def open_run_dir(
 
     ``leg``: this open samples (a run or its resume, not a report), so the packages it runs
     under are recorded (:func:`record_packages`); by default, where it may ``recover``, which
-    only a run asks for. A new store always records them.
+    only a run asks for. A new store always records them. An open that does not sample (a
+    report) accepts a run whose input files or engine changed since it ran (a checkpoint
+    replaced at its path, vLLM upgraded), with a note: it reads the recorded trials, and the
+    provenance states the inputs the run recorded.
     """
     leg = recover if leg is None else leg
     try:
-        opened = _open_run_dir(campaign, run_dir)
+        opened = _open_run_dir(campaign, run_dir, leg)
     except CorruptStore:
         if not recover:
             raise
         note = _recover(campaign, run_dir)
-        opened = _open_run_dir(campaign, run_dir)
+        opened = _open_run_dir(campaign, run_dir, leg)
         opened[0].notes.insert(0, ("store_recovered", note))
     store, _, resumed = opened
     if leg or not resumed:
@@ -216,7 +219,9 @@ def check_out_folder(run_dir: Path, field: str = "--out") -> None:
         )
 
 
-def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, bool]:
+def _open_run_dir(
+    campaign: Campaign, run_dir: Path, leg: bool = True
+) -> tuple[TrialStore, str, bool]:
     config = campaign.config
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
@@ -257,6 +262,15 @@ def _open_run_dir(campaign: Campaign, run_dir: Path) -> tuple[TrialStore, str, b
     changes = _identity_changes(store.get_meta("identity"), identity)
     if stored != campaign.fingerprint and not changes:
         store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
+    elif stored != campaign.fingerprint and not leg and all(c.startswith("files") for c in changes):
+        listed = "; ".join(changes[:MAX_CHANGES_SHOWN])
+        store.notes.append(
+            (
+                "inputs_changed",
+                f"the run's input files or engine changed since it ran ({listed}); this report "
+                "reads the trials it recorded and states the inputs it recorded",
+            )
+        )
     elif stored != campaign.fingerprint:
         store.close()
         shown = changes[:MAX_CHANGES_SHOWN]

@@ -343,3 +343,26 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     markdown = (run_dir / "report.md").read_text()
     assert "| worse | -4.000 | -3.300 | 3 | 100 |" in markdown
     assert ">-4.000<" in page and ">-3.300<" in page
+
+
+def test_report_reads_a_run_whose_inputs_changed_since_and_a_resume_refuses_it(
+    run: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint replaced at its path (or vLLM upgraded) after a night: `report` of that
+    night still reads its recorded trials and states the inputs it recorded, saying they
+    changed; resuming it (sampling more) is refused."""
+    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.errors import InputError
+    from adaptive_eval.rundir import open_run_dir
+
+    config, run_dir = run
+    before = report_run(load(config), run_dir)["provenance"]["models"][0]["sha256"]
+    write_scenario(config.parent / "s.npz", mimic_success(SCORES, questions=12, seed=9))
+    capsys.readouterr()
+    after = report_run(load(config), run_dir)
+    assert after["provenance"]["models"][0]["sha256"] == before  # what the run recorded
+    assert "the run's input files or engine changed since it ran (files[0].scenario" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(InputError, match="holds a different campaign"):
+        open_run_dir(build_campaign(load(config)), run_dir, recover=True)
