@@ -201,3 +201,14 @@ def test_provenance_labels_the_identity_for_what_it_is() -> None:
     assert "- Trial library: model x changed." in text
     assert "Packages the run used: numpy 1.0." in text
     assert "This report was written by: numpy 2.0." in text
+
+
+def test_a_download_tools_bookkeeping_is_not_the_model(tmp_path: Path) -> None:
+    model = fake_model(tmp_path / "m", b"w" * 100)
+    first = model_files.folder_digest(model)
+    meta = model / ".cache" / "huggingface" / "download" / "model.safetensors.metadata"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("etag\n1764115200.0\n")  # a re-download's timestamp
+    assert model_files.folder_digest(model) == first
+    (model / "extra.json").write_text("{}")  # any other file is part of the model
+    assert model_files.folder_digest(model) != first

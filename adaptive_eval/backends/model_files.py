@@ -29,6 +29,10 @@ from typing import Any
 
 from adaptive_eval.errors import InputError
 
+#: Top-level folders of a model folder that vLLM never reads: a download tool's bookkeeping
+#: (``huggingface-cli download --local-dir`` keeps timestamps in ``.cache/``) and version
+#: control. Their changes would resample a model whose weights did not change.
+SKIPPED = frozenset({".cache", ".git"})
 #: Files hashed without a word below this many uncached bytes; above it one line says so.
 ANNOUNCE_BYTES = 1 << 30
 CACHE_ENV = "ADAPTIVE_EVAL_HASH_CACHE"
@@ -97,7 +101,8 @@ def _file_sha256(path: Path) -> str:
 
 
 def folder_digest(folder: Path, *, what: str = "model folder") -> str:
-    """sha256 over every file under ``folder`` (sorted relative path, size, content sha256).
+    """sha256 over every file under ``folder`` (sorted relative path, size, content sha256),
+    but for the bookkeeping folders in :data:`SKIPPED`.
 
     Symbolic links are followed (a Hugging Face snapshot links into its blobs); an unreadable
     file is an :class:`InputError` naming it.
@@ -105,8 +110,10 @@ def folder_digest(folder: Path, *, what: str = "model folder") -> str:
     entries: list[tuple[str, Path, os.stat_result]] = []
     try:
         for item in sorted(folder.rglob("*")):
-            if item.is_file():
-                entries.append((item.relative_to(folder).as_posix(), item, item.stat()))
+            parts = item.relative_to(folder).parts
+            if parts[0] in SKIPPED or not item.is_file():
+                continue
+            entries.append(("/".join(parts), item, item.stat()))
     except OSError as error:
         raise InputError(f"cannot list the {what}: {error}", source=str(folder)) from None
     cache = _Cache()
