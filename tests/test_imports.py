@@ -171,3 +171,22 @@ def test_the_documented_import_commands_run_on_a_gsm8k_log(
         capsys.readouterr()
         assert main(args) == 0, capsys.readouterr().err
         assert "outcomes (2, 3, 2)" in capsys.readouterr().out
+
+
+def test_an_inspect_log_too_big_to_parse_is_refused_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, item 4.5: 12 members of 60 MB (each under the member limit) were parsed."""
+    import zipfile
+
+    from adaptive_eval.errors import InputError
+    from adaptive_eval.workflows import imports
+
+    monkeypatch.setattr(imports, "MAX_LOG_UNPACKED", 1 << 20)
+    path = tmp_path / "big.eval"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("header.json", json.dumps({"eval": {"task": "t", "model": "m"}}))
+        for index in range(12):
+            archive.writestr(f"samples/{index}_epoch_1.json", " " * (100 << 10) + "{}")
+    with pytest.raises(InputError, match="more than the 1 MB one log is read into memory for"):
+        imports.read_inspect([path])

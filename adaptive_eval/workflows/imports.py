@@ -79,6 +79,9 @@ def _norm(value: Any) -> float | str:
     raise ValueError(f"score {json.dumps(value)} is neither a number nor a string")
 
 
+#: The most an .eval log's samples may take unpacked: each is parsed whole (12 members of
+#: 60 MB, each under the member limit, were read into memory without a word).
+MAX_LOG_UNPACKED = 512 << 20
 #: The most ``--map`` entries (a rubric has a handful of score values; 40,000 were accepted).
 MAX_MAP_ENTRIES = 1000
 
@@ -293,6 +296,18 @@ def _inspect_log(path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
                     header = _member(archive, "_journal/start.json", path)
                 else:
                     raise InputError("an .eval zip without header.json", source=str(path))
+                unpacked = sum(
+                    archive.getinfo(name).file_size
+                    for name in names
+                    if name.startswith("samples/") and name.endswith(".json")
+                )
+                if unpacked > MAX_LOG_UNPACKED:
+                    raise InputError(
+                        f"its samples take {size_text(unpacked)} unpacked, more than the "
+                        f"{size_text(MAX_LOG_UNPACKED)} one log is read into memory for (each "
+                        "is parsed whole); split the log",
+                        source=str(path),
+                    )
                 samples = [
                     (f"member {name}", _member(archive, name, path))
                     for name in sorted(names)
