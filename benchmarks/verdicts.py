@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--truths", type=int, default=20, help="rate profiles per case")
     parser.add_argument("--cases", default="", help="substring of case names, ';'-separated")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first campaign")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     wanted = [c for c in CASES if not args.cases or any(w in c.name for w in args.cases.split(";"))]
@@ -163,7 +164,13 @@ def main() -> None:
         for case in wanted:
             started = time.perf_counter()
             work = [
-                (case, args.confidence, args.truths, first, min(chunk, args.replicates - first))
+                (
+                    case,
+                    args.confidence,
+                    args.truths,
+                    args.first_seed + first,
+                    min(chunk, args.replicates - first),
+                )
                 for first in range(0, args.replicates, chunk)
             ]
             found = [row for part in pool.map(one_case, work) for row in part]
