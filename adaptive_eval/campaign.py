@@ -31,6 +31,7 @@ from adaptive_eval.errors import InputError
 from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.state import ViewSettings
 from adaptive_eval.stats.intervals import IntervalDesign
 
 DEFAULT_FIXED_N = 80
@@ -124,6 +125,19 @@ class Campaign:
             trial_budget=config.budget.trials,
         )
         return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits)
+
+    def view_settings(self) -> ViewSettings:
+        """What every view of this campaign carries besides the evidence."""
+        policy = self.config.policy
+        return ViewSettings(
+            self.names,
+            self.capacity,
+            policy.confidence,
+            policy.min_trials_per_question,
+            policy.rope,
+            policy.error_control,
+            policy.futility,
+        )
 
     def plan_of(self, model: int) -> tuple[int, BackendPlan]:
         index = int(np.searchsorted(self.offsets, model, side="right")) - 1
