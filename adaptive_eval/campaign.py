@@ -28,9 +28,11 @@ from adaptive_eval.campaign_checks import (
 from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
 from adaptive_eval.decision import DecisionCore, Limits
 from adaptive_eval.errors import InputError
+from adaptive_eval.noninferiority import VARIANCE_INFLATION
 from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.state import ViewSettings
 from adaptive_eval.stats.intervals import IntervalDesign
 
 DEFAULT_FIXED_N = 80
@@ -73,7 +75,8 @@ DECISION_RULES = (
     "under error_control ranking; futility stops (policy.futility); "
     f"{default_design()}; per-trial variance centred on the model's pooled score; ci_width "
     "stops on a repeated confidence interval of the unbiased score (12 looks, HSD -4) and its "
-    "models get trial targets"
+    "models get trial targets; compare's non-inferiority gate on a variance inflated by "
+    f"{VARIANCE_INFLATION:g}"
 )
 
 
@@ -124,6 +127,19 @@ class Campaign:
             trial_budget=config.budget.trials,
         )
         return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits)
+
+    def view_settings(self) -> ViewSettings:
+        """What every view of this campaign carries besides the evidence."""
+        policy = self.config.policy
+        return ViewSettings(
+            self.names,
+            self.capacity,
+            policy.confidence,
+            policy.min_trials_per_question,
+            policy.rope,
+            policy.error_control,
+            policy.futility,
+        )
 
     def plan_of(self, model: int) -> tuple[int, BackendPlan]:
         index = int(np.searchsorted(self.offsets, model, side="right")) - 1

@@ -347,10 +347,8 @@ class ExecutionConfig(_Strict):
         0,
         ge=0,
         le=10**8,
-        description="Speculative trials generated ahead of the plans (0: none): the next "
-        "trials of the cells the latest round planned, recorded only once a round plans them, "
-        "so that engines stay busy while a round's longest completions finish. Never changes "
-        "trials or decisions; unused ones are counted in summary.json (dispatch.prefetch).",
+        description="Removed in issue 26 (speculative trials ahead of the plans: 6.2% of "
+        "them unused and no wall time saved, docs/continuous-feed.md); only 0 is accepted.",
     )
     gpu_slots: int | None = Field(
         None,
@@ -362,11 +360,12 @@ class ExecutionConfig(_Strict):
     )
 
     @model_validator(mode="after")
-    def _prefetch_needs_dedicated_workers(self) -> ExecutionConfig:
-        if self.prefetch_trials and self.gpu_slots is not None:
+    def _prefetch_removed(self) -> ExecutionConfig:
+        if self.prefetch_trials:
             raise ValueError(
-                f"prefetch_trials={self.prefetch_trials} with gpu_slots={self.gpu_slots}: "
-                "speculative batches could force model swaps in shared slots; set one of them"
+                f"prefetch_trials={self.prefetch_trials}: speculative prefetch was removed "
+                "(it left 6.2% of its trials unused and saved no wall time; "
+                "docs/continuous-feed.md); leave execution.prefetch_trials out"
             )
         return self
 

@@ -17,10 +17,9 @@ import numpy as np
 
 from adaptive_eval.accounting import Savings, compute_savings
 from adaptive_eval.campaign import Campaign
-from adaptive_eval.decision import RoundDecision
 from adaptive_eval.errors import BackendError
 from adaptive_eval.policy import CampaignView
-from adaptive_eval.prefetch import SPECULATIVE_ROUND, Prefetcher
+from adaptive_eval.round_events import RoundEvents
 from adaptive_eval.state import RunState, expand_counts, missing_items
 from adaptive_eval.stats.sequential import boundary_tables_built
 from adaptive_eval.store import TrialStore
@@ -30,18 +29,9 @@ from adaptive_eval.types import (
     PairDecision,
     Stop,
     Trial,
-    Verdict,
     WorkItem,
+    pack_batches,
 )
-
-SLOW_POLICY_S = 0.05
-#: Speculation follows the cells of this many latest rounds (allocation moves between models
-#: from round to round; one round's cells alone would leave most speculative trials unclaimed).
-SPECULATE_FROM_ROUNDS = 4
-#: Why a ``pair_decision`` event is logged in its round: the pair was decided in it, or was
-#: decided earlier and has just become adjacent in the ranking (``decided_at_round`` says when).
-DECIDED_NOW = "decided in this round"
-BECAME_ADJACENT = "decided earlier; adjacent in the ranking from this round"
 
 
 class DispatchPort(Protocol):
@@ -79,19 +69,12 @@ class Controller:
         #: What decides (pairs, stop, plans): the campaign's rules, the same core the
         #: simulator and the benchmarks run. The controller only feeds it and records.
         self.core = campaign.decision_core()
+        self.settings = campaign.view_settings()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
-        # Rounds whose events (and elapsed time) were committed: a resume replays them silently.
-        self.logged_through = int(store.get_meta("events_through") or -1)
-        self._events: list[tuple[str, str, dict[str, Any]]] = []
+        self.events = RoundEvents(store, log, campaign.names)
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
-        self._warmed: set[str] = set()  # phases whose first slow call (table building) was seen
-        self._logged_verdicts: dict[frozenset[int], Verdict] = {}  # see _log_changes
-        target = self.config.execution.prefetch_trials
-        self.prefetcher = (
-            Prefetcher(target, len(campaign.names), campaign.num_questions) if target else None
-        )
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -106,7 +89,6 @@ class Controller:
         self.record(results)
         while self.next_round_complete():
             self.advance()
-        self.speculate()
         if not results and self.rounds and self.dispatcher.pending() == 0:
             raise BackendError(
                 f"rounds {sorted(self.rounds)} lack trials but no work is in "
@@ -124,7 +106,6 @@ class Controller:
     # -- phases ---------------------------------------------------------------------------------
     def record(self, results: list[BatchResult]) -> None:
         """Make each result durable first; only then does it count towards its round."""
-        results = self._claimed(results)
         late = [r for r in results if r.round not in self.rounds]
         for result in late:
             self.log.warning("late_result_ignored", batch=result.batch_id, round=result.round)
@@ -159,19 +140,6 @@ class Controller:
             )
         if results and self.on_progress:
             self.on_progress(self)
-
-    def _claimed(self, results: list[BatchResult]) -> list[BatchResult]:
-        """Speculative batches become the results of the rounds that planned their trials."""
-        if self.prefetcher is None:
-            return results
-        out = []
-        for result in results:
-            if result.round != SPECULATIVE_ROUND:
-                out.append(result)
-                continue
-            self._check_complete(result)
-            out.extend(self.prefetcher.receive(result))
-        return out
 
     def _check_complete(self, result: BatchResult) -> None:
         """A result must hold exactly its batch's trials: nothing missing, nothing extra."""
@@ -220,9 +188,11 @@ class Controller:
         if boundary_tables_built() > tables:
             # A new error budget (Holm's step-down hands a settled pair's on) needs its
             # boundaries computed once: a warm-up, not a slow policy.
-            self._warmed.discard("decide")
+            self.events.warmed.discard("decide")
         self._warn_if_slow("decide", started)
-        self._log_changes(outcome)
+        self.events.decided(
+            outcome, self.state.trials_used, self.state.trials_through, self._compute
+        )
 
     def plan(self) -> None:
         """Plan and dispatch rounds until ``rounds_in_flight`` are ahead of the posterior."""
@@ -234,7 +204,7 @@ class Controller:
             self._warn_if_slow("allocate", started)
             if plan is None:
                 if stop_before is None and self.stop is not None:
-                    self._emit("stop", reason=self.stop.reason.value, detail=self.stop.detail)
+                    self.events.emit("stop", reason=self.stop.reason.value, detail=self.stop.detail)
                 return
             round_index = len(self.state.plans)
             self.store.add_round(round_index, plan)
@@ -242,35 +212,7 @@ class Controller:
             self.rounds[round_index] = _Round(int(plan.sum()), [])
             cells = zip(*np.nonzero(plan), strict=True)
             items = [WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q])) for m, q in cells]
-            ready: list[BatchResult] = []
-            if self.prefetcher is not None:
-                items, ready = self.prefetcher.take(round_index, items)
             self.submit(self.batches(round_index, items))
-            if ready:
-                self.record(ready)
-
-    def speculate(self) -> None:
-        """Top up the speculative trials ahead of the plans (``execution.prefetch_trials``)."""
-        if self.prefetcher is None or self.stop is not None or not self.state.plans:
-            return
-        room = self.prefetcher.target - self.prefetcher.unclaimed
-        budget = self.config.budget.trials
-        if budget is not None:
-            room = min(room, budget - int(self.state.planned.sum()) - self.prefetcher.unclaimed)
-        if room <= 0:  # the common case on each poll: nothing to top up
-            return
-        capacity = np.broadcast_to(self.campaign.capacity[:, None], self.state.planned.shape)
-        # Models the stopping rules no longer need are never planned again.
-        wanted = self.core.wanted if self.core.wanted is not None else True
-        recent = (
-            np.sum(self.state.plans[-SPECULATE_FROM_ROUNDS:], axis=0)
-            * np.asarray(wanted)[..., None]
-        )
-        items = self.prefetcher.choose(recent, self.state.planned, capacity, room)
-        if items:
-            batches = self.batches(SPECULATIVE_ROUND, items)
-            self.prefetcher.sent(batches)
-            self.submit(batches)
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds
@@ -294,46 +236,14 @@ class Controller:
         return self.elapsed_before + time.monotonic() - self.started
 
     def view(self) -> CampaignView:
-        policy = self.config.policy
-        return self.state.view(
-            self.campaign.names,
-            self.campaign.capacity,
-            policy.confidence,
-            policy.min_trials_per_question,
-            self.elapsed_s,
-            rope=policy.rope,
-            error_control=policy.error_control,
-            futility=policy.futility,
-        )
+        return self.settings.view(self.state, self.elapsed_s)
 
     def batches(self, round_index: int, items: Iterable[WorkItem]) -> list[Batch]:
-        """Pack work items into batches of at most ``batch_size`` trials, one model per batch.
-
-        Items of one model must come together; an item larger than the room left is split.
-        """
-        size = self.config.execution.batch_size
-        out: list[Batch] = []
-        current: list[WorkItem] = []
-        filled = 0
-        for item in items:
-            if current and item.model != current[0].model:
-                out.append(self._batch(round_index, current[0].model, current))
-                current, filled = [], 0
-            first, count = item.first_trial, item.count
-            while count:
-                take = min(count, size - filled)
-                current.append(WorkItem(item.model, item.question, first, take))
-                first, count, filled = first + take, count - take, filled + take
-                if filled == size:
-                    out.append(self._batch(round_index, item.model, current))
-                    current, filled = [], 0
-        if current:
-            out.append(self._batch(round_index, current[0].model, current))
-        return out
-
-    def _batch(self, round_index: int, model: int, items: list[WorkItem]) -> Batch:
-        self._next_batch_id += 1
-        return Batch(self._next_batch_id, round_index, model, tuple(items))
+        found = pack_batches(
+            round_index, items, self.config.execution.batch_size, self._next_batch_id
+        )
+        self._next_batch_id += len(found)
+        return found
 
     def savings(self) -> Savings:
         state = self.state
@@ -345,92 +255,14 @@ class Controller:
             self.campaign.fixed_n,
         )
 
-    def _warn_if_slow(self, phase: str, started: float) -> None:
-        spent = time.perf_counter() - started
-        if spent <= SLOW_POLICY_S:
-            return
-        if phase not in self._warmed:
-            # A phase's first slow call builds the rules' tables (boundaries, caches) once per
-            # run: expected, logged to events.jsonl only. Later slow calls are the policy's.
-            self._warmed.add(phase)
-            self.log.info("policy_warmup", phase=phase, seconds=round(spent, 4))
-            return
-        self.log.warning("slow_policy", phase=phase, seconds=round(spent, 4))
+    def _compute(self) -> dict[str, Any]:
+        return self.savings().as_dict()
 
-    # -- events ---------------------------------------------------------------------------------
-    def _emit(self, kind: str, level: str = "info", **payload: Any) -> None:
-        """Buffer an event of the current round (see :meth:`flush_events`)."""
-        self._events.append((kind, level, payload))
+    def _warn_if_slow(self, phase: str, started: float) -> None:
+        self.events.timed(phase, time.perf_counter() - started)
 
     def flush_events(self) -> None:
-        """Commit the round's events with the elapsed time in one transaction, then log them.
-
-        A round's events are all recorded or none; rounds committed before a resume are
-        replayed silently, so each event is logged exactly once.
-        """
-        round_index, events, self._events = self.state.applied_rounds, self._events, []
-        if round_index <= self.logged_through:
-            return
-        self.store.add_events(
-            round_index,
-            [(kind, payload) for kind, _, payload in events],
-            events_through=round_index,
-            elapsed_s=self.elapsed_s,
-        )
-        self.logged_through = round_index
-        for kind, level, payload in events:
-            getattr(self.log, level)(kind, round=round_index, **payload)
-
-    def _log_changes(self, outcome: RoundDecision) -> None:
-        names, decisions, stop = self.campaign.names, outcome.decisions, outcome.stop
-        # Each pair's verdict as last logged, whether or not the pair is adjacent now: a pair
-        # that left the adjacent list and came back was logged as decided twice (at rounds 29
-        # and 37 of the demo), and report.html drew it twice.
-        before = self._logged_verdicts
-        futile_before = {frozenset((d.a, d.b)) for d in outcome.decisions_before if d.futile}
-        changed = False
-        for d in decisions:
-            if d.futile and frozenset((d.a, d.b)) not in futile_before:
-                self._emit(
-                    "pair_futile",
-                    a=names[d.a],
-                    b=names[d.b],
-                    z=round(d.z, 4),
-                    trials_needed_per_question=d.projected,
-                    trials_used=self.state.trials_used,
-                )
-            pair = frozenset((d.a, d.b))
-            old = before.get(pair, Verdict.UNDECIDED)
-            if d.verdict is not old and (d.settled or old.settled):
-                changed = True
-                before[pair] = d.verdict
-                now = self.state.applied_rounds
-                self._emit(
-                    "pair_decision",
-                    a=names[d.a],
-                    b=names[d.b],
-                    z=round(d.z, 4),
-                    decision=d.verdict.value,
-                    rule=d.rule,
-                    # The rule's own round: a pair settled before it became adjacent in the
-                    # ordering is logged now, but was decided then (as summary.json says).
-                    decided_at_round=d.look,
-                    trials_at_decision=self._trials_through(d.look),
-                    logged=DECIDED_NOW if d.look in (None, now) else BECAME_ADJACENT,
-                    trials_used=self.state.trials_used,
-                )
-        if changed:
-            self._emit("compute", level="debug", **self.savings().as_dict())
-        if stop is not None and outcome.stop_before is None:
-            self._emit("stop", reason=stop.reason.value, detail=stop.detail)
-        if stop is None and outcome.stop_before is not None:
-            self._emit("stop_withdrawn", reason=outcome.stop_before.reason.value)
-
-    def _trials_through(self, rounds: int | None) -> int | None:
-        """Trials the campaign had recorded once ``rounds`` rounds were applied."""
-        if rounds is None:
-            return None
-        return int(sum(int(plan.sum()) for plan in self.state.plans[:rounds]))
+        self.events.flush(self.state.applied_rounds, self.elapsed_s)
 
     # -- resume ---------------------------------------------------------------------------------
     def resume(self) -> None:

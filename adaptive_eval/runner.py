@@ -144,8 +144,6 @@ def _run_opened(
             port.shutdown()
             progress.close(controller.finished())
         this_leg = dispatch_summary(dispatcher)
-        if controller.prefetcher is not None:
-            this_leg["prefetch"] = controller.prefetcher.summary()
         # A resume that samples nothing (a finished run run again) used to zero the block.
         dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)
         store.set_meta(dispatch=dispatch, resumed=resumed)
@@ -228,7 +226,7 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, A
     kept = kept_from_run(store, run_dir)
     try:
         controller = Controller(campaign, store, _NoDispatch(), SilentLog())
-        controller.logged_through = 1 << 60  # re-reading logs nothing
+        controller.events.logged_through = 1 << 60  # re-reading logs nothing
         # A set stop keeps resume() from planning new rounds: reading never writes a plan.
         controller.stop = Stop(StopReason.INTERRUPTED, "run did not finish")
         controller.resume()

@@ -18,7 +18,7 @@ import numpy as np
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.decision import DecisionCore, Limits
 from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule
-from adaptive_eval.state import RunState
+from adaptive_eval.state import RunState, ViewSettings
 from adaptive_eval.types import PairDecision, Stop, Verdict
 
 
@@ -141,32 +141,10 @@ def simulate_campaign(
     allocator, limits and budget), prior and view settings, with outcomes drawn from ``truth``
     (or served by ``sampler``) instead of its backends. Build a fresh campaign for each
     independent run (its sequential rules keep state)."""
-    policy = campaign.config.policy
-    state = RunState(campaign.prior, campaign.weights, bayes_prior=policy.bayes_prior)
-    settings = ViewSettings(
-        names=campaign.names,
-        capacity=campaign.capacity,
-        confidence=policy.confidence,
-        min_trials=policy.min_trials_per_question,
-        rope=policy.rope,
-        error_control=policy.error_control,
-        futility=policy.futility,
+    state = RunState(
+        campaign.prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior
     )
-    return run_core(campaign.decision_core(), state, settings, truth, rng, sampler)
-
-
-@dataclass(frozen=True)
-class ViewSettings:
-    """What a :class:`CampaignView` carries besides the evidence (the controller's
-    ``Controller.view`` arguments)."""
-
-    names: tuple[str, ...]
-    capacity: np.ndarray
-    confidence: float
-    min_trials: int
-    rope: float | None
-    error_control: str
-    futility: float
+    return run_core(campaign.decision_core(), state, campaign.view_settings(), truth, rng, sampler)
 
 
 def run_core(
@@ -183,16 +161,7 @@ def run_core(
     """
 
     def view() -> CampaignView:
-        return state.view(
-            settings.names,
-            settings.capacity,
-            settings.confidence,
-            settings.min_trials,
-            0.0,
-            rope=settings.rope,
-            error_control=settings.error_control,
-            futility=settings.futility,
-        )
+        return settings.view(state)
 
     def plan_ahead() -> None:
         while len(state.plans) - state.applied_rounds < core.limits.rounds_in_flight:

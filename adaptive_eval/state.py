@@ -8,6 +8,7 @@ the recorded trials alone.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,6 +70,12 @@ class RunState:
     @property
     def tokens_used(self) -> int | None:
         return int(self.tokens_sum.sum()) if self.tokens_count.any() else None
+
+    def trials_through(self, rounds: int | None) -> int | None:
+        """Trials planned in the first ``rounds`` rounds (recorded once they are applied)."""
+        if rounds is None:
+            return None
+        return int(sum(int(plan.sum()) for plan in self.plans[:rounds]))
 
     def add_plan(self, plan: np.ndarray) -> np.ndarray:
         """Register the next round's plan; returns the first trial index of each cell."""
@@ -192,6 +199,32 @@ class RunState:
             error_control=error_control,
             futility=futility,
             intervals=self.intervals,
+        )
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """What a :class:`CampaignView` carries besides the evidence: the campaign's names, caps
+    and ``policy`` settings (one value for the controller and the simulator alike)."""
+
+    names: tuple[str, ...]
+    capacity: np.ndarray
+    confidence: float
+    min_trials: int
+    rope: float | None
+    error_control: str
+    futility: float
+
+    def view(self, state: RunState, elapsed_s: float = 0.0) -> CampaignView:
+        return state.view(
+            self.names,
+            self.capacity,
+            self.confidence,
+            self.min_trials,
+            elapsed_s,
+            rope=self.rope,
+            error_control=self.error_control,
+            futility=self.futility,
         )
 
 

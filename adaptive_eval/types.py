@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,3 +227,35 @@ class Stop:
 
     reason: StopReason
     detail: str = ""
+
+
+def pack_batches(
+    round_index: int, items: Iterable[WorkItem], size: int, last_id: int
+) -> list[Batch]:
+    """Work items packed into batches of at most ``size`` trials, one model per batch, with
+    ids ``last_id + 1, last_id + 2, ...``.
+
+    Items of one model must come together; an item larger than the room left is split.
+    """
+    out: list[Batch] = []
+    current: list[WorkItem] = []
+    filled = 0
+
+    def close() -> None:
+        nonlocal current, filled
+        out.append(Batch(last_id + len(out) + 1, round_index, current[0].model, tuple(current)))
+        current, filled = [], 0
+
+    for item in items:
+        if current and item.model != current[0].model:
+            close()
+        first, count = item.first_trial, item.count
+        while count:
+            take = min(count, size - filled)
+            current.append(WorkItem(item.model, item.question, first, take))
+            first, count, filled = first + take, count - take, filled + take
+            if filled == size:
+                close()
+    if current:
+        close()
+    return out

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 
 def config(
-    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int, prefetch: int = 0
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
 ) -> dict[str, Any]:
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data["seed"] = seed
@@ -49,7 +49,6 @@ def config(
         "batch_size": args.batch_size,
         "in_flight_per_worker": in_flight,
         "rounds_in_flight": depth,
-        "prefetch_trials": prefetch,
     }
     data["output"] = {"progress": False, "fsync": "normal"}
     return data
@@ -84,18 +83,17 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     result = build_summary(campaign, controller, campaign_id)
     result["utilisation"] = dispatcher.stats.utilisation()
     result["failed_batches"] = dispatcher.stats.failures
-    result["prefetch"] = controller.prefetcher.summary() if controller.prefetcher else None
     dispatcher.shutdown()
     store.close()
     return result, seconds
 
 
 def run_one(
-    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int, prefetch: int
+    args: argparse.Namespace, seed: int, depth: int, feed: bool, in_flight: int
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
         started = time.perf_counter()
-        data = config(args, seed, depth, feed, in_flight, prefetch)
+        data = config(args, seed, depth, feed, in_flight)
         result, seconds = run_config(data, Path(name))
         total = time.perf_counter() - started
     return {
@@ -103,9 +101,7 @@ def run_one(
         "rounds_in_flight": depth,
         "feed": feed,
         "in_flight_per_worker": in_flight,
-        "prefetch_trials": prefetch,
         "trials": int(result["trials_used"]),
-        "prefetch_unused": 0 if result["prefetch"] is None else result["prefetch"]["unused"],
         "stop_reason": result.get("stop_reason"),
         "wall_s": seconds,
         "total_s": total,
@@ -124,46 +120,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--in-flight", type=int, nargs="+", default=[8], help="in_flight_per_worker values"
     )
-    parser.add_argument(
-        "--prefetch", type=int, nargs="+", default=[0], help="execution.prefetch_trials values"
-    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the feed: false runs")
     parser.add_argument("--out", type=Path, default=Path("runs/pipeline_depth.json"))
     args = parser.parse_args(argv)
     rows = []
     plans = [
-        (seed, depth, True, in_flight, prefetch)
+        (seed, depth, True, in_flight)
         for seed in args.seeds
         for in_flight in args.in_flight
-        for prefetch in args.prefetch
         for depth in args.depths
     ]
     if not args.no_baseline:  # the engine drains at every batch boundary (before the feed)
-        plans += [(seed, 2, False, 2, 0) for seed in args.seeds]
-    for seed, depth, feed, in_flight, prefetch in plans:
-        row = run_one(args, seed, depth, feed, in_flight, prefetch)
+        plans += [(seed, 2, False, 2) for seed in args.seeds]
+    for seed, depth, feed, in_flight in plans:
+        row = run_one(args, seed, depth, feed, in_flight)
         rows.append(row)
         print(
             f"seed {seed} rounds_in_flight {depth} in_flight_per_worker {in_flight} "
-            f"prefetch {prefetch} feed {feed!s:5}: "
-            f"{row['trials']:6d} trials (+{row['prefetch_unused']} unused speculative), "
+            f"feed {feed!s:5}: {row['trials']:6d} trials, "
             f"{row['wall_s']:6.1f} s, busy {100 * row['busy']:5.1f}% ({row['stop_reason']})",
             flush=True,
         )
     print("\nmean over seeds:")
-    print(
-        "| rounds_in_flight | in_flight_per_worker | prefetch_trials | feed | trials "
-        "| unused speculative | wall s | busy % |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    keys = ("rounds_in_flight", "feed", "in_flight_per_worker", "prefetch_trials")
-    for depth, feed, in_flight, prefetch in dict.fromkeys((d, f, i, p) for _, d, f, i, p in plans):
-        group = [r for r in rows if tuple(r[k] for k in keys) == (depth, feed, in_flight, prefetch)]
+    print("| rounds_in_flight | in_flight_per_worker | feed | trials | wall s | busy % |")
+    print("|---|---|---|---|---|---|")
+    keys = ("rounds_in_flight", "feed", "in_flight_per_worker")
+    for depth, feed, in_flight in dict.fromkeys((d, f, i) for _, d, f, i in plans):
+        group = [r for r in rows if tuple(r[k] for k in keys) == (depth, feed, in_flight)]
         n = len(group)
         print(
-            f"| {depth} | {in_flight} | {prefetch} | {feed} | "
+            f"| {depth} | {in_flight} | {feed} | "
             f"{sum(r['trials'] for r in group) / n:.0f} | "
-            f"{sum(r['prefetch_unused'] for r in group) / n:.0f} | "
             f"{sum(r['wall_s'] for r in group) / n:6.1f} | "
             f"{100 * sum(r['busy'] for r in group) / n:5.1f} |"
         )

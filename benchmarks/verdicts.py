@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -43,6 +45,7 @@ from adaptive_eval.config import load_config
 from adaptive_eval.simulate import Truth, simulate_campaign
 from adaptive_eval.stats import sequential as seq
 
+REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "real"
 CAP = 200
 ROPE = 0.02
 MARGIN = 0.05
@@ -56,6 +59,10 @@ class Case:
     mean: float  # the incumbent's (model 1's) mean per-question rate
     difference: float  # candidate - incumbent, exactly, on every question
     wrong: tuple[str, ...]  # verdicts that are wrong for this truth
+    #: A file of ../shared/data/real/: the incumbent's per-question rates are a real model's
+    #: full published pool, the candidate's the same trials with successes dropped at random so
+    #: that its score is exactly ``difference`` lower (``mean`` is then unused).
+    real: str = ""
 
 
 CASES = (
@@ -63,6 +70,28 @@ CASES = (
     Case("gate at -margin, M=10, rates ~0.6", "gate", 10, 0.6, -MARGIN, ("pass",)),
     Case("gate at -margin, M=30, rates ~0.93", "gate", 30, 0.93, -MARGIN, ("pass",)),
     Case("gate at -margin, M=30, rates ~0.08", "gate", 30, 0.08, -MARGIN, ("pass",)),
+    Case(
+        "gate at -margin, real AIME 2025 (thinned)",
+        "gate",
+        30,
+        0.0,
+        -MARGIN,
+        ("pass",),
+        "noises_highk_aime2025",
+    ),
+    Case(
+        "gate at -margin, real HumanEval+ (thinned)",
+        "gate",
+        164,
+        0.0,
+        -MARGIN,
+        ("pass",),
+        "noises_highk_humaneval_plus",
+    ),
+    Case("gate, unchanged checkpoint, M=30", "gate", 30, 0.6, 0.0, ("fail",)),
+    Case(
+        "gate, unchanged, real AIME 2025", "gate", 30, 0.0, 0.0, ("fail",), "noises_highk_aime2025"
+    ),
     Case("gate, no margin, tie, M=30", "compare", 30, 0.6, 0.0, ("better", "worse")),
     Case("gate, no margin, tie, M=10", "compare", 10, 0.6, 0.0, ("better", "worse")),
     Case("equivalence at the rope, M=30", "compare", 30, 0.6, ROPE, ("equivalent",)),
@@ -73,6 +102,8 @@ CASES = (
 
 def rates(case: Case, seed: int) -> np.ndarray:
     """(2, M) success rates: the candidate (row 0) = the incumbent + ``difference``."""
+    if case.real:
+        return real_rates(case, seed)
     rng = np.random.default_rng(seed)
     kappa = 8.0
     low, high = max(0.0, -case.difference), min(1.0, 1.0 - case.difference)
@@ -81,12 +112,26 @@ def rates(case: Case, seed: int) -> np.ndarray:
     return np.stack([incumbent + case.difference, incumbent])
 
 
-def write_config(folder: Path, case: Case, confidence: float, success: np.ndarray) -> Path:
+def real_rates(case: Case, seed: int) -> np.ndarray:
+    """A real model's pooled per-question rates (models scoring 0.2-0.9, by ``seed``) and the
+    same thinned to exactly ``difference`` below (a dropped success is a failure)."""
+    with np.load(REAL / f"{case.real}.npz") as data:
+        pool = data["correct_total"] / np.maximum(data["count_total"], 1)
+    means = pool.mean(axis=1)
+    eligible = np.flatnonzero((means >= 0.2) & (means <= 0.9))
+    incumbent = pool[eligible[seed % len(eligible)]]
+    candidate = incumbent * (1 + case.difference / incumbent.mean())
+    return np.stack([candidate, incumbent])
+
+
+def write_config(
+    folder: Path, case: Case, confidence: float, success: np.ndarray, seed: int = 0
+) -> Path:
     probs = np.stack([1 - success, success], axis=2)
     np.savez(folder / "truth.npz", probs=probs, models=np.array(["candidate", "incumbent"]))
     data = {
         "name": "verdicts",
-        "seed": 0,
+        "seed": seed,
         "models": [{"backend": "simulated", "path": "truth.npz"}],
         "rubric": {"weights": [0, 1]},
         "policy": {"confidence": confidence, "rope": ROPE, "max_trials_per_question": CAP},
@@ -137,6 +182,48 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
     return found.decision, float(result.trials[0].mean())
 
 
+#: compare's exit codes, as the gate's verdict.
+EXIT_VERDICT = {0: "pass", 3: "fail", 4: "undecided"}
+
+
+def through_cli(case: Case, confidence: float, truths: int, first: int, count: int) -> list[str]:
+    """The gate's verdicts as a user gets them: ``adaptive-eval compare CONFIG --candidate
+    candidate --margin 0.05 --set execution.dispatch=inline``, one process per campaign (the
+    campaign's seed is its number), the verdict read off the exit code."""
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(first, first + count):
+            folder = Path(tmp) / str(rep)
+            folder.mkdir()
+            config = write_config(
+                folder, case, confidence, rates(case, 1_000 + rep % truths), seed=rep
+            )
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "adaptive_eval.cli",
+                    "compare",
+                    str(config),
+                    "--candidate",
+                    "candidate",
+                    "--margin",
+                    str(MARGIN),
+                    "--out",
+                    str(folder / "run"),
+                    "--quiet",
+                    "--set",
+                    "execution.dispatch=inline",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode not in EXIT_VERDICT:
+                raise RuntimeError(f"compare exited {done.returncode}: {done.stderr[-500:]}")
+            found.append(EXIT_VERDICT[done.returncode])
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--confidence", type=float, default=0.95)
@@ -146,6 +233,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--first-seed", type=int, default=0, help="seed of the first campaign")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="gate cases through the command line (slow: one process per campaign)",
+    )
     args = parser.parse_args()
     wanted = [c for c in CASES if not args.cases or any(w in c.name for w in args.cases.split(";"))]
     alpha = 1 - args.confidence
@@ -173,7 +265,13 @@ def main() -> None:
                 )
                 for first in range(0, args.replicates, chunk)
             ]
-            found = [row for part in pool.map(one_case, work) for row in part]
+            if args.cli:
+                if case.kind != "gate":
+                    continue
+                parts = pool.starmap(through_cli, work)
+                found = [(verdict, float("nan")) for part in parts for verdict in part]
+            else:
+                found = [row for part in pool.map(one_case, work) for row in part]
             decisions = [d for d, _ in found]
             wrong = sum(d in case.wrong for d in decisions)
             low, high = seq.wilson_interval(wrong, len(decisions))

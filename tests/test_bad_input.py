@@ -242,12 +242,7 @@ CONFIG_CASES = [
     case("num-cpus-huge", "less than or equal to", "execution.num_cpus=1000000000"),
     case("prefetch-negative", "greater than or equal to 0", "execution.prefetch_trials=-1"),
     case("gpu-slots-zero", "greater than or equal to 1", "execution.gpu_slots=0"),
-    case(
-        "prefetch-with-slots",
-        "set one of them",
-        "execution.gpu_slots=2",
-        "execution.prefetch_trials=10",
-    ),
+    case("prefetch-removed", "speculative prefetch was removed", "execution.prefetch_trials=10"),
     case("execution-unknown-key", "unknown key", "execution.unknown=1"),
     case("fsync-unknown", "'full' or 'normal'", "output.fsync=sometimes"),
     case("compare-margin-config-nan", "finite", "compare={margin: .nan}"),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
 
-from adaptive_eval import controller as controller_module
+from adaptive_eval import round_events
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
@@ -150,7 +150,7 @@ def test_the_first_slow_policy_step_is_warm_up_not_a_warning(
 ) -> None:
     """Every step counts as slow here: only the first of each phase is excused (it builds the
     rules' tables); the warning still fires for the policy's later slow steps."""
-    monkeypatch.setattr(controller_module, "SLOW_POLICY_S", -1.0)
+    monkeypatch.setattr(round_events, "SLOW_POLICY_S", -1.0)
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]), names=["a", "b"])
     config = load(write_config(tmp_path / "c.yaml", base_config("s.npz")))
     campaign = build_campaign(config)

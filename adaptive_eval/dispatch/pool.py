@@ -188,12 +188,7 @@ class Dispatcher:
 
     def submit(self, batches: Sequence[Batch]) -> None:
         for batch in batches:
-            queue = self._queues[self._plan_of_model[batch.model]]
-            if batch.round < 0:  # speculative (prefetch): after all planned work
-                queue.append(batch)
-                continue
-            speculative = next((i for i, b in enumerate(queue) if b.round < 0), len(queue))
-            queue.insert(speculative, batch)
+            self._queues[self._plan_of_model[batch.model]].append(batch)
         self._fill()
 
     def pending(self) -> int:
