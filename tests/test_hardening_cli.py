@@ -396,26 +396,27 @@ def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
     and came back), and report.html drew 6 "decided" dots for 5 decided pairs."""
     from helpers import NullLog
 
-    from adaptive_eval.controller import Controller
-    from adaptive_eval.dispatch import InlineDispatcher
+    from adaptive_eval.decision import RoundDecision
+    from adaptive_eval.round_events import RoundEvents
     from adaptive_eval.types import PairDecision
 
     campaign = build_campaign(load(scenario_config))
     store, _, _ = rundir.open_run_dir(campaign, tmp_path / "run")
     try:
-        controller = Controller(
-            campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), NullLog()
-        )
+        events = RoundEvents(store, NullLog(), campaign.names)
         settled = PairDecision.resolved(0, 1, 4.0, True, "group_sequential", 3.0, 0.01, 0)
         rounds = [
             (settled, PairDecision.undecided(1, 2, 0.5)),
             (PairDecision.undecided(0, 2, 0.3), PairDecision.undecided(2, 1, 0.5)),
             (settled, PairDecision.undecided(1, 2, 0.5)),
         ]
-        for decisions in rounds:
-            controller._log_changes(decisions, None)
-            controller.decisions = decisions
-        logged = [payload for kind, _, payload in controller._events if kind == "pair_decision"]
+        before: tuple[PairDecision, ...] = ()
+        for index, decisions in enumerate(rounds):
+            events.decided(
+                RoundDecision(index, decisions, None, None, before), 0, lambda r: r, dict
+            )
+            before = decisions
+        logged = [payload for kind, _, payload in events._events if kind == "pair_decision"]
     finally:
         store.close()
     assert len(logged) == 1 and logged[0]["decided_at_round"] == 0

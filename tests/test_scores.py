@@ -407,7 +407,8 @@ def test_a_run_recorded_under_the_earlier_score_rules_refuses_to_resume(
     run_inline(config, tmp_path / "run")
     store = TrialStore(tmp_path / "run")
     identity = store.get_meta("identity")
-    identity["decision_rules"] = identity["decision_rules"].replace("3:", "2:", 1)
+    version = identity["decision_rules"].split(":", 1)[0]
+    identity["decision_rules"] = identity["decision_rules"].replace(f"{version}:", "2:", 1)
     del identity["config"]["policy"]["bayes_prior"]
     store.set_meta(identity=identity, fingerprint=fingerprint_of(identity))
     store.close()
