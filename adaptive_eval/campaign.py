@@ -33,7 +33,7 @@ from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
 from adaptive_eval.state import ViewSettings
-from adaptive_eval.stats.intervals import IntervalDesign
+from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
 DEFAULT_FIXED_N = 80
 DEFAULT_PAIR_RULE = "group_sequential"
@@ -367,13 +367,15 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         [min(max_trials, plan.capacity or max_trials) for plan in plans for _ in plan.models],
         dtype=np.int64,
     )
-    fixed_n, fixed_n_note = _fixed_n(config, plans)
     prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
     rules, stopping = _build_rules(config)
     design = stopping.interval_design(config.policy.confidence) or IntervalDesign(
         config.policy.confidence
     )
     check_width_goal(config, design, capacity, len(question_ids))
+    fixed_n, fixed_n_note = _fixed_n(
+        config, plans, width_fixed_n(config, design, len(question_ids), len(names))
+    )
     allocator = allocators.build(
         *plugin_spec(config.policy.allocation), source=source, field="policy.allocation"
     )
@@ -406,15 +408,35 @@ def build_campaign(config: CampaignConfig) -> Campaign:
     )
 
 
-def _fixed_n(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[int, str | None]:
+def width_fixed_n(
+    config: CampaignConfig, design: IntervalDesign, num_questions: int, num_models: int
+) -> int | None:
+    """The fixed N that meets the width goal for any model (the largest per-trial variance,
+    as ``validate`` states it), or ``None`` without a width goal."""
+    if design.half_width is None:
+        return None
+    worst = np.array((config.rubric.span / 2) ** 2)
+    return int(trials_for_width(worst, num_questions, design, num_models))
+
+
+def _fixed_n(
+    config: CampaignConfig, plans: list[BackendPlan], width_n: int | None = None
+) -> tuple[int, str | None]:
     """N of the fixed-N baseline, and a note where it is not what the config asked for.
+
+    Without ``baseline.fixed_n``, a width campaign's baseline is the fixed N of its width
+    (``width_n``: a fixed-N run of 80 says nothing about a goal that needs 336), any other
+    campaign's :data:`DEFAULT_FIXED_N`.
 
     A cap below N makes the cap the like-for-like baseline: a campaign capped at 3 trials per
     question cannot be said to save 96% against a fixed-N run of 80 it could never have been
     (``configs/vllm-tiny.yaml`` reported "saved 96.2%" while deciding nothing).
     """
     recorded = [plan.capacity for plan in plans if plan.capacity is not None]
-    if config.baseline.fixed_n is None:
+    if config.baseline.fixed_n is None and width_n is not None:
+        wanted = min([width_n, *recorded])
+        asked = f"the fixed N of the width goal ({width_n} per question)"
+    elif config.baseline.fixed_n is None:
         wanted = min([DEFAULT_FIXED_N, *recorded])
         asked = f"the default N = {DEFAULT_FIXED_N}"
     else:

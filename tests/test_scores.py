@@ -416,3 +416,30 @@ def test_a_run_recorded_under_the_earlier_score_rules_refuses_to_resume(
         open_run_dir(build_campaign(config), tmp_path / "run")
     text = str(caught.value)
     assert "decision_rules" in text and 'policy.bayes_prior: null -> "empirical"' in text
+
+
+def test_a_width_campaigns_default_baseline_is_the_fixed_n_of_its_width(
+    tmp_path: Path, scenario: Path
+) -> None:
+    """Issue 29 (3.1): a width campaign reported "saved -227.1%" against the default N = 80
+    where the goal needed 336 per question; without baseline.fixed_n its baseline is the fixed
+    N of the width (as validate states it), and a campaign that stops early saves against it."""
+    from adaptive_eval.campaign import width_fixed_n
+
+    data = base_config(
+        "s.npz", stopping=[{"name": "ci_width", "half_width": 0.03}], max_trials_per_question=400
+    )
+    del data["baseline"]
+    config = load(write_config(tmp_path / "c.yaml", data))
+    campaign = build_campaign(config)
+    need = width_fixed_n(config, campaign.interval_design, campaign.num_questions, 4)
+    assert need is not None and 80 < need <= 400
+    assert campaign.fixed_n == need and campaign.fixed_n_note is None
+    done = run_inline(config, tmp_path / "run")
+    saved = done.savings()
+    assert saved.baseline_trials == need * 4 * campaign.num_questions
+    assert saved.trials_fraction > 0
+    # A campaign without a width goal keeps the default N.
+    plain = base_config("s.npz", max_trials_per_question=400)
+    del plain["baseline"]
+    assert build_campaign(load(write_config(tmp_path / "p.yaml", plain))).fixed_n == 80
