@@ -112,14 +112,14 @@ def open_run_dir(
     again (:mod:`adaptive_eval.recovery`), and the salvaged store is opened and checked anew.
     Damage found on open or by any check after it (a page that cannot be read) is salvaged.
 
-    ``leg``: this open samples (a run or its resume, not a report), so the packages it runs
-    under are recorded (:func:`record_packages`); by default, where it may ``recover``, which
-    only a run asks for. A new store always records them. An open that does not sample (a
-    report) accepts a run whose input files or engine changed since it ran (a checkpoint
+    ``leg``: this open samples (a run or its resume: the default), so the packages it runs
+    under are recorded (:func:`record_packages`); a report passes ``leg=False``. A new store
+    always records them. Only an open that does not sample (a report) accepts a run whose input files or engine changed since it ran (a checkpoint
     replaced at its path, vLLM upgraded), with a note: it reads the recorded trials, and the
     provenance states the inputs the run recorded.
     """
-    leg = recover if leg is None else leg
+    # Sampling is the default: an open that forgot to say so must not accept changed inputs.
+    leg = True if leg is None else leg
     try:
         opened = _open_run_dir(campaign, run_dir, leg)
     except CorruptStore:

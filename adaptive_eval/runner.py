@@ -217,7 +217,7 @@ class _NoDispatch:
 def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, Any]:
     """Rebuild a recorded run's state from its store (no Ray, nothing written to the store) and
     hand it to ``conclude``; ``run_dir`` must be locked by the caller."""
-    store, campaign_id, resumed = open_run_dir(campaign, run_dir)
+    store, campaign_id, resumed = open_run_dir(campaign, run_dir, leg=False)
     if not resumed:
         store.close()
         raise InputError("holds no recorded campaign", source=str(run_dir))
