@@ -114,9 +114,10 @@ def open_run_dir(
 
     ``leg``: this open samples (a run or its resume: the default), so the packages it runs
     under are recorded (:func:`record_packages`); a report passes ``leg=False``. A new store
-    always records them. Only an open that does not sample (a report) accepts a run whose input files or engine changed since it ran (a checkpoint
-    replaced at its path, vLLM upgraded), with a note: it reads the recorded trials, and the
-    provenance states the inputs the run recorded.
+    always records them. Only an open that does not sample (a report) accepts a run whose
+    input files or engine changed since it ran (a checkpoint replaced at its path, vLLM
+    upgraded), with a note: it reads the recorded trials, and the provenance states the inputs
+    the run recorded.
     """
     # Sampling is the default: an open that forgot to say so must not accept changed inputs.
     leg = True if leg is None else leg
