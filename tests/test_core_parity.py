@@ -16,15 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import NullLog, write_config
+from helpers import run_inline, write_config
 
-from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.controller import Controller
-from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.policy import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.simulate import SimPolicy, Truth, replay_sampler, simulate
 from adaptive_eval.store import TrialStore
 
@@ -68,18 +64,6 @@ def _config(tmp_path: Path, truth: Truth, outcomes: np.ndarray, **policy: Any) -
     return write_config(tmp_path / "parity.yaml", data)
 
 
-def _controller_run(config_path: Path, run_dir: Path, shuffle: int | None) -> Controller:
-    campaign = build_campaign(load_config(config_path))
-    store, _, _ = open_run_dir(campaign, run_dir)
-    dispatcher = InlineDispatcher(campaign.plans, campaign.offsets, shuffle_seed=shuffle)
-    controller = Controller(campaign, store, dispatcher, NullLog())
-    try:
-        controller.run()
-    finally:
-        store.close()
-    return controller
-
-
 def _sim_run(truth: Truth, outcomes: np.ndarray, budget: int | None = None) -> Any:
     stopping = [stopping_rules.build("pairs_settled")]
     if budget is not None:
@@ -108,7 +92,7 @@ def test_controller_and_simulator_agree_round_by_round(tmp_path: Path, name: str
     outcomes = _outcomes(truth, seed=len(name))
     config = _config(tmp_path, truth, outcomes)
     # Batches come back in a shuffled order: arrival order must not matter either.
-    controller = _controller_run(config, tmp_path / "run", shuffle=7)
+    controller = run_inline(load_config(config), tmp_path / "run", shuffle_seed=7)
     simulated = _sim_run(truth, outcomes)
 
     store = TrialStore(tmp_path / "run", readonly=True)
@@ -133,7 +117,7 @@ def test_a_trial_budget_stops_both_loops_alike(tmp_path: Path) -> None:
     config = _config(tmp_path, truth, outcomes)
     text = config.read_text() + "budget:\n  trials: 3000\n"
     config.write_text(text)
-    controller = _controller_run(config, tmp_path / "run", shuffle=None)
+    controller = run_inline(load_config(config), tmp_path / "run")
     simulated = _sim_run(truth, outcomes, budget=3000)
     assert int(controller.state.trials.sum()) == int(simulated.trials.sum()) <= 3000
     assert _key(controller.decisions) == _key(simulated.decisions)

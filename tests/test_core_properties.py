@@ -8,22 +8,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from helpers import NullLog, write_config
+from helpers import run_inline, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.controller import Controller
 from adaptive_eval.decision import DecisionCore, Limits, RoundDecision
-from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.policy import CampaignView, any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.simulate import Truth, ViewSettings, run_core
 from adaptive_eval.state import RunState
 
@@ -120,20 +115,6 @@ def _verdict(decision: Any) -> tuple[str, int]:
     return kind, -1
 
 
-def _run(config_path: Path, run_dir: Path, shuffle: int) -> Controller:
-    campaign = build_campaign(load_config(config_path))
-    store, _, _ = open_run_dir(campaign, run_dir)
-    dispatcher = InlineDispatcher(
-        campaign.plans, campaign.offsets, shuffle_seed=shuffle, batches_per_poll=2
-    )
-    controller = Controller(campaign, store, dispatcher, NullLog())
-    try:
-        controller.run()
-    finally:
-        store.close()
-    return controller
-
-
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -155,8 +136,8 @@ def test_any_arrival_order_gives_the_same_decisions(
             "execution": {"dispatch": "inline", "batch_size": 7},
         },
     )
-    ordered = _run(config, tmp / "a", shuffle=0)
-    shuffled = _run(config, tmp / "b", shuffle=shuffle)
+    ordered = run_inline(load_config(config), tmp / "a", shuffle_seed=0, batches_per_poll=2)
+    shuffled = run_inline(load_config(config), tmp / "b", shuffle_seed=shuffle, batches_per_poll=2)
     key = [(d.a, d.b, d.verdict, d.look) for d in ordered.decisions]
     assert key == [(d.a, d.b, d.verdict, d.look) for d in shuffled.decisions]
     assert np.array_equal(ordered.state.counts, shuffled.state.counts)
