@@ -87,8 +87,6 @@ class DecisionCore:
         self.pairs = pairs
         self.decisions: tuple[PairDecision, ...] = ()
         self.stop: Stop | None = None
-        #: Models the latest plan served (the stopping rules' needs, and models below min).
-        self.wanted: np.ndarray | None = None
 
     def decide(self, view: CampaignView) -> RoundDecision:
         """Settle pairs and ask the stopping rules, after the view's round."""
@@ -122,11 +120,10 @@ class DecisionCore:
         needs = self.stopping.needs(view, self.decisions)
         if needs is None:
             needs = np.ones(view.num_models, dtype=bool)
-        self.wanted = needs | view.below_min()
         plan = self.allocator(
             view,
             self.decisions,
-            self.wanted,
+            needs | view.below_min(),
             self.limits.round_trials,
             self.stopping.goals(view, self.decisions),
         )
