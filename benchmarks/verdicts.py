@@ -97,6 +97,9 @@ CASES = (
     Case("equivalence at the rope, M=30", "compare", 30, 0.6, ROPE, ("equivalent",)),
     Case("ranking tie, 2 models, M=30", "ranking", 30, 0.6, 0.0, ("a>b",)),
     Case("ranking tie, 2 models, M=10", "ranking", 10, 0.6, 0.0, ("a>b",)),
+    Case("gate, no margin, tie, M=30, rates ~0.93", "compare", 30, 0.93, 0.0, ("better", "worse")),
+    Case("equivalence at the rope, M=30, rates ~0.08", "compare", 30, 0.08, ROPE, ("equivalent",)),
+    Case("ranking tie, 2 models, M=30, rates ~0.93", "ranking", 30, 0.93, 0.0, ("a>b",)),
 )
 
 
