@@ -30,10 +30,17 @@ from adaptive_eval.decision import DecisionCore, Limits
 from adaptive_eval.errors import InputError
 from adaptive_eval.noninferiority import VARIANCE_INFLATION
 from adaptive_eval.npzio import NpzFile, check_categories
-from adaptive_eval.policy import Allocator, PairRule, StoppingRule, any_of
+from adaptive_eval.policy import (
+    Allocator,
+    PairRule,
+    PairSelector,
+    StoppingRule,
+    adjacent_pairs,
+    any_of,
+)
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
 from adaptive_eval.state import ViewSettings
-from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
+from adaptive_eval.stats.intervals import LOOKS, IntervalDesign, trials_for_width
 
 DEFAULT_FIXED_N = 80
 DEFAULT_PAIR_RULE = "group_sequential"
@@ -49,13 +56,14 @@ _DESIGN_FIELDS = (
     "shortest",
     "step_down",
     "futility_trials",
+    "inflation",
 )
 
 
 def default_design() -> str:
-    """The default pair rule's group-sequential design, read off the rule itself, so that the
-    fingerprint and the report follow a changed default (the boundaries are built from the
-    same fields)."""
+    """The default pair rule's design, read off the rule itself (its looks and spending are one
+    :class:`~adaptive_eval.stats.sequential.LookDesign`, the value its boundaries are built
+    from), so that the fingerprint and the docs follow a changed default."""
     rule = pair_rules.build(DEFAULT_PAIR_RULE)
     values = ", ".join(
         f"{name}={getattr(rule, name):g}"
@@ -66,17 +74,36 @@ def default_design() -> str:
     return f"{DEFAULT_PAIR_RULE}({values})"
 
 
+def describe_design() -> str:
+    """The decision design in prose, for docs/sequential.md (``tests/test_core_parity.py``
+    checks that the page carries this text): derived from the same values as the boundaries
+    and the fingerprint."""
+    rule = pair_rules.build(DEFAULT_PAIR_RULE)
+    shares = rule.shares()
+    return (
+        f"The default pair rule, `{DEFAULT_PAIR_RULE}`, tests each adjacent pair at "
+        f"{rule.design.describe()}, on {rule.horizons} horizons side by side (the cap's "
+        f"information and {rule.ratio:g}x, {rule.ratio**2:g}x ... shorter ones, each used only "
+        f"where it holds at least {rule.shortest} trials per question; the cap's test holds "
+        f"{shares[0]:g} of the pair's budget, the shorter ones split the rest). The `ci_width` "
+        f"intervals look at the same design ({LOOKS.describe()}). compare's non-inferiority "
+        f"gate uses the pair rule's looks at one-sided alpha per side on a variance inflated by "
+        f"{VARIANCE_INFLATION:g}; the pair rule's resolve test uses the same inflation "
+        f"({rule.inflation:g}), its equivalence test none."
+    )
+
+
 #: Which decision rules a run was recorded under, beyond what its config names: part of the
 #: identity, so a run recorded under earlier rules refuses to resume under these (and says so)
 #: instead of mixing two rules in one campaign.
 DECISION_RULES = (
-    "4: one decision core for the controller, the simulator and compare's verdicts (compare "
-    "hands the pair rules the decision statistic's z); Holm step-down over the adjacent pairs "
-    "under error_control ranking; futility stops (policy.futility); "
-    f"{default_design()}; per-trial variance centred on the model's pooled score; ci_width "
-    "stops on a repeated confidence interval of the unbiased score (12 looks, HSD -4) and its "
-    "models get trial targets; compare's non-inferiority gate on a variance inflated by "
-    f"{VARIANCE_INFLATION:g}"
+    "5: one pure decision core (explicit rule memory) for the controller, the simulator, "
+    "nightly and compare, whose core settles the candidate's pairs (with a margin, by the "
+    "non-inferiority rule); Holm step-down over the adjacent pairs under error_control "
+    f"ranking; futility stops (policy.futility); {default_design()}; per-trial variance "
+    "centred on the model's pooled score; ci_width stops on a repeated confidence interval of "
+    f"the unbiased score ({LOOKS.describe()}) and its models get trial targets; compare's "
+    f"non-inferiority gate on a variance inflated by {VARIANCE_INFLATION:g}"
 )
 
 
@@ -104,6 +131,9 @@ class Campaign:
     warnings: tuple[str, ...] = ()
     #: Why the fixed-N baseline is not the N the config asked for (a cap below it), if so.
     fixed_n_note: str | None = None
+    #: The pairs the campaign settles (the ranking's adjacent pairs; compare adds the
+    #: candidate's pairs).
+    pairs: PairSelector = adjacent_pairs
 
     @property
     def num_models(self) -> int:
@@ -126,7 +156,7 @@ class Campaign:
             max_trials_per_question=config.policy.max_trials_per_question,
             trial_budget=config.budget.trials,
         )
-        return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits)
+        return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits, self.pairs)
 
     def view_settings(self) -> ViewSettings:
         """What every view of this campaign carries besides the evidence."""

@@ -41,14 +41,18 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
 from adaptive_eval.policy import (
+    NO_MEMORY,
     CampaignView,
     Goals,
     PairRule,
+    PairSelector,
+    RuleMemory,
     StoppingRule,
+    adjacent_pairs,
     any_of,
     candidate_pairs,
-    decide_pairs,
     even_plan,
+    pair_key,
 )
 from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
 
@@ -71,53 +75,68 @@ class CandidateVerdict:
     reason: str | None = None
 
 
-def verdicts(
-    view: CampaignView, rules: tuple[PairRule, ...], candidate: int
-) -> list[CandidateVerdict]:
-    """The candidate's verdict against every incumbent, by the campaign's rules.
+def verdicts(decisions: Sequence[PairDecision], candidate: int) -> list[CandidateVerdict]:
+    """The candidate's verdict against every incumbent, from the core's decisions on the
+    candidate's pairs (:func:`compare_pairs`), in incumbent order.
 
-    The rules see the whole campaign view with the real model indices, so a sequential rule
-    keeps one state per (candidate, incumbent) pair, shared with the controller's own calls in
-    the same round; under ``error_control: ranking`` each of the L - 1 comparisons gets
-    ``(1 - confidence) / (L - 1)``, so the CI gate's verdicts hold together. The pairs are
-    decided by :func:`~adaptive_eval.policy.decide_pairs`, the ranking's own code, with the
-    candidate's pairs selected.
+    The pairs are decided by the campaign's own decision core: by its pair rules (under
+    ``error_control: ranking`` each of the L - 1 comparisons gets ``(1 - confidence) / (L - 1)``,
+    so the CI gate's verdicts hold together), or with a margin by the non-inferiority rule.
     """
-    decisions = decide_pairs(view, rules, candidate_pairs(candidate))
-    return [
-        CandidateVerdict(
-            decision.b if decision.a == candidate else decision.a,
-            _side(decision, candidate),
-            decision.z,
-            decision.boundary,
-            decision.look,
-            getattr(decision, "reason", None),
-        )
-        for decision in decisions
-    ]
+    found = {}
+    for decision in decisions:
+        if candidate in (decision.a, decision.b):
+            incumbent = decision.b if decision.a == candidate else decision.a
+            found[incumbent] = CandidateVerdict(
+                incumbent,
+                _side(decision, candidate),
+                decision.z,
+                decision.boundary,
+                decision.look,
+                decision.reason,
+            )
+    return [found[incumbent] for incumbent in sorted(found)]
+
+
+def compare_pairs(candidate: int) -> PairSelector:
+    """The adjacent pairs of the ordering (the ranking the pages show), then the candidate's
+    pairs with the incumbents not adjacent to it, stated (candidate, incumbent)."""
+    with_candidate = candidate_pairs(candidate)
+
+    def select(view: CampaignView) -> list[tuple[int, int]]:
+        adjacent = adjacent_pairs(view)
+        seen = {pair_key(a, b) for a, b in adjacent}
+        rest = [(a, b) for a, b in with_candidate(view) if pair_key(a, b) not in seen]
+        return adjacent + rest
+
+    return select
 
 
 def boundary_at_cap(
-    rules: tuple[PairRule, ...], view: CampaignView, a: int, b: int
+    rules: Sequence[PairRule],
+    view: CampaignView,
+    a: int,
+    b: int,
+    memory: Sequence[RuleMemory] | None = None,
 ) -> float | None:
     """The boundary on |z| an undecided pair would have to cross with both models at the cap
-    (by the first rule that has one: the error-controlled rules' last look), None where no rule
-    states one. The pages draw it, so an undecided pair's bar has a mark to be read against."""
-    for rule in rules:
+    (by the first rule that has one: the error-controlled rules' last look, at the level their
+    ``memory`` gives an open pair), None where no rule states one. The pages draw it, so an
+    undecided pair's bar has a mark to be read against."""
+    memories = tuple(memory) if memory is not None else (NO_MEMORY,) * len(rules)
+    for rule, known in zip(rules, memories, strict=True):
         final = getattr(rule, "final", None)
         if not callable(final):
             continue
-        resolve = float(final(view, a, b)[0])
+        resolve = float(final(view, a, b, known)[0])
         return resolve if math.isfinite(resolve) else None
     return None
 
 
 def _side(decision: PairDecision, candidate: int) -> str:
     """The verdict seen from the candidate."""
-    if decision.verdict is Verdict.UNDECIDED:
-        return "undecided"
-    if decision.verdict is Verdict.EQUIVALENT:
-        return "equivalent"
+    if decision.verdict in (Verdict.UNDECIDED, Verdict.EQUIVALENT, Verdict.PASS, Verdict.FAIL):
+        return str(decision.verdict.value)
     winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
     return "better" if winner == candidate else "worse"
 
@@ -130,27 +149,18 @@ def exit_code(decisions: list[str]) -> int:
     return EXIT_NOT_WORSE
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Judge:
-    """Verdicts on every (candidate, incumbent) pair: by the campaign's pair rules, or by the
-    non-inferiority test when a margin is given."""
+    """What compare judges: the candidate's index, the margin of its non-inferiority test
+    (``None``: the campaign's pair rules decide), and those rules (for the boundary an
+    undecided pair would need at the cap)."""
 
     rules: tuple[PairRule, ...]
     candidate: int
-    margin: NonInferiority | None = None
+    margin: float | None = None
 
-    #: The verdicts of the latest round judged (empty before the first).
-    latest: list[CandidateVerdict] = dataclasses.field(default_factory=list)
-
-    def __call__(self, view: CampaignView) -> list[CandidateVerdict]:
-        if self.margin is None:
-            self.latest = verdicts(view, self.rules, self.candidate)
-        else:
-            self.latest = [
-                CandidateVerdict(v.incumbent, v.decision, v.z, v.boundary, v.look)
-                for v in self.margin.verdicts(view)
-            ]
-        return self.latest
+    def __call__(self, decisions: Sequence[PairDecision]) -> list[CandidateVerdict]:
+        return verdicts(decisions, self.candidate)
 
 
 class CandidatePlaced(StoppingRule):
@@ -167,7 +177,7 @@ class CandidatePlaced(StoppingRule):
         self.settle_all = settle_all
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
-        found = self.judge(view)
+        found = self.judge(decisions)
         regressions = [v for v in found if v.decision in REGRESSIONS]
         open_pairs = [v for v in found if v.decision == "undecided"]
         if regressions and open_pairs and not self.settle_all:
@@ -183,7 +193,7 @@ class CandidatePlaced(StoppingRule):
 
     def needs(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray | None:
         mask = np.zeros(view.num_models, dtype=bool)
-        for verdict in self.judge(view):
+        for verdict in self.judge(decisions):
             if verdict.decision == "undecided":
                 mask[[verdict.incumbent, self.judge.candidate]] = True
         return mask
@@ -238,16 +248,19 @@ def compare_campaign(
     index = campaign.names.index(candidate)
     if margin is not None:
         _check_margin_matters(campaign, index, margin)
-    gate = None
+    per_comparison = tuple(_per_comparison(rule) for rule in campaign.pair_rules)
+    judge = Judge(per_comparison, index, margin)
+    rules: tuple[PairRule, ...] = per_comparison
     if margin is not None:
-        gate = NonInferiority(index, margin, look_schedule(campaign.pair_rules))
-    judge = Judge(campaign.pair_rules, index, gate)
+        # The candidate's pairs get the gate's verdicts; the others (the ranking the pages
+        # show) the campaign's rules.
+        rules = (NonInferiority(index, margin, look_schedule(campaign.pair_rules)), *rules)
     if settle_all is None:
         settle_all = config.compare is not None and config.compare.settle_all
-    rules: list[StoppingRule] = [CandidatePlaced(judge, settle_all)]
+    stopping: list[StoppingRule] = [CandidatePlaced(judge, settle_all)]
     budget = budget_rule(config)
     if budget is not None:
-        rules.append(budget)
+        stopping.append(budget)
     steering: dict[str, Any] = {"candidate": candidate}
     if margin is not None:
         steering["margin"] = margin
@@ -255,8 +268,9 @@ def compare_campaign(
     fingerprint = fingerprint_of(identity)
     steered = dataclasses.replace(
         campaign,
-        pair_rules=tuple(_per_comparison(rule) for rule in campaign.pair_rules),
-        stopping=any_of(*rules),
+        pair_rules=rules,
+        pairs=compare_pairs(index),
+        stopping=any_of(*stopping),
         allocator=NeededOnly(),
         identity=identity,
         fingerprint=fingerprint,
@@ -309,6 +323,7 @@ def _per_comparison(rule: PairRule) -> PairRule:
 def comparison(
     campaign: Campaign,
     view: CampaignView,
+    decisions: Sequence[PairDecision],
     candidate: str,
     judge: Judge,
     plans: Sequence[np.ndarray] = (),
@@ -321,7 +336,7 @@ def comparison(
     ``stopped`` says why sampling ended (the run's stop); ``meanings`` words the exit code
     (:data:`adaptive_eval.presentation.COMPARE_EXIT_MEANING`, which the pages share)."""
     index = campaign.names.index(candidate)
-    found = judge(view)
+    found = judge(decisions)
     rows = []
     for verdict in found:
         pair = [index, verdict.incumbent]
@@ -337,14 +352,14 @@ def comparison(
             "trials": int(view.trials[pair].sum()),
         }
         if verdict.decision == "undecided" and verdict.boundary is None and judge.margin is None:
-            row["boundary_at_cap"] = boundary_at_cap(judge.rules, view, *pair)
+            row["boundary_at_cap"] = boundary_at_cap(judge.rules, view, index, verdict.incumbent)
         if verdict.reason is not None:
             row["reason"] = verdict.reason
         rows.append(row)
     code = exit_code([v.decision for v in found])
     return {
         "candidate": candidate,
-        "margin": None if judge.margin is None else judge.margin.margin,
+        "margin": judge.margin,
         "verdicts": rows,
         "exit_code": code,
         "meaning": (meanings or {}).get(code, ""),

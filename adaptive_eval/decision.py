@@ -15,14 +15,18 @@ round ``r`` is applied, on the frozen :class:`~adaptive_eval.policy.CampaignView
    (:func:`~adaptive_eval.policy.cap_plan`). An empty plan with no round in flight ends the
    campaign: ``EXHAUSTED`` when replayed cells ran out, else ``MAX_TRIALS``.
 
-The outcome of a round is a function of the sequence of views and nothing else (no clock, no
-arrival order): the rules' per-pair state is carried from one round to the next inside the core,
-so a resumed run that replays its rounds through the core reaches the same state.
+The core is pure: :meth:`DecisionCore.decide_round` and :meth:`DecisionCore.plan` map an
+immutable view of the evidence and the explicit :class:`CoreState` (the decisions and stop so
+far, and each pair rule's memory) to a typed outcome and the new state; the rules themselves are
+frozen values. The outcome of a round is therefore a function of the sequence of views and
+nothing else (no clock, no arrival order), and a resumed run that replays its rounds through the
+core reaches the same state. :class:`DecisionCore` also holds the state of one sequence of looks
+for the loops that keep one (:meth:`DecisionCore.decide`, :meth:`DecisionCore.next_plan`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,10 +35,11 @@ from adaptive_eval.policy import (
     CampaignView,
     PairRule,
     PairSelector,
+    RuleMemory,
     StoppingRule,
     adjacent_pairs,
     cap_plan,
-    decide_pairs,
+    settle_pairs,
 )
 from adaptive_eval.types import PairDecision, Stop, StopReason
 
@@ -53,23 +58,36 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class CoreState:
+    """What the core carries from one round to the next: the pair decisions and the stop after
+    the last decided round, and each pair rule's memory (``None`` before the first look)."""
+
+    decisions: tuple[PairDecision, ...] = ()
+    stop: Stop | None = None
+    memory: tuple[RuleMemory, ...] | None = None
+
+
+@dataclass(frozen=True)
 class RoundDecision:
-    """What the core decided after one applied round: the pairs, the stop (latched or asked)
-    and the stop before this round (so that a caller can say what changed)."""
+    """What the core decided after one applied round: the pairs, the stop (latched or asked),
+    what stood before this round (so that a caller can say what changed), and the core's state
+    after it."""
 
     round: int
     decisions: tuple[PairDecision, ...]
     stop: Stop | None
     stop_before: Stop | None
     decisions_before: tuple[PairDecision, ...]
+    state: CoreState
 
 
 class DecisionCore:
-    """The campaign's decision rules and the state they carry between rounds.
+    """The campaign's decision rules, and the state of one sequence of looks.
 
     ``pair_rules`` settle pairs, ``stopping`` stops and steers, ``allocator`` plans; ``pairs``
     selects the pairs to settle (default: the adjacent pairs of the ordering). The rules are
-    the campaign's own objects: one core per independent sequence of looks.
+    frozen values; :attr:`state` is the only thing that changes, and only through
+    :meth:`decide`, :meth:`next_plan` and :meth:`interrupt`.
     """
 
     def __init__(
@@ -79,61 +97,81 @@ class DecisionCore:
         allocator: Allocator,
         limits: Limits,
         pairs: PairSelector = adjacent_pairs,
+        state: CoreState | None = None,
     ) -> None:
         self.pair_rules = pair_rules
         self.stopping = stopping
         self.allocator = allocator
         self.limits = limits
         self.pairs = pairs
-        self.decisions: tuple[PairDecision, ...] = ()
-        self.stop: Stop | None = None
+        self.state = state or CoreState()
 
-    def decide(self, view: CampaignView) -> RoundDecision:
-        """Settle pairs and ask the stopping rules, after the view's round."""
-        before, stop_before = self.decisions, self.stop
-        decisions = decide_pairs(view, self.pair_rules, self.pairs)
-        latched = stop_before is not None and stop_before.reason in LATCHED_STOPS
-        # Asked every round, latched or not: rules that test sequentially inside (compare's
-        # verdicts) then see the same looks in a run and in its offline re-read.
+    @property
+    def decisions(self) -> tuple[PairDecision, ...]:
+        return self.state.decisions
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.state.stop
+
+    def decide_round(self, view: CampaignView, state: CoreState) -> RoundDecision:
+        """Settle pairs and ask the stopping rules after the view's round (pure)."""
+        decisions, memory = settle_pairs(view, self.pair_rules, self.pairs, state.memory)
+        latched = state.stop is not None and state.stop.reason in LATCHED_STOPS
+        # Asked every round, latched or not: a run and its offline re-read then ask the same.
         checked = self.stopping.should_stop(view, decisions)
-        self.decisions = decisions
-        self.stop = stop_before if latched else checked
-        return RoundDecision(view.round, decisions, self.stop, stop_before, before)
+        stop = state.stop if latched else checked
+        after = CoreState(decisions, stop, memory)
+        return RoundDecision(view.round, decisions, stop, state.stop, state.decisions, after)
 
-    def next_plan(self, view: CampaignView, in_flight: int) -> np.ndarray | None:
-        """The next round's (L, M) plan, or ``None`` when nothing is to be planned.
+    def plan(
+        self, view: CampaignView, state: CoreState, in_flight: int
+    ) -> tuple[np.ndarray | None, CoreState]:
+        """The next round's (L, M) plan, or ``None`` when nothing is to be planned, and the
+        state after it (pure).
 
         ``in_flight``: rounds planned but not yet applied. With none in flight, an empty plan
-        ends the campaign (:attr:`stop` is then set).
+        ends the campaign (the state's stop is then set).
         """
-        if self.stop is not None:
-            return None
-        plan = self.allocate(view)
+        if state.stop is not None:
+            return None, state
+        plan = self.allocate(view, state.decisions)
         if plan.sum() > 0:
-            return plan
+            return plan, state
         if in_flight == 0:
-            self.stop = nothing_left(view, self.limits.max_trials_per_question)
-        return None
+            state = replace(state, stop=nothing_left(view, self.limits.max_trials_per_question))
+        return None, state
 
-    def allocate(self, view: CampaignView) -> np.ndarray:
+    def allocate(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> np.ndarray:
         """The allocator's plan for the models the stopping rules need, capped."""
-        needs = self.stopping.needs(view, self.decisions)
+        needs = self.stopping.needs(view, decisions)
         if needs is None:
             needs = np.ones(view.num_models, dtype=bool)
         plan = self.allocator(
             view,
-            self.decisions,
+            decisions,
             needs | view.below_min(),
             self.limits.round_trials,
-            self.stopping.goals(view, self.decisions),
+            self.stopping.goals(view, decisions),
         )
         budget = self.limits.trial_budget
         left = None if budget is None else budget - int(view.planned.sum())
         return cap_plan(plan, view, left)
 
+    def decide(self, view: CampaignView) -> RoundDecision:
+        """:meth:`decide_round` on the held state, which it then replaces."""
+        outcome = self.decide_round(view, self.state)
+        self.state = outcome.state
+        return outcome
+
+    def next_plan(self, view: CampaignView, in_flight: int) -> np.ndarray | None:
+        """:meth:`plan` on the held state, which it then replaces."""
+        plan, self.state = self.plan(view, self.state, in_flight)
+        return plan
+
     def interrupt(self, stop: Stop | None) -> None:
         """Set the stop from outside the rules (a re-read of an unfinished run)."""
-        self.stop = stop
+        self.state = replace(self.state, stop=stop)
 
 
 def nothing_left(view: CampaignView, max_trials_per_question: int) -> Stop:
@@ -147,4 +185,11 @@ def nothing_left(view: CampaignView, max_trials_per_question: int) -> Stop:
     )
 
 
-__all__ = ["LATCHED_STOPS", "DecisionCore", "Limits", "RoundDecision", "nothing_left"]
+__all__ = [
+    "LATCHED_STOPS",
+    "CoreState",
+    "DecisionCore",
+    "Limits",
+    "RoundDecision",
+    "nothing_left",
+]

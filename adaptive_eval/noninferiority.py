@@ -30,79 +30,49 @@ is unchanged. docs/sequential.md has the figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from adaptive_eval.policy import CampaignView
+from adaptive_eval.policy import CampaignView, PairMemory, RuleMemory, pair_key
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
+from adaptive_eval.types import PairDecision, Verdict
 
 #: The gate's variance inflation (see the module docstring).
-VARIANCE_INFLATION = 1.10
+VARIANCE_INFLATION = seq.VARIANCE_INFLATION
 
-PASS = "pass"
-FAIL = "fail"
-UNDECIDED = "undecided"
+PASS = Verdict.PASS.value
+FAIL = Verdict.FAIL.value
+UNDECIDED = Verdict.UNDECIDED.value
 
 
 @dataclass(frozen=True)
-class MarginVerdict:
-    """One (candidate, incumbent) comparison: ``decision`` pass / fail / undecided, ``z`` the
-    statistic ``(D + margin) / s``, ``boundary`` and ``look`` (the round) where it was decided."""
-
-    incumbent: int
-    decision: str
-    z: float
-    boundary: float | None = None
-    look: int | None = None
-
-
-@dataclass
-class _Comparison:
-    looks_done: int = 0
-    decided: MarginVerdict | None = None
-
-
-@dataclass
 class NonInferiority:
-    """The sequential non-inferiority test of ``candidate`` against every other model.
+    """The sequential non-inferiority test of ``candidate`` against every other model, as the
+    pair rule of the candidate's pairs.
 
-    ``schedule`` supplies the looks: ``fractions()``, ``information_fraction(view, a, b)``,
-    ``spending`` and ``gamma`` (a ``group_sequential`` pair rule).
+    Every pair with the candidate gets an answer stated for (candidate, incumbent): ``pass``,
+    ``fail`` or undecided (so no other rule settles it); other pairs pass to the next rule.
+    ``schedule`` supplies the looks: ``design`` (a
+    :class:`~adaptive_eval.stats.sequential.LookDesign`), ``fractions()`` and
+    ``information_fraction(view, a, b)`` (a ``group_sequential`` pair rule).
     """
 
     candidate: int
     margin: float
     schedule: Any
-    _comparisons: dict[int, _Comparison] = field(default_factory=dict, repr=False)
-    _answered: tuple[int, list[MarginVerdict]] | None = field(default=None, repr=False)
+    name: str = "noninferiority"
 
     @property
-    def latest(self) -> list[MarginVerdict]:
-        """The verdicts of the latest round asked (empty before the first)."""
-        return [] if self._answered is None else list(self._answered[1])
+    def error_controlled(self) -> bool:
+        return True
 
     def alpha(self, view: CampaignView) -> float:
         return (1.0 - view.confidence) / max(1, view.num_models - 1)
-
-    def verdicts(self, view: CampaignView) -> list[MarginVerdict]:
-        """Every incumbent's verdict after the view's round (tested once per round)."""
-        if self._answered is not None and self._answered[0] == view.round:
-            return self._answered[1]
-        young = view.below_min()
-        out = []
-        for incumbent in range(view.num_models):
-            if incumbent == self.candidate:
-                continue
-            state = self._comparisons.setdefault(incumbent, _Comparison())
-            if state.decided is None and not (young[self.candidate] or young[incumbent]):
-                state.decided = self._test(view, state, incumbent)
-            undecided = MarginVerdict(incumbent, UNDECIDED, self.z(view, incumbent))
-            out.append(state.decided or undecided)
-        self._answered = (view.round, out)
-        return out
 
     def z(self, view: CampaignView, incumbent: int) -> float:
         """``(D + margin) / s`` with ``s`` the inflated standard error."""
@@ -110,34 +80,59 @@ class NonInferiority:
         spread *= VARIANCE_INFLATION**0.5
         return (gap + self.margin) / spread if spread > 0 else 0.0
 
-    def _test(self, view: CampaignView, state: _Comparison, incumbent: int) -> MarginVerdict | None:
+    def settle(
+        self, view: CampaignView, pairs: Sequence[tuple[int, int]], memory: RuleMemory
+    ) -> tuple[tuple[PairDecision | None, ...], RuleMemory]:
+        """Each candidate pair's verdict (kept once reached); ``None`` for the others."""
+        remembered = dict(memory)
+        answers: list[PairDecision | None] = []
+        for a, b in pairs:
+            if self.candidate not in (a, b):
+                answers.append(None)
+                continue
+            incumbent = b if a == self.candidate else a
+            key = pair_key(a, b)
+            known = remembered.get(key, PairMemory())
+            verdict = known.decision
+            if verdict is None:
+                verdict, known = self._test(view, known, incumbent)
+                if verdict is not None:
+                    known = replace(known, decision=verdict)
+                remembered[key] = known
+            undecided = PairDecision.undecided(self.candidate, incumbent, self.z(view, incumbent))
+            answers.append(verdict or undecided)
+        return tuple(answers), MappingProxyType(remembered)
+
+    def _test(
+        self, view: CampaignView, known: PairMemory, incumbent: int
+    ) -> tuple[PairDecision | None, PairMemory]:
         fractions = self.schedule.fractions()
         information = self.schedule.information_fraction(view, self.candidate, incumbent)
         reached = int(np.searchsorted(fractions, information + 1e-9))
-        if reached <= state.looks_done:
-            return None
-        state.looks_done = reached
+        if reached <= (known.looks[0] if known.looks else 0):
+            return None, known
+        known = replace(known, looks=(reached,))
         _, spread = view.pair_stat(self.candidate, incumbent)
         if spread <= 0:
-            return None
-        boundary = seq.spending_boundaries(
-            fractions, 2 * self.alpha(view), self.schedule.spending, self.schedule.gamma
-        )[reached - 1]
+            return None, known
+        boundary = self.schedule.design.boundaries(2 * self.alpha(view))[reached - 1]
         z = self.z(view, incumbent)
-        if z >= boundary:
-            return MarginVerdict(incumbent, PASS, z, boundary, view.round)
-        if z <= -boundary:
-            return MarginVerdict(incumbent, FAIL, z, boundary, view.round)
-        return None
+        verdict = Verdict.PASS if z >= boundary else Verdict.FAIL if z <= -boundary else None
+        if verdict is None:
+            return None, known
+        decision = PairDecision(
+            self.candidate, incumbent, z, verdict, self.name, boundary, None, view.round
+        )
+        return decision, known
 
 
 def look_schedule(rules: tuple[Any, ...]) -> Any:
     """The campaign's ``group_sequential`` rule (its looks and spending), or one with the
     defaults where the campaign decides pairs with another rule."""
     for rule in rules:
-        if hasattr(rule, "information_fraction") and hasattr(rule, "fractions"):
+        if hasattr(rule, "information_fraction") and hasattr(rule, "design"):
             return rule
     return pair_rules.build("group_sequential")
 
 
-__all__ = ["FAIL", "PASS", "UNDECIDED", "MarginVerdict", "NonInferiority", "look_schedule"]
+__all__ = ["FAIL", "PASS", "UNDECIDED", "VARIANCE_INFLATION", "NonInferiority", "look_schedule"]

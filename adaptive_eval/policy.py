@@ -1,14 +1,16 @@
 """Policy contracts: what pair rules, stopping rules and allocators see and return.
 
-Policies are pure functions of a :class:`CampaignView`, a frozen snapshot of the posterior after
-the last applied round, so a campaign's decisions are a deterministic function of its recorded
-trials. Concrete policies live in the top-level ``policies`` package and are found by name through
-the registry.
+Policies are pure functions of a :class:`CampaignView`, an immutable snapshot of the evidence
+after the last applied round (its own copies of the arrays; the Bayes@N posterior and the score
+intervals are computed from them on first use), so a campaign's decisions are a deterministic
+function of its recorded trials. Concrete policies live in the top-level ``policies`` package and
+are found by name through the registry.
 
-* A **pair rule** settles an adjacent pair (a ranked above b) or returns ``None``. Sequential
-  rules keep per-pair state across looks (a look is one applied round); :meth:`PairRule.observe`
-  is called once per round before any pair is asked, and the state is a function of the
-  sequence of views, so a resumed run replays it exactly.
+* A **pair rule** settles pairs (a ranked above b) or passes. Its memory between looks (a look
+  is one applied round) is explicit: :meth:`PairRule.settle` takes the view and the rule's
+  :data:`RuleMemory` (per pair: the looks used and the decision kept) and returns its answers
+  and the new memory, so the rule objects themselves never change and a resumed run that
+  replays its rounds reaches the same memory.
 * A **stopping rule** decides whether the campaign stops and which models it still needs data
   from (``needs``); shared guards live in :class:`StoppingRule`.
 * An **allocator** turns the needy models into an (L, M) plan of trials for the next round.
@@ -19,26 +21,30 @@ from __future__ import annotations
 import abc
 import itertools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
 
 import numpy as np
 
 from adaptive_eval import stats
-from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals, wald_intervals
+from adaptive_eval.stats.intervals import (
+    IntervalDesign,
+    ScoreIntervals,
+    score_intervals,
+    wald_intervals,
+)
 from adaptive_eval.types import PairDecision, Stop
 
 
 @dataclass(frozen=True)
 class CampaignView:
-    """Read-only state after the last applied round. Arrays must not be written to."""
+    """The evidence after the last applied round: an immutable snapshot (read-only arrays of
+    its own, not views of a live state), with what depends on it computed on first use."""
 
     names: tuple[str, ...]
     counts: np.ndarray  # (L, M, K) observed category counts
-    #: The reported Bayes@N posterior ``(mu, sigma)``, (L,) each, computed on first use: the
-    #: default rules decide on the unbiased estimate, so a round need not fit the prior.
-    posterior: Callable[[], tuple[np.ndarray, np.ndarray]]
     trials: np.ndarray  # (L, M) applied trials per cell
     planned: np.ndarray  # (L, M) trials recorded or in flight per cell
     capacity: np.ndarray  # (L,) most trials per question for each model
@@ -62,13 +68,36 @@ class CampaignView:
     #: Predictive probability of settling by the cap below which an open pair is futile
     #: (``policy.futility``; 0: never).
     futility: float = 0.0
-    #: Each model's score interval under a design (computed on first use); ``None``: the
-    #: Wald interval ``theta +- c se`` from the estimate and its standard error.
-    intervals: Callable[[IntervalDesign], ScoreIntervals] | None = None
+    #: (L, M, K) Dirichlet counts of the uniform prior plus any prior trials, and the rubric
+    #: weights: the reported Bayes@N posterior and the score intervals come from them.
+    prior: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    bayes_prior: str = "empirical"
+    #: The Bayes@N ``(mu, sigma)`` where stated up front (else computed on first use from the
+    #: counts, ``prior`` and ``weights``: the default rules decide on the unbiased estimate, so
+    #: a round need not fit the prior).
+    bayes: tuple[np.ndarray, np.ndarray] | None = None
+    #: What was computed from this snapshot (the posterior, intervals per design).
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_models(self) -> int:
         return len(self.names)
+
+    def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+        """The reported Bayes@N posterior ``(mu, sigma)``, (L,) each
+        (:func:`adaptive_eval.stats.posterior.bayes_at_n_moments`)."""
+        if self.bayes is not None:
+            return self.bayes
+        if "posterior" not in self._memo:
+            if self.prior is None or self.weights is None:
+                raise ValueError("this view has neither the Bayes@N moments nor a prior")
+            mu, sigma = stats.bayes_at_n_moments(
+                self.counts, self.prior, self.weights, self.bayes_prior
+            )
+            self._memo["posterior"] = (_read_only(mu), _read_only(sigma))
+        found: tuple[np.ndarray, np.ndarray] = self._memo["posterior"]
+        return found
 
     @property
     def mu(self) -> np.ndarray:
@@ -119,10 +148,19 @@ class CampaignView:
         return abs(gap) / spread
 
     def score_intervals(self, design: IntervalDesign) -> ScoreIntervals:
-        """Each model's score interval under ``design`` (not clipped beyond the weights)."""
-        if self.intervals is not None:
-            return self.intervals(design)
-        return wald_intervals(self.theta, self.theta_se, design, (-np.inf, np.inf))
+        """Each model's score interval under ``design``
+        (:func:`adaptive_eval.stats.intervals.score_intervals`; without a prior, the Wald
+        interval ``theta +- c se``, not clipped beyond the weights)."""
+        key = ("intervals", design)
+        if key not in self._memo:
+            if self.prior is None or self.weights is None:
+                found = wald_intervals(self.theta, self.theta_se, design, (-np.inf, np.inf))
+            else:
+                counts = self.counts.astype(np.float64)
+                found = score_intervals(counts, self.prior + counts, self.weights, design)
+            self._memo[key] = found
+        intervals: ScoreIntervals = self._memo[key]
+        return intervals
 
     def below_min(self) -> np.ndarray:
         """(L,) models with a question below ``min_trials``."""
@@ -146,19 +184,60 @@ class Goals:
     questions: str | None = None
 
 
-class PairRule(Protocol):
-    """Settle the adjacent pair (a above b) or return ``None`` to pass to the next rule.
+@dataclass(frozen=True)
+class PairMemory:
+    """What a sequential rule remembers about one pair between looks: the planned looks it
+    has used (one count per horizon of the test, the cap's first) and the decision it keeps
+    once made (stated for the pair as (low index, high index))."""
 
-    ``error_controlled`` says whether the rule keeps its error at or under ``1 - confidence``
-    however many rounds are looked at (the report warns about rules that do not).
+    looks: tuple[int, ...] = ()
+    decision: PairDecision | None = None
+
+
+#: A rule's memory: per pair ``(min(a, b), max(a, b))``, read-only.
+RuleMemory = Mapping[tuple[int, int], PairMemory]
+NO_MEMORY: RuleMemory = MappingProxyType({})
+
+
+def pair_key(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+def oriented(decision: PairDecision | None, a: int, b: int) -> PairDecision | None:
+    """A decision about the pair stated for (a, b)."""
+    if decision is None or (decision.a, decision.b) == (a, b):
+        return decision
+    return decision.swapped()
+
+
+class PairRule(Protocol):
+    """Settle pairs (a above b): per pair a decision, or ``None`` to pass to the next rule.
+
+    :meth:`settle` is a pure function of the view and the rule's memory; it returns the
+    answers (in the order of ``pairs``) and the rule's new memory. ``error_controlled`` says
+    whether the rule keeps its error at or under ``1 - confidence`` however many rounds are
+    looked at (the report warns about rules that do not).
     """
 
     @property
     def error_controlled(self) -> bool: ...
 
-    def observe(self, view: CampaignView) -> None: ...
+    def settle(
+        self, view: CampaignView, pairs: Sequence[tuple[int, int]], memory: RuleMemory
+    ) -> tuple[tuple[PairDecision | None, ...], RuleMemory]: ...
 
-    def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None: ...
+
+class MemorylessRule(abc.ABC):
+    """A pair rule that looks at each round afresh (the paper's rules): :meth:`decide` per
+    pair, no memory."""
+
+    def settle(
+        self, view: CampaignView, pairs: Sequence[tuple[int, int]], memory: RuleMemory
+    ) -> tuple[tuple[PairDecision | None, ...], RuleMemory]:
+        return tuple(self.decide(view, a, b) for a, b in pairs), memory
+
+    @abc.abstractmethod
+    def decide(self, view: CampaignView, a: int, b: int) -> PairDecision | None: ...
 
 
 class Allocator(Protocol):
@@ -309,33 +388,57 @@ def candidate_pairs(candidate: int) -> PairSelector:
     return select
 
 
-def decide_pairs(
+def settle_pairs(
     view: CampaignView,
-    rules: tuple[PairRule, ...],
+    rules: Sequence[PairRule],
     pairs: PairSelector = adjacent_pairs,
-) -> tuple[PairDecision, ...]:
+    memory: Sequence[RuleMemory] | None = None,
+) -> tuple[tuple[PairDecision, ...], tuple[RuleMemory, ...]]:
     """Decisions on the selected pairs (default: the adjacent pairs of the ordering, best
-    first).
+    first), and each rule's new memory (``memory``: one per rule; ``None``: a first look).
 
     A pair stays undecided until both models have ``min_trials`` on every question; otherwise
-    the first rule that settles it wins. ``z`` passed to the rules, and reported for an
-    undecided pair, is the z of the unbiased decision statistic (the paper's posterior z is
-    :meth:`CampaignView.pair_z`).
+    the first rule that answers it wins (later rules are not asked about it, so their memory of
+    it stays as it was). An undecided pair's ``z`` is the z of the unbiased decision statistic
+    (the paper's posterior z is :meth:`CampaignView.pair_z`).
     """
-    for rule in rules:
-        rule.observe(view)
+    memories = tuple(memory) if memory is not None else (NO_MEMORY,) * len(rules)
+    if len(memories) != len(rules):
+        raise ValueError(f"{len(rules)} pair rules but {len(memories)} memories")
+    selected = pairs(view)
     young = view.below_min()
+    answers: dict[tuple[int, int], PairDecision] = {}
+    asking = [(a, b) for a, b in selected if not (young[a] or young[b])]
+    remembered = []
+    for rule, known in zip(rules, memories, strict=True):
+        found, known = rule.settle(view, asking, known) if asking else ((), known)
+        remembered.append(known)
+        answers.update((pair, d) for pair, d in zip(asking, found, strict=True) if d is not None)
+        asking = [pair for pair in asking if pair not in answers]
     decisions = []
-    for a, b in pairs(view):
-        gap, spread = view.pair_stat(a, b)
-        z = abs(gap) / spread if spread > 0 else 0.0
-        decision = None
-        if not (young[a] or young[b]):
-            decision = next((d for d in (rule(view, a, b, z) for rule in rules) if d), None)
+    for a, b in selected:
+        decision = answers.get((a, b))
         if decision is None:
-            decision = PairDecision.undecided(a, b, z)
+            gap, spread = view.pair_stat(a, b)
+            decision = PairDecision.undecided(a, b, abs(gap) / spread if spread > 0 else 0.0)
         decisions.append(decision)
-    return tuple(decisions)
+    return tuple(decisions), tuple(remembered)
+
+
+def adjacent_only(
+    decisions: Sequence[PairDecision], view: CampaignView
+) -> tuple[PairDecision, ...]:
+    """The decisions on the adjacent pairs of the view's ordering (the ranking's pairs; compare's
+    core also settles the candidate's other pairs), in their order."""
+    adjacent = {pair_key(a, b) for a, b in adjacent_pairs(view)}
+    return tuple(d for d in decisions if pair_key(d.a, d.b) in adjacent)
+
+
+def decide_pairs(
+    view: CampaignView, rules: Sequence[PairRule], pairs: PairSelector = adjacent_pairs
+) -> tuple[PairDecision, ...]:
+    """The decisions of one look from no memory (:func:`settle_pairs` on a first look)."""
+    return settle_pairs(view, rules, pairs)[0]
 
 
 def even_plan(
@@ -367,3 +470,9 @@ def cap_plan(plan: np.ndarray, view: CampaignView, trial_budget_left: int | None
         keep = np.minimum(flat, np.maximum(trial_budget_left - (np.cumsum(flat) - flat), 0))
         capped = keep.reshape(capped.shape)
     return capped
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    array.flags.writeable = False
+    return array

@@ -45,8 +45,8 @@ class RunState:
         self.pooled_variance = pooled_variance
         num_models, num_questions, num_categories = (int(n) for n in prior.shape)
         self._shape = (num_models, num_questions, num_categories)
-        self.prior = prior
-        self.weights = weights
+        self.prior = _frozen(prior)
+        self.weights = _frozen(weights)
         self.counts = np.zeros(prior.shape, dtype=np.int64)
         self.trials = np.zeros((num_models, num_questions), dtype=np.int64)
         self.tokens_sum = np.zeros((num_models, num_questions), dtype=np.int64)
@@ -125,13 +125,9 @@ class RunState:
         are replaced by a Dirichlet fitted to each model's evidence (its prior trials and
         counts), ``nu = eb(evidence) + evidence``."""
         if self._moments is None or self._moments[0] != self.applied_rounds:
-            nu: np.ndarray
-            if self.bayes_prior == "uniform":
-                nu = self.prior + self.counts
-            else:
-                evidence = self.prior - 1.0 + self.counts
-                nu = stats.empirical_bayes_prior(evidence) + evidence
-            mu, sigma = stats.posterior_moments(nu, self.weights)
+            mu, sigma = stats.bayes_at_n_moments(
+                self.counts, self.prior, self.weights, self.bayes_prior
+            )
             self._moments = (self.applied_rounds, np.asarray(mu), np.asarray(sigma))
         return self._moments[1], self._moments[2]
 
@@ -156,10 +152,6 @@ class RunState:
             self._intervals = (key, found)
         return self._intervals[1]
 
-    def _frozen_moments(self) -> tuple[np.ndarray, np.ndarray]:
-        mu, sigma = self.moments()
-        return _frozen(mu), _frozen(sigma)
-
     def view(
         self,
         names: tuple[str, ...],
@@ -180,7 +172,6 @@ class RunState:
         return CampaignView(
             names=names,
             counts=_frozen(self.counts),
-            posterior=self._frozen_moments,
             trials=_frozen(self.trials),
             planned=_frozen(self.planned),
             capacity=capacity,
@@ -198,7 +189,9 @@ class RunState:
             rope=rope,
             error_control=error_control,
             futility=futility,
-            intervals=self.intervals,
+            prior=self.prior,
+            weights=self.weights,
+            bayes_prior=self.bayes_prior,
         )
 
 
@@ -229,10 +222,10 @@ class ViewSettings:
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
-    """A read-only view (policies must not write to the state's arrays)."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
+    """A read-only copy: a view is a snapshot, untouched by the rounds applied after it."""
+    copy = array.copy()
+    copy.flags.writeable = False
+    return copy
 
 
 def expand_counts(

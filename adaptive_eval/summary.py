@@ -15,6 +15,7 @@ from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
 from adaptive_eval.campaign import Campaign, describe_rules
 from adaptive_eval.controller import Controller
+from adaptive_eval.policy import adjacent_only
 from adaptive_eval.presentation import SCORE_STATISTIC, bayes_description
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
 from adaptive_eval.types import PairDecision, Stop
@@ -22,7 +23,10 @@ from adaptive_eval.types import PairDecision, Stop
 #: 2: the unbiased ``score*`` leads and Bayes@N is ``bayes_*``; provenance keeps the run's own
 #: package versions (``report_build`` is the report's) and labels each model's hashes
 #: (``model_files``: every byte of the folder; ``engine`` beside them).
-SCHEMA_VERSION = 2
+#: 3: in a compare run with a margin, a pair of the ranking that holds the candidate carries the
+#: gate's verdict (``pass`` / ``fail`` / ``undecided``, stated candidate first) in
+#: ``pairs[].decision``: compare's decision core settles the candidate's pairs with the gate.
+SCHEMA_VERSION = 3
 
 
 def summarize(
@@ -187,7 +191,7 @@ def build_summary(
         trials=state.trials,
         weighted_mean=np.nan_to_num(weighted),
         confidence=campaign.config.policy.confidence,
-        decisions=controller.decisions,
+        decisions=adjacent_only(controller.decisions, controller.view()),
         stop=controller.stop,
         savings=controller.savings(),
         prior_note=campaign.prior_note,
@@ -219,4 +223,6 @@ def _mark_open_boundaries(
     for pair in summary["pairs"]:
         if pair["decision"] == "undecided" and pair.get("boundary") is None:
             a, b = index[pair["a"]], index[pair["b"]]
-            pair["boundary_at_cap"] = boundary_at_cap(campaign.pair_rules, view, a, b)
+            pair["boundary_at_cap"] = boundary_at_cap(
+                campaign.pair_rules, view, a, b, controller.core.state.memory
+            )

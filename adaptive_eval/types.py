@@ -103,12 +103,19 @@ class BatchResult:
 
 
 class Verdict(enum.Enum):
-    """How an adjacent pair (a ranked above b by posterior mean) stands."""
+    """How a pair (a ranked above b by posterior mean) stands.
+
+    ``PASS`` and ``FAIL`` are the non-inferiority gate's (``compare --margin``), stated for
+    (candidate, incumbent): the candidate is not worse than the incumbent by more than the
+    margin, or it is (a regression).
+    """
 
     A_GT_B = "a>b"
     B_GT_A = "b>a"
     EQUIVALENT = "equivalent"
     UNDECIDED = "undecided"
+    PASS = "pass"
+    FAIL = "fail"
 
     @property
     def settled(self) -> bool:

@@ -100,7 +100,7 @@ def bench_decide(repeats: int = 200) -> None:
                 controller.state.applied_rounds += 1  # a new round: nothing cached
                 started = time.perf_counter()
                 controller.decide()
-                controller.allocate(controller.view())
+                controller.core.allocate(controller.view(), controller.decisions)
                 times.append((time.perf_counter() - started) * 1e3)
             store.close()
         summary(

@@ -89,6 +89,7 @@ CASES = (
         "noises_highk_humaneval_plus",
     ),
     Case("gate, unchanged checkpoint, M=30", "gate", 30, 0.6, 0.0, ("fail",)),
+    Case("gate, regression at -2 margin, M=30", "gate", 30, 0.6, -2 * MARGIN, ("pass",)),
     Case(
         "gate, unchanged, real AIME 2025", "gate", 30, 0.0, 0.0, ("fail",), "noises_highk_aime2025"
     ),
@@ -181,7 +182,7 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
     margin = MARGIN if case.kind == "gate" else None
     campaign, judge = compare_campaign(config, "candidate", margin)
     result = simulate_campaign(campaign, truth, rng)
-    (found,) = judge.latest
+    (found,) = judge(result.decisions)
     return found.decision, float(result.trials[0].mean())
 
 

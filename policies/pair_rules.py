@@ -40,12 +40,23 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
-from adaptive_eval.policy import CampaignView, PairRule
+from adaptive_eval.policy import (
+    NO_MEMORY,
+    CampaignView,
+    MemorylessRule,
+    PairMemory,
+    PairRule,
+    RuleMemory,
+    oriented,
+    pair_key,
+)
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.stats import z_threshold
@@ -55,7 +66,7 @@ ERROR_CONTROL = ("pair", "ranking")
 
 
 @dataclass(frozen=True)
-class ZRank:
+class ZRank(MemorylessRule):
     """The paper's rule: a > b once z = |mu_a - mu_b| / sqrt(s_a^2 + s_b^2) >= z_c.
 
     ``z_c = Phi^-1(confidence)``. Checked after every round, the first crossing is an optional
@@ -72,14 +83,11 @@ class ZRank:
     def error_controlled(self) -> bool:
         return self.looks > 1
 
-    def observe(self, view: CampaignView) -> None:
-        return None
-
     def threshold(self, view: CampaignView) -> float:
         confidence = self.confidence if self.confidence is not None else view.confidence
         return float(z_threshold(1 - (1 - confidence) / self.looks))
 
-    def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
+    def decide(self, view: CampaignView, a: int, b: int) -> PairDecision | None:
         threshold = self.threshold(view)
         z = view.pair_z(a, b)  # the paper's rule tests the posterior z, not the estimate's
         if z >= threshold:
@@ -89,7 +97,7 @@ class ZRank:
 
 
 @dataclass(frozen=True)
-class Rope:
+class Rope(MemorylessRule):
     """Practical equivalence from the posterior: |mu_a - mu_b| + z_c s <= epsilon, every round.
 
     Not error-controlled under repeated looks; the error-controlled rules make the same
@@ -104,15 +112,14 @@ class Rope:
     def error_controlled(self) -> bool:
         return False
 
-    def observe(self, view: CampaignView) -> None:
-        return None
-
-    def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
+    def decide(self, view: CampaignView, a: int, b: int) -> PairDecision | None:
         confidence = self.confidence if self.confidence is not None else view.confidence
         spread = float(view.sigma[a] ** 2 + view.sigma[b] ** 2) ** 0.5
         gap = abs(float(view.mu[a] - view.mu[b]))
         threshold = float(z_threshold(confidence))
         if gap + threshold * spread <= self.epsilon:
+            estimate_gap, estimate_spread = view.pair_stat(a, b)
+            z = abs(estimate_gap) / estimate_spread if estimate_spread > 0 else 0.0
             return PairDecision.equivalent(a, b, z, self.name, threshold, None, view.round)
         return None
 
@@ -124,18 +131,9 @@ class _Look:
     spent: float  # error budget spent by this look
 
 
-@dataclass
-class _PairState:
-    looks_done: int = 0  # planned looks already used (group-sequential, the cap's horizon)
-    shorter_looks: dict[int, int] = field(default_factory=dict)  # the same, shorter horizons
-    decision: PairDecision | None = None  # kept once made, stated for (lo, hi)
-    asked_round: int = -1
-    answer: PairDecision | None = None  # what the pair was told in ``asked_round``
-
-
-@dataclass
+@dataclass(frozen=True)
 class ConfidenceSequenceRule:
-    """Shared machinery: per-pair state, the TOST decision, keeping decisions once made,
+    """Shared machinery: the per-pair memory, the TOST decision, keeping decisions once made,
     Holm's step-down budget and the futility check."""
 
     epsilon: float | None = None  # None: the campaign's policy.rope
@@ -145,68 +143,89 @@ class ConfidenceSequenceRule:
     #: No futility stop before both models average this many trials per question: the
     #: Gaussian projection to the cap is not to be trusted on a handful of trials.
     futility_trials: int = 8
+    #: The resolve test's variance inflation: a pair is ordered when ``|D| >= c s sqrt(v)``
+    #: (``stats.sequential.VARIANCE_INFLATION`` for ``group_sequential``, chosen by
+    #: measurement; 1 for ``anytime``, not measured with it). The equivalence test keeps ``s``.
+    inflation: float = 1.0
     name: str = "sequential"
-    _pairs: dict[tuple[int, int], _PairState] = field(default_factory=dict, repr=False)
-    _level: tuple[int, float] = (-1, 0.0)  # (round, Holm's alpha for an open pair)
 
     @property
     def error_controlled(self) -> bool:
         return True
 
-    def observe(self, view: CampaignView) -> None:
-        """Holm's level for this round: the adjacent pairs already settled free their budget."""
-        alpha = view.pair_alpha(self.error_control)
+    @property
+    def widen(self) -> float:
+        return math.sqrt(self.inflation)
+
+    def level(self, view: CampaignView, memory: RuleMemory) -> float:
+        """An open pair's error budget this round: ``view.pair_alpha``, or Holm's level where
+        the adjacent pairs already settled (in ``memory``) free their budget."""
         control = self.error_control or view.error_control
-        if self.step_down and control == "ranking" and view.num_models > 2:
-            order = [int(i) for i in view.order]
-            settled = sum(
-                1
-                for a, b in itertools.pairwise(order)
-                if (state := self._pairs.get((min(a, b), max(a, b)))) is not None
-                and state.decision is not None
-            )
-            alpha = seq.holm_alpha(1.0 - view.confidence, view.num_models - 1, settled)
-        self._level = (view.round, alpha)
+        if not (self.step_down and control == "ranking" and view.num_models > 2):
+            return view.pair_alpha(self.error_control)
+        order = [int(i) for i in view.order]
+        settled = sum(
+            1
+            for a, b in itertools.pairwise(order)
+            if (known := memory.get(pair_key(a, b))) is not None and known.decision is not None
+        )
+        return seq.holm_alpha(1.0 - view.confidence, view.num_models - 1, settled)
 
     def rope(self, view: CampaignView) -> float | None:
         return self.epsilon if self.epsilon is not None else view.rope
 
-    def alpha(self, view: CampaignView) -> float:
-        round_, level = self._level
-        return level if round_ == view.round else view.pair_alpha(self.error_control)
-
-    def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
-        """The boundaries if the pair is tested this round, else ``None``."""
+    def look(
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+    ) -> tuple[_Look | None, PairMemory]:
+        """The boundaries if the pair is tested this round (else ``None``), and its memory
+        after the look."""
         raise NotImplementedError
 
-    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
-        """The (resolve, equivalent) boundaries on ``|z|`` with both models at the cap."""
+    def final(
+        self, view: CampaignView, a: int, b: int, memory: RuleMemory = NO_MEMORY
+    ) -> tuple[float, float]:
+        """The (resolve, equivalent) boundaries on ``|z|`` with both models at the cap (the
+        resolve one widened by the inflation)."""
+        resolve, equivalent = self.final_at(view, a, b, self.level(view, memory))
+        return resolve * self.widen, equivalent
+
+    def final_at(self, view: CampaignView, a: int, b: int, alpha: float) -> tuple[float, float]:
         raise NotImplementedError
 
-    def __call__(self, view: CampaignView, a: int, b: int, z: float) -> PairDecision | None:
-        key = (min(a, b), max(a, b))
-        state = self._pairs.setdefault(key, _PairState())
-        if state.asked_round != view.round:
-            state.asked_round = view.round
-            state.answer = state.decision or self._test(view, state, *key)
-            if state.decision is None and state.answer is not None and state.answer.settled:
-                state.decision = state.answer
-        answer = state.answer
-        if answer is None:
-            return None
-        return answer if (answer.a, answer.b) == (a, b) else answer.swapped()
+    def settle(
+        self, view: CampaignView, pairs: Sequence[tuple[int, int]], memory: RuleMemory
+    ) -> tuple[tuple[PairDecision | None, ...], RuleMemory]:
+        """Test each pair not yet decided at this round's level; a decision, once made, is
+        kept in the memory (the sequential test stopped)."""
+        alpha = self.level(view, memory)
+        remembered = dict(memory)
+        answers = []
+        for a, b in pairs:
+            key = pair_key(a, b)
+            known = remembered.get(key, PairMemory())
+            answer = known.decision
+            if answer is None:
+                answer, known = self._test(view, known, *key, alpha)
+                if answer is not None and answer.settled:
+                    known = replace(known, decision=answer)
+                remembered[key] = known
+            answers.append(oriented(answer, a, b))
+        return tuple(answers), MappingProxyType(remembered)
 
-    def _test(self, view: CampaignView, state: _PairState, a: int, b: int) -> PairDecision | None:
+    def _test(
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+    ) -> tuple[PairDecision | None, PairMemory]:
         gap, spread = view.pair_stat(a, b)
         if spread <= 0:
-            return None
-        tested = self.look(view, state, a, b)
+            return None, known
+        tested, known = self.look(view, known, a, b, alpha)
         z = abs(gap) / spread
         epsilon = self.rope(view)
-        if tested is not None and z >= tested.resolve:
+        if tested is not None and z >= tested.resolve * self.widen:
+            boundary = tested.resolve * self.widen
             return PairDecision.resolved(
-                a, b, z, gap > 0, self.name, tested.resolve, tested.spent, view.round
-            )
+                a, b, z, gap > 0, self.name, boundary, tested.spent, view.round
+            ), known
         if (
             tested is not None
             and epsilon is not None
@@ -214,11 +233,11 @@ class ConfidenceSequenceRule:
         ):
             return PairDecision.equivalent(
                 a, b, z, self.name, tested.equivalent, tested.spent, view.round
-            )
-        return self._futile(view, a, b, gap, spread)
+            ), known
+        return self._futile(view, a, b, gap, spread, alpha), known
 
     def _futile(
-        self, view: CampaignView, a: int, b: int, gap: float, spread: float
+        self, view: CampaignView, a: int, b: int, gap: float, spread: float, alpha: float
     ) -> PairDecision | None:
         """A hopeless pair as an undecided decision with the trials it would need, else None."""
         threshold = self.futility if self.futility is not None else view.futility
@@ -227,7 +246,8 @@ class ConfidenceSequenceRule:
             return None
         if view.trials[[a, b]].mean(axis=1).min() < self.futility_trials:
             return None
-        resolve, equivalent = self.final(view, a, b)
+        resolve, equivalent = self.final_at(view, a, b, alpha)
+        resolve *= self.widen
         epsilon = self.rope(view)
         chance = seq.settle_probability(gap, spread, spread_cap, resolve, equivalent, epsilon)
         if chance >= threshold:
@@ -254,7 +274,7 @@ def capped_se(view: CampaignView, a: int, b: int) -> float | None:
     return float(math.sqrt(capped))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Anytime(ConfidenceSequenceRule):
     """Anytime-valid confidence sequence: a mixture of normal mixtures, checked every round.
 
@@ -267,8 +287,6 @@ class Anytime(ConfidenceSequenceRule):
     tuned_sd: float | None = None
     grid: int = 8
     name: str = "anytime"
-    _rho: dict[float, float] = field(default_factory=dict, repr=False)
-    _tables: dict[float, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def sd_target(self, view: CampaignView) -> float:
         if self.tuned_sd is not None:
@@ -276,53 +294,47 @@ class Anytime(ConfidenceSequenceRule):
         epsilon = self.rope(view)
         return epsilon / 6 if epsilon else 0.005
 
-    def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
-        alpha = self.alpha(view)
+    def look(
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+    ) -> tuple[_Look | None, PairMemory]:
         _, spread = view.pair_stat(a, b)
         if spread <= 0:
-            return None
+            return None, known
         log_info = -2 * math.log(spread)
         resolve = float(np.interp(log_info, *self.table(view, alpha)))
         equivalent = float(np.interp(log_info, *self.table(view, 2 * alpha)))
-        return _Look(resolve, equivalent, alpha)
+        return _Look(resolve, equivalent, alpha), known
 
-    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
+    def final_at(self, view: CampaignView, a: int, b: int, alpha: float) -> tuple[float, float]:
         spread_cap = capped_se(view, a, b)
         if spread_cap is None or spread_cap <= 0:
             return math.inf, math.inf
         log_info = -2 * math.log(spread_cap)
-        alpha = self.alpha(view)
         resolve = float(np.interp(log_info, *self.table(view, alpha)))
         return resolve, float(np.interp(log_info, *self.table(view, 2 * alpha)))
 
     def table(self, view: CampaignView, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-        """The boundary on a fine grid of log information (computed once per budget).
-
-        Each grid value is rounded up at the 4th decimal and the grid is fine enough
-        (0.02 in log I) that interpolating between two nodes stays on the safe side of the
-        exact root to well within that margin.
-        """
-        if alpha not in self._tables:
-            rhos, weights = self.mixture(view, alpha)
-            center = math.log(rhos[0])
-            grid = np.arange(center - 25.0, center + 25.0, 0.02)
-            values = [seq.mixture_grid_boundary(math.exp(g), alpha, rhos, weights) for g in grid]
-            self._tables[alpha] = (grid, np.ceil(np.asarray(values) * 1e4) / 1e4 + 1e-4)
-        return self._tables[alpha]
-
-    def mixture(
-        self, view: CampaignView, alpha: float
-    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        if alpha not in self._rho:
-            self._rho[alpha] = seq.mixture_rho(1 / self.sd_target(view) ** 2, alpha)
-        top = self._rho[alpha]
-        rhos = tuple(top / 4**j for j in range(self.grid))
-        rest = 0.5 / max(1, self.grid - 1)
-        weights = (1.0 if self.grid == 1 else 0.5,) + (rest,) * (self.grid - 1)
-        return rhos, weights
+        """The boundary on a fine grid of log information (:func:`anytime_table`)."""
+        return anytime_table(self.sd_target(view), alpha, self.grid)
 
 
-@dataclass
+@lru_cache(maxsize=64)
+def anytime_table(sd_target: float, alpha: float, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The anytime boundary on log information, 25 either side of its tightest precision.
+
+    Half the mixture's weight sits on the precision tightest at ``sd_target``, the rest on
+    ``grid - 1`` precisions 4x apart below it
+    (:func:`adaptive_eval.stats.sequential.mixture_boundary_table`).
+    """
+    top = seq.mixture_rho(1 / sd_target**2, alpha)
+    rhos = tuple(top / 4**j for j in range(grid))
+    rest = 0.5 / max(1, grid - 1)
+    weights = (1.0 if grid == 1 else 0.5,) + (rest,) * (grid - 1)
+    center = math.log(rhos[0])
+    return seq.mixture_boundary_table(rhos, weights, alpha, center - 25.0, center + 25.0)
+
+
+@dataclass(frozen=True)
 class GroupSequential(ConfidenceSequenceRule):
     """Lan-DeMets alpha spending over the information fraction, the cap as the horizon.
 
@@ -343,18 +355,24 @@ class GroupSequential(ConfidenceSequenceRule):
     fixed by the caps before any trial, so the union bound holds.
     """
 
-    spending: str = "hsd"
-    looks: int = 12
-    first_look: float = 1 / 64
-    gamma: float = -4.0
+    spending: str = seq.DEFAULT_LOOKS.spending
+    looks: int = seq.DEFAULT_LOOKS.looks
+    first_look: float = seq.DEFAULT_LOOKS.first_look
+    gamma: float = seq.DEFAULT_LOOKS.gamma
     horizons: int = 3
     ratio: float = 4.0
     cap_share: float = 0.5
     shortest: int = 16
+    inflation: float = seq.VARIANCE_INFLATION
     name: str = "group_sequential"
 
+    @property
+    def design(self) -> seq.LookDesign:
+        """The rule's looks and spending as one value (boundaries, fingerprint, docs)."""
+        return seq.LookDesign(self.looks, self.first_look, self.spending, self.gamma)
+
     def fractions(self) -> tuple[float, ...]:
-        return _fractions(self.looks, self.first_look)
+        return self.design.fractions()
 
     def shares(self, cap: float = math.inf) -> tuple[float, ...]:
         """Budget share of each horizon, the cap's first, for a pair capped at ``cap`` trials
@@ -377,47 +395,39 @@ class GroupSequential(ConfidenceSequenceRule):
 
     def boundaries(self, alpha: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(resolve, equivalent) boundaries at every planned look for a budget ``alpha``."""
-        fractions = self.fractions()
-        resolve = seq.spending_boundaries(fractions, alpha, self.spending, self.gamma)
-        equivalent = seq.spending_boundaries(fractions, 2 * alpha, self.spending, self.gamma)
-        return resolve, equivalent
+        design = self.design
+        return design.boundaries(alpha), design.boundaries(2 * alpha)
 
-    def final(self, view: CampaignView, a: int, b: int) -> tuple[float, float]:
-        resolve, equivalent = self.boundaries(self.alpha(view) * self.pair_shares(view, a, b)[0])
+    def final_at(self, view: CampaignView, a: int, b: int, alpha: float) -> tuple[float, float]:
+        resolve, equivalent = self.boundaries(alpha * self.pair_shares(view, a, b)[0])
         return resolve[-1], equivalent[-1]
 
-    def look(self, view: CampaignView, state: _PairState, a: int, b: int) -> _Look | None:
+    def look(
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+    ) -> tuple[_Look | None, PairMemory]:
+        """Each horizon's test looks once per planned look its information fraction reached
+        (``known.looks``: the looks used so far, per horizon)."""
         fractions = self.fractions()
         fraction = self.information_fraction(view, a, b)
-        alpha = self.alpha(view)
+        shares = self.pair_shares(view, a, b)
+        looks = list(known.looks) + [0] * (len(shares) - len(known.looks))
         found: list[_Look] = []
-        for horizon, share in enumerate(self.pair_shares(view, a, b)):
-            done = state.looks_done if horizon == 0 else state.shorter_looks.get(horizon, 0)
-            scaled = fraction * self.ratio**horizon
-            reached = int(np.searchsorted(fractions, scaled + 1e-9))
-            if reached <= done:
+        for horizon, share in enumerate(shares):
+            reached = int(np.searchsorted(fractions, fraction * self.ratio**horizon + 1e-9))
+            if reached <= looks[horizon]:
                 continue
-            if horizon == 0:
-                state.looks_done = reached
-            else:
-                state.shorter_looks[horizon] = reached
+            looks[horizon] = reached
             resolve, equivalent = self.boundaries(alpha * share)
-            spent = float(
-                seq.spent_alpha(fractions[reached - 1], alpha * share, self.spending, self.gamma)
-            )
+            spent = self.design.spent(fractions[reached - 1], alpha * share)
             found.append(_Look(resolve[reached - 1], equivalent[reached - 1], spent))
+        known = replace(known, looks=tuple(looks))
         if not found:
-            return None
+            return None, known
         return _Look(
             min(f.resolve for f in found),
             min(f.equivalent for f in found),
             sum(f.spent for f in found),
-        )
-
-
-@lru_cache(maxsize=32)
-def _fractions(looks: int, first_look: float) -> tuple[float, ...]:
-    return seq.look_fractions(looks, first_look)
+        ), known
 
 
 def _check_common(
@@ -452,10 +462,10 @@ def check_futility(futility: float | None) -> None:
 
 @pair_rules.register("group_sequential")
 def group_sequential(
-    spending: str = "hsd",
-    looks: int = 12,
-    first_look: float = 1 / 64,
-    gamma: float = -4.0,
+    spending: str = seq.DEFAULT_LOOKS.spending,
+    looks: int = seq.DEFAULT_LOOKS.looks,
+    first_look: float = seq.DEFAULT_LOOKS.first_look,
+    gamma: float = seq.DEFAULT_LOOKS.gamma,
     epsilon: float | None = None,
     error_control: str | None = None,
     step_down: bool = True,
@@ -465,8 +475,13 @@ def group_sequential(
     ratio: float = 4.0,
     cap_share: float = 0.5,
     shortest: int = 16,
+    inflation: float = seq.VARIANCE_INFLATION,
 ) -> PairRule:
     _check_common(epsilon, error_control, step_down, futility, futility_trials)
+    if isinstance(inflation, bool) or not isinstance(inflation, int | float):
+        raise ValueError(f"inflation must be a number >= 1, got {inflation!r}")
+    if not (math.isfinite(inflation) and 1 <= inflation <= 4):
+        raise ValueError(f"inflation must be a number in [1, 4], got {inflation}")
     if spending not in seq.SPENDING_FUNCTIONS:
         raise ValueError(f"spending must be one of {seq.SPENDING_FUNCTIONS}, got {spending!r}")
     if not isinstance(looks, int) or not 1 <= looks <= 64:
@@ -491,6 +506,7 @@ def group_sequential(
         step_down,
         futility,
         futility_trials,
+        float(inflation),
         spending=spending,
         looks=looks,
         first_look=first_look,

@@ -4,6 +4,7 @@ campaigns with true ties."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from scipy.stats import binomtest
 
 from adaptive_eval.campaign import build_campaign, fingerprint_of
 from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, any_of, decide_pairs
+from adaptive_eval.policy import NO_MEMORY, CampaignView, any_of, decide_pairs, settle_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
@@ -131,18 +132,18 @@ def test_step_down_hands_settled_budget_to_open_pairs() -> None:
     holm = pair_rules.build("group_sequential")
     bonferroni = pair_rules.build("group_sequential", {"step_down": False})
     first = view_of(counts, 400, 0.0)
-    for rule in (holm, bonferroni):
-        decide_pairs(first, (rule,))
-    second = CampaignView(**{**first.__dict__, "round": first.round + 1})
-    holm.observe(second)  # type: ignore[attr-defined]
-    bonferroni.observe(second)  # type: ignore[attr-defined]
-    assert holm.alpha(second) == pytest.approx(0.05 / 1)  # type: ignore[attr-defined]
-    assert bonferroni.alpha(second) == pytest.approx(0.05 / 3)  # type: ignore[attr-defined]
+    second = dataclasses.replace(first, round=first.round + 1)
+    for rule, level in ((holm, 0.05 / 1), (bonferroni, 0.05 / 3)):
+        assert rule.level(first, NO_MEMORY) == pytest.approx(0.05 / 3)  # type: ignore[attr-defined]
+        _, (memory,) = settle_pairs(first, (rule,))
+        assert rule.level(second, memory) == pytest.approx(level)  # type: ignore[attr-defined]
+    # The rule itself did not change: its memory is the value it returned.
+    assert holm.level(second, NO_MEMORY) == pytest.approx(0.05 / 3)  # type: ignore[attr-defined]
     # Under per-pair control there is nothing to hand on.
     pair = pair_rules.build("group_sequential")
     per_pair = view_of(counts, 400, 0.0, error_control="pair")
-    pair.observe(per_pair)  # type: ignore[attr-defined]
-    assert pair.alpha(per_pair) == pytest.approx(0.05)  # type: ignore[attr-defined]
+    _, (memory,) = settle_pairs(per_pair, (pair,))
+    assert pair.level(per_pair, memory) == pytest.approx(0.05)  # type: ignore[attr-defined]
 
 
 def brownian_union_crossing(

@@ -25,7 +25,7 @@ def view(
     fields = dict(
         names=tuple(f"m{i}" for i in range(num)),
         counts=np.zeros((num, questions, 2)),
-        posterior=lambda: moments,
+        bayes=moments,
         trials=np.full((num, questions), trials),
         planned=np.full((num, questions), trials),
         capacity=np.full(num, capacity),
@@ -80,8 +80,8 @@ def test_no_decision_before_min_trials() -> None:
 def test_bonferroni_looks_raise_the_threshold() -> None:
     rule = pair_rules.build("z_rank", {"looks": 10})
     v = view([0.5 + 2.0 * np.hypot(0.01, 0.01), 0.5], [0.01, 0.01])  # z = 2.0
-    assert rule(v, 0, 1, 2.0) is None  # needs Phi^-1(1 - 0.005) = 2.576
-    assert pair_rules.build("z_rank")(v, 0, 1, 2.0) is not None
+    assert rule.decide(v, 0, 1) is None  # type: ignore[attr-defined]  # needs Phi^-1(1 - 0.005) = 2.576
+    assert pair_rules.build("z_rank").decide(v, 0, 1) is not None  # type: ignore[attr-defined]
 
 
 def test_pairs_settled_and_needs() -> None:

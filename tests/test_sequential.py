@@ -4,6 +4,7 @@ the rules over seeded campaigns with known truth (a true tie, a gap exactly at e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from pathlib import Path
@@ -15,7 +16,7 @@ from scipy.stats import binomtest, norm
 
 from adaptive_eval.config import parse_config
 from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, any_of, decide_pairs
+from adaptive_eval.policy import CampaignView, any_of, decide_pairs, settle_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.stats import allocation as lower_bound
@@ -295,13 +296,15 @@ def test_group_sequential_tests_once_per_look_and_keeps_decisions() -> None:
     counts[0, :, 1] = 50  # always right
     counts[1, :, 0] = 50  # always wrong
     v = make_view(counts, capacity=400)
-    first = decide_pairs(v, (rule,))[0]
+    (first,), memory = settle_pairs(v, (rule,))
     assert first.verdict is Verdict.A_GT_B and first.rule == "group_sequential"
     assert first.boundary is not None and first.alpha is not None and first.alpha < 0.05
     # The decision is kept at a later round even if the data would no longer support it.
     even = make_view(np.full((2, 30, 2), 30, dtype=np.int64), capacity=400)
-    later = CampaignView(**{**even.__dict__, "round": 5})
-    assert decide_pairs(later, (rule,))[0].verdict is Verdict.A_GT_B
+    later = dataclasses.replace(even, round=5)
+    assert settle_pairs(later, (rule,), memory=memory)[0][0].verdict is Verdict.A_GT_B
+    # ... kept in the memory it was given, not in the rule: from no memory the data decide.
+    assert decide_pairs(later, (rule,))[0].verdict is not Verdict.A_GT_B
 
 
 def test_equivalence_uses_the_one_sided_boundary() -> None:

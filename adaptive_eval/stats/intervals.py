@@ -9,9 +9,9 @@ the campaign stops:
 * **Width goal** (``ci_width``): a *repeated confidence interval* (Jennison & Turnbull 1989;
   2000, ch. 9). Its horizon is the information a fixed-sample interval of half-width ``h``
   would need, inflated so that the last look's boundary gives exactly ``h``:
-  ``I_max = (c_K / h)^2``. Looks are planned at :data:`LOOKS` information fractions spaced
-  geometrically from :data:`FIRST_LOOK` to 1, with Hwang-Shih-DeCani spending
-  (``gamma = -4``) of ``alpha`` over them. A model's fraction is ``t = I / I_max`` with
+  ``I_max = (c_K / h)^2``. Looks are planned by :data:`LOOKS` (the default design,
+  ``stats.sequential.DEFAULT_LOOKS``: 12 looks from 1/64 to 1, Hwang-Shih-DeCani spending,
+  ``gamma = -4``). A model's fraction is ``t = I / I_max`` with
   ``I = 1 / se^2``; its interval is ``theta +- c_k se`` with ``c_k`` the boundary of the last
   planned look it reached. Every look's interval covers the truth at once with probability at
   least ``1 - alpha`` (Brownian approximation), so the interval the campaign stops on, which is
@@ -38,17 +38,14 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from adaptive_eval.stats.sequential import (
-    look_fractions,
-    mixture_grid_boundary,
-    spending_boundaries,
+    DEFAULT_LOOKS,
+    mixture_boundary_table,
 )
 
 FloatArray = NDArray[np.float64]
 
-LOOKS = 12
-FIRST_LOOK = 1 / 64
-SPENDING = "hsd"
-GAMMA = -4.0
+#: The intervals' looks: the pair rules' default design (one value, see ``LookDesign``).
+LOOKS = DEFAULT_LOOKS
 #: The smallest design effect (the estimate's variance over a binomial proportion's on the same
 #: trials) an interval trusts: questions of different difficulty can make a mean over them
 #: far less variable than one proportion (0.05 on LiveCodeBench), never 20 times less here.
@@ -117,7 +114,7 @@ class IntervalDesign:
             )
         else:
             how = (
-                f"a repeated confidence interval (group-sequential, {LOOKS} looks, "
+                f"a repeated confidence interval (group-sequential, {LOOKS.looks} looks, "
                 f"horizon at +-{self.half_width:g}): it holds at every look, so also at the "
                 "look the campaign stopped on"
             )
@@ -284,23 +281,19 @@ def trials_to_reach(
     return np.asarray(np.where(reached, 0.0, np.ceil(extra - 1e-9)), dtype=np.float64)
 
 
-@lru_cache(maxsize=1)
 def _fractions() -> tuple[float, ...]:
-    return look_fractions(LOOKS, FIRST_LOOK)
+    return LOOKS.fractions()
 
 
 @lru_cache(maxsize=64)
 def _look_boundaries(alpha: float) -> tuple[float, ...]:
-    return spending_boundaries(_fractions(), alpha, SPENDING, GAMMA)
+    return LOOKS.boundaries(alpha)
 
 
-@lru_cache(maxsize=64)
 def _anytime_table(alpha: float) -> tuple[FloatArray, FloatArray]:
-    """The anytime boundary on a grid of log information (0.02 apart), rounded up at 1e-4."""
+    """The anytime boundary on a grid of log information from 0 to log(1e9)."""
     weights = (1.0 / len(ANYTIME_PRECISIONS),) * len(ANYTIME_PRECISIONS)
-    grid = np.arange(math.log(1.0), math.log(1e9), 0.02, dtype=np.float64)
-    values = [mixture_grid_boundary(math.exp(g), alpha, ANYTIME_PRECISIONS, weights) for g in grid]
-    return grid, np.ceil(np.asarray(values) * 1e4) / 1e4 + 1e-4
+    return mixture_boundary_table(ANYTIME_PRECISIONS, weights, alpha, 0.0, math.log(1e9))
 
 
 def _anytime_boundary(information: float, alpha: float) -> float:

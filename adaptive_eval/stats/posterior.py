@@ -28,6 +28,7 @@ __all__ = [
     "avg_at_n",
     "avg_sigma_from_bayes",
     "bayes",
+    "bayes_at_n_moments",
     "counts_from_outcomes",
     "credible_interval",
     "dirichlet_multinomial_loglik",
@@ -328,6 +329,26 @@ def posterior_moments(nu: ArrayLike, weights: ArrayLike) -> tuple[FloatArray, Fl
     var = np.maximum(var_a.sum(axis=-1), 0.0)
     sigma = np.sqrt(var) / M
     return np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
+
+
+def bayes_at_n_moments(
+    counts: ArrayLike, prior: ArrayLike, weights: ArrayLike, bayes_prior: str = "empirical"
+) -> tuple[FloatArray, FloatArray]:
+    """The reported Bayes@N posterior mean and sd per model of an (L, M, K) count tensor.
+
+    ``prior`` holds the Dirichlet counts of the uniform prior plus any prior trials.
+    ``uniform``: ``nu = prior + counts`` (the paper). ``empirical``: the uniform pseudo-trials
+    are replaced by a Dirichlet fitted to each model's evidence (its prior trials and counts),
+    ``nu = eb(evidence) + evidence`` with ``evidence = prior - 1 + counts``.
+    """
+    prior_counts = _float_array(prior, "prior")
+    observed = np.asarray(counts)
+    if bayes_prior == "uniform":
+        nu = prior_counts + observed
+    else:
+        evidence = prior_counts - 1.0 + observed
+        nu = empirical_bayes_prior(evidence) + evidence
+    return posterior_moments(nu, weights)
 
 
 def bayes(

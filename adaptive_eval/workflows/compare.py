@@ -37,7 +37,14 @@ def run_compare(
     def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
         view, plans = controller.view(), controller.state.plans
         found = comparison(
-            campaign, view, candidate, judge, plans, controller.stop, COMPARE_EXIT_MEANING
+            campaign,
+            view,
+            controller.decisions,
+            candidate,
+            judge,
+            plans,
+            controller.stop,
+            COMPARE_EXIT_MEANING,
         )
         return {"comparison": found}
 

@@ -14,10 +14,11 @@ byte of whose folder changed, or whose engine version, dtype or quantisation cha
 library cells, and the night names it in one line), new questions (a changed dataset), cells
 below what the campaign's rules want. A night then checks itself against the previous night:
 
-- ``score_drop``: a model (by name) whose score went down, decided by the campaign's own pair
-  rules (``campaign.pair_rules`` via :func:`~adaptive_eval.policy.decide_pairs`) on a two-model
-  view: last night's posterior of the model against tonight's. Scores are the unbiased estimate
-  the rules decide on (Bayes@N is kept beside it: it moves with the trials a night drew);
+- ``score_drop``: a model (by name) whose score went down, decided by the campaign's own
+  decision core (:meth:`~adaptive_eval.decision.DecisionCore.decide_round`, its pair rules, from
+  a fresh state) on a two-model view: last night's posterior of the model against tonight's.
+  Scores are the unbiased estimate the rules decide on (Bayes@N is kept beside it: it moves with
+  the trials a night drew);
 - ``ranking_flip``: a pair settled one way last night and the other way tonight. A flip is
   ``down`` when the model that was ahead lost more score than the other gained, ``up`` when the
   model behind rose past it (a recovered checkpoint). ``flip_alerts`` (``--flip-alerts``) says
@@ -43,14 +44,15 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval import markdown as md
-from adaptive_eval.campaign import Campaign, build_campaign, build_pair_rules
+from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
+from adaptive_eval.decision import CoreState
 from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, decide_pairs
+from adaptive_eval.policy import CampaignView
 from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.presentation import bayes_at_n, score, spread
 from adaptive_eval.report import write_outputs
-from adaptive_eval.state import RunState
+from adaptive_eval.state import RunState, ViewSettings
 from adaptive_eval.storage import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.store import RunLock, TrialStore
 from adaptive_eval.types import Verdict
@@ -117,15 +119,16 @@ def _two_model_view(
     state.apply_counts(counts)
     name = str(now["names"][j])
     policy = campaign.config.policy
-    return state.view(
+    settings = ViewSettings(
         (f"{name} (last night)", f"{name} (tonight)"),
         np.full(2, int(trials.max())),
         policy.confidence,
         policy.min_trials_per_question,
-        0.0,
-        rope=policy.rope,
-        error_control=policy.error_control,
+        policy.rope,
+        policy.error_control,
+        futility=0.0,  # one look: nothing to give up on
     )
+    return settings.view(state)
 
 
 def score_drops(
@@ -136,13 +139,15 @@ def score_drops(
     if list(before["questions"]) != list(now["questions"]):
         return alerts  # another question set: scores are not comparable model by model
     earlier = {str(n): i for i, n in enumerate(before["names"])}
+    core = campaign.decision_core()
     for j, raw in enumerate(now["names"]):
         name = str(raw)
         if name not in earlier:
             continue
         view = _two_model_view(campaign, before, earlier[name], now, j)
-        # One look per comparison, with rules of its own (sequential rules keep state).
-        (decision,) = decide_pairs(view, build_pair_rules(campaign.config))
+        # One look per comparison through the campaign's own decision core, from a fresh
+        # state: the same pair rules that rank the night.
+        (decision,) = core.decide_round(view, CoreState()).decisions
         if decision.verdict in (Verdict.A_GT_B, Verdict.B_GT_A):
             winner = decision.a if decision.verdict is Verdict.A_GT_B else decision.b
             if winner == 0:

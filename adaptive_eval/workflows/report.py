@@ -38,7 +38,14 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
             view, plans = controller.view(), controller.state.plans
             found = comparison(
-                campaign, view, candidate, judge, plans, controller.stop, COMPARE_EXIT_MEANING
+                campaign,
+                view,
+                controller.decisions,
+                candidate,
+                judge,
+                plans,
+                controller.stop,
+                COMPARE_EXIT_MEANING,
             )
             return {"comparison": found}
 
