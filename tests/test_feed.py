@@ -30,6 +30,9 @@ class StepEngine:
         self.steps = 0
         self.thread: threading.Thread | None = None
         self.fail_at_step: int | None = None
+        #: No step runs before this many requests were added (a loaded machine may run
+        #: several steps before the test has submitted every batch).
+        self.hold_until_requests = 0
         self.occupancy: list[int] = []
         self.aborted: list[str] = []
         self.labels: dict[str, Any] = {}
@@ -53,6 +56,9 @@ class StepEngine:
 
     def step(self) -> list[tuple[str, Any]]:
         self._same_thread()
+        if self.next_id < self.hold_until_requests:
+            time.sleep(self.step_s)
+            return []
         self.steps += 1
         if self.fail_at_step is not None and self.steps >= self.fail_at_step:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -167,6 +173,7 @@ def test_engine_death_fails_exactly_the_batches_inside() -> None:
 def test_a_step_error_fails_every_batch_inside() -> None:
     engine = StepEngine(capacity=2)
     engine.fail_at_step = 3
+    engine.hold_until_requests = 4  # every batch inside when it dies
     feed = Feed(engine)
     jobs = submit_all(feed, [[10, 10], [10], [2]])
     errors = []

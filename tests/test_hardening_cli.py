@@ -396,7 +396,7 @@ def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
     and came back), and report.html drew 6 "decided" dots for 5 decided pairs."""
     from helpers import NullLog
 
-    from adaptive_eval.decision import RoundDecision
+    from adaptive_eval.decision import CoreState, RoundDecision
     from adaptive_eval.round_events import RoundEvents
     from adaptive_eval.types import PairDecision
 
@@ -413,7 +413,10 @@ def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
         before: tuple[PairDecision, ...] = ()
         for index, decisions in enumerate(rounds):
             events.decided(
-                RoundDecision(index, decisions, None, None, before), 0, lambda r: r, dict
+                RoundDecision(index, decisions, None, None, before, CoreState(decisions)),
+                0,
+                lambda r: r,
+                dict,
             )
             before = decisions
         logged = [payload for kind, _, payload in events._events if kind == "pair_decision"]
