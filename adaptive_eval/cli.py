@@ -40,7 +40,10 @@ QUIET_HELP = (
     "no progress bar, ranking or pair list: only errors, and the one-line result at the end "
     "(the headline of report.md and report.html)"
 )
-SET_HELP = "override a config field, e.g. --set policy.confidence=0.99"
+SET_HELP = (
+    "override a config field, e.g. --set policy.confidence=0.99 (a path is relative to the "
+    "config file, as in the config itself)"
+)
 #: Options whose value may start with "-" (a list of numbers such as ``-0.5,0,1``).
 _NUMBER_LIST_OPTIONS = ("--weights", "--k")
 _NUMBER_LIST = re.compile(r"^-[0-9.]")
