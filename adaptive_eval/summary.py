@@ -21,7 +21,8 @@ from adaptive_eval.types import PairDecision, Stop
 
 #: 2: the unbiased ``score*`` leads and Bayes@N is ``bayes_*``; provenance keeps the run's own
 #: package versions (``report_build`` is the report's) and labels each model's hashes
-#: (``model_files``: every byte of the folder; ``engine`` beside them).
+#: (``model_files``: every byte of the folder; ``engine`` beside them; ``server``: what an
+#: OpenAI-compatible server reported serving, added later without a new version).
 SCHEMA_VERSION = 2
 
 
