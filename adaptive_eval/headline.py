@@ -12,6 +12,9 @@ headline, a typed value, in this order of precedence:
 - the ranking: how many rank groups the decisions settled, who is first, the pairs decided
   and undecided, and the compute saved (counting only the trials this run sampled where a
   trial library supplied the rest).
+
+A ranking or width run that a budget (``budget.trials``, ``tokens``, ``wall_clock_s``) ended
+says so before its saving.
 """
 
 from __future__ import annotations
@@ -67,6 +70,25 @@ VERDICT_WORDS = {
 VERDICT_ORDER = ("fail", "worse", "undecided", "pass", "equivalent", "better")
 
 
+#: Stop reasons that are a limit the user set, not the campaign's goal.
+BUDGET_STOPS = {
+    "trial_budget": "the trial budget",
+    "token_budget": "the token budget",
+    "wall_clock_budget": "the wall-clock budget",
+}
+
+
+def _budget(summary: dict[str, Any]) -> str:
+    """``"; stopped by the trial budget (3000 trials used of 3000)"`` for a run
+    a budget ended, else ``""``: its saving is what the budget left unspent, not what the rules
+    saved (a run cut off at 3,000 trials with nothing decided read "saved 88.6%")."""
+    what = BUDGET_STOPS.get(str(summary.get("stop_reason")))
+    if what is None:
+        return ""
+    detail = summary.get("stop_detail")
+    return f"; stopped by {what}" + (f" ({detail})" if detail else "")
+
+
 def _width(summary: dict[str, Any]) -> Headline:
     """A width-goal campaign's headline: the goal met or not (it gave the ranking's line,
     "5 pairs still undecided", which the goal never asked about)."""
@@ -82,8 +104,10 @@ def _width(summary: dict[str, Any]) -> Headline:
         if met == len(models)
         else f"met for {met} of {len(models)} models, not met for {len(models) - met}"
     )
-    text = f"goal {goal} {verdict}; {saving(saved, baseline_text(summary))}, {counted}"
-    return Headline(Kind.WIDTH, Tone.GOOD if met == len(models) else Tone.WARNING, text)
+    budget = _budget(summary)
+    text = f"goal {goal} {verdict}{budget}; {saving(saved, baseline_text(summary))}, {counted}"
+    good = met == len(models) and not budget
+    return Headline(Kind.WIDTH, Tone.GOOD if good else Tone.WARNING, text)
 
 
 def trials_text(row: dict[str, Any]) -> str:
@@ -146,9 +170,11 @@ def _ranking(summary: dict[str, Any]) -> Headline:
             if undecided
             else ""
         )
+        + _budget(summary)
         + f"; {saving(saved, baseline_text(summary))}, {counted}"
     )
-    return Headline(Kind.RANKING, Tone.WARNING if undecided else Tone.GOOD, text)
+    warn = undecided or _budget(summary)
+    return Headline(Kind.RANKING, Tone.WARNING if warn else Tone.GOOD, text)
 
 
 def _verdict(comparison: dict[str, Any]) -> Headline:

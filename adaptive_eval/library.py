@@ -7,7 +7,8 @@ key is
 
 - the cell: the model's identity (its config entry less execution settings and file locations,
   the content hash of its files: scenario, replay, every byte of a model folder, chat template;
-  for vLLM the engine, its version, torch and CUDA, dtype and quantisation), the
+  for vLLM the engine, its version, torch and CUDA, dtype and quantisation; for an
+  OpenAI-compatible server what it reports serving, its ``/models`` card and version), the
   model's name (trial seeds derive from it), the dataset's content hash and prompt settings
   (template, instruction, limit), the sampling parameters, the grader, the number of rubric
   categories, the campaign seed, and the question id;

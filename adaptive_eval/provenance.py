@@ -35,8 +35,9 @@ ROLES = {
     "model": "model folder manifest (config and tokenizer bytes, other files' names and sizes "
     "only)",
 }
-#: Recorded inputs that are descriptions, not digests.
-DESCRIPTIONS = ("engine",)
+#: Recorded inputs that are descriptions, not digests: a vLLM model's engine, and what an
+#: OpenAI-compatible server reported serving when the campaign was planned.
+DESCRIPTIONS = ("engine", "server")
 
 
 #: The most distinct server reports listed per model.
@@ -110,6 +111,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
                     k: v for k, v in hashes.items() if k != "dataset" and k not in DESCRIPTIONS
                 },
                 "engine": hashes.get("engine"),
+                "server": hashes.get("server"),
             }
         )
         if entry.get("backend") == "openai":
@@ -168,6 +170,8 @@ def markdown(
             parts.insert(0, f"revision {code(model['revision'])} (stated)")
         if model.get("engine"):
             parts.append(f"engine: {text(model['engine'])}")
+        if model.get("server"):
+            parts.append(f"server's model card at planning: {text(model['server'])}")
         if model.get("served"):
             parts.append(f"the server reported serving {text(', '.join(model['served']))}")
         lines.append(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import uuid
 from importlib import metadata
 from pathlib import Path
@@ -154,6 +155,7 @@ def _check_chain(store: TrialStore) -> None:
 
 
 _LIMIT_PATHS = ("config.budget", "config.policy.max_trials_per_question")
+_SERVER_ADDED = re.compile(r"files\[\d+\]\.server: null -> .*", re.DOTALL)
 
 
 def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> None:
@@ -260,7 +262,7 @@ def _open_run_dir(
         )
         _write_config_copy(config, run_dir)
         return store, campaign_id, False
-    changes = _identity_changes(store.get_meta("identity"), identity)
+    changes = _identity_changes(store.get_meta("identity"), identity, leg)
     if stored != campaign.fingerprint and not changes:
         store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
     elif stored != campaign.fingerprint and not leg and all(c.startswith("files") for c in changes):
@@ -312,9 +314,17 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
     return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
 
 
-def _identity_changes(stored: Any, identity: dict[str, Any]) -> list[str]:
-    """What differs between a stored identity and this campaign's, less what may change."""
+def _identity_changes(stored: Any, identity: dict[str, Any], leg: bool = True) -> list[str]:
+    """What differs between a stored identity and this campaign's, less what may change
+    (``leg``: on a run or resume; a report states the identity the run recorded)."""
     # A run recorded before credentials left the identity still holds them: not a change.
     changes = _differences(without_secrets(stored), identity)
     # Runs recorded before the limits left the identity still hold them there: not a change.
-    return [c for c in changes if not c.startswith(_LIMIT_PATHS)]
+    # Runs recorded before an OpenAI-compatible server's report joined the identity lack it:
+    # what that server served then is unknown, so a resume takes its report now (the library,
+    # which shares trials across runs, resamples such a model instead).
+    return [
+        c
+        for c in changes
+        if not c.startswith(_LIMIT_PATHS) and not (leg and _SERVER_ADDED.fullmatch(c))
+    ]

@@ -22,7 +22,8 @@ from adaptive_eval.types import PairDecision, Stop
 
 #: 2: the unbiased ``score*`` leads and Bayes@N is ``bayes_*``; provenance keeps the run's own
 #: package versions (``report_build`` is the report's) and labels each model's hashes
-#: (``model_files``: every byte of the folder; ``engine`` beside them).
+#: (``model_files``: every byte of the folder; ``engine`` beside them; ``server``: what an
+#: OpenAI-compatible server reported serving, added later without a new version).
 #: 3: in a compare run with a margin, a pair of the ranking that holds the candidate carries the
 #: gate's verdict (``pass`` / ``fail`` / ``undecided``, stated candidate first) in
 #: ``pairs[].decision``: compare's decision core settles the candidate's pairs with the gate.

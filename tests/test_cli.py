@@ -64,6 +64,19 @@ def test_score_prints_bayes_avg_pass_and_both_rankings(tensor: Path, capsys) -> 
         assert by_name[name]["score"] == pytest.approx(outcomes[i].mean())
 
 
+def test_score_states_the_rank_threshold_it_uses(tensor: Path, capsys) -> None:
+    """The walk-through of issue 29: ``score --json`` (and docs/workflows.md) said rank groups
+    are scores within z_(1+c)/2 standard errors (1.96 at 0.95) while the ranks, and the
+    console, use the one-sided z_c (1.64)."""
+    for confidence in ("0.95", "0.99"):
+        assert main(["score", str(tensor), "--confidence", confidence, "--json"]) == 0
+        statistic = json.loads(capsys.readouterr().out)["statistic"]
+        z = stats.z_threshold(float(confidence))
+        assert f"z_c = {z:.2f}" in statistic and "(1+c)/2" not in statistic
+        assert main(["score", str(tensor), "--confidence", confidence]) == 0
+        assert f"within z = {z:.2f} se share a rank" in capsys.readouterr().out
+
+
 def test_score_with_prior_and_weights(tmp_path: Path, tensor: Path, capsys) -> None:
     outcomes = np.load(tensor)["outcomes"]
     np.savez(tmp_path / "prior.npz", outcomes=outcomes[0, :, :4])

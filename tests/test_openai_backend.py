@@ -471,3 +471,147 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
         assert other.fingerprint != build_campaign(cfg).fingerprint
     (model,) = collect(tmp_path / "run")["models"]
     assert model["served"] == [server.model] == ["flaky"]  # what the server said, not our name
+    # What it said when the campaign was planned: its /models card (no /version here).
+    assert model["server"] == "card not reported; version none"  # it lists "flaky", not "srv"
+    from adaptive_eval.provenance import markdown
+
+    text = "\n".join(markdown(collect(tmp_path / "run")))
+    assert "server's model card at planning: card not reported; version none" in text
+
+
+# -- the server's report is part of the model's identity (issue 29, section 1) ------------------
+
+
+def night_against_the_library(tmp_path: Path, url: str, **options: Any) -> tuple[int, list[str]]:
+    """One night of the ``srv`` model against a library: (trials it would reuse of one per
+    question, the library's change lines); then the night records one trial per question."""
+    from adaptive_eval.library import TrialLibrary
+    from adaptive_eval.types import Trial
+
+    campaign = build_campaign(config(url, limit=3, **options))
+    library = TrialLibrary(tmp_path / "lib", campaign, "night")
+    try:
+        items = tuple(WorkItem(0, q, 0, 1) for q in range(3))
+        found, _ = library.lookup(Batch(0, 0, 0, items))
+        qids = campaign.question_ids
+        library.add([Trial(0, q, 0, trial_seed(5, "srv", qids[q], 0), 1) for q in range(3)])
+        return len(found), list(library.changes)
+    finally:
+        library.close()
+
+
+VLLM_CARD = {"root": "/models/candidate-a", "owned_by": "vllm", "max_model_len": 4096}
+
+
+def test_a_server_serving_other_weights_under_the_same_name_is_resampled(
+    tmp_path: Path,
+) -> None:
+    """The name and the stated options are unchanged; what the server reports serving is not."""
+    with FlakyServer(model="srv", card=VLLM_CARD, version="0.6.3") as server:
+        assert night_against_the_library(tmp_path, server.url) == (0, [])
+        assert night_against_the_library(tmp_path, server.url) == (3, [])  # unchanged: reused
+        server.card = {**VLLM_CARD, "root": "/models/candidate-b"}  # other weights, same name
+        reused, changes = night_against_the_library(tmp_path, server.url)
+        assert reused == 0
+        (line,) = changes
+        assert line == (
+            "model srv changed since the library last saw it (server root /models/candidate-a "
+            "-> root /models/candidate-b): its trials are sampled anew, none reused"
+        )
+        assert night_against_the_library(tmp_path, server.url) == (3, [])
+        server.version = "0.7.0"  # the same weights under another vLLM
+        reused, changes = night_against_the_library(tmp_path, server.url)
+        assert reused == 0 and "version 0.6.3 -> version 0.7.0" in changes[0]
+        identity = build_campaign(config(server.url)).identity["files"][0]["server"]
+    assert identity == (
+        "id srv; root /models/candidate-b; owned_by vllm; max_model_len 4096; version 0.7.0"
+    )
+
+
+def test_a_server_without_models_says_once_what_the_identity_rests_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adaptive_eval.backends import served_identity
+
+    served_identity._said.clear()
+    with FlakyServer(model="srv", models=False) as server:
+        first = build_campaign(config(server.url, revision="r7"))
+        again = build_campaign(config(server.url, revision="r7"))
+        assert first.fingerprint == again.fingerprint
+        assert first.identity["files"][0]["server"] == "card not reported; version none"
+        (line,) = capsys.readouterr().err.strip().splitlines()  # once, not per plan
+        assert line == (
+            f"models[0] (srv): the server at {server.url} reports no model card (GET /models: "
+            "HTTP 404); the model's identity rests on its stated revision 'r7' and the name "
+            "'srv' only"
+        )
+        server.models = True  # now it answers: the identity is what it reports
+        assert build_campaign(config(server.url, revision="r7")).fingerprint != first.fingerprint
+    # No server at all (nothing listens on port 9): planned all the same, and said once.
+    served_identity._said.clear()
+    lone = build_campaign(config("http://127.0.0.1:9/v1"))
+    assert lone.identity["files"][0]["server"] == "card not reported; version none"
+    err = capsys.readouterr().err
+    assert "reports no model card (GET /models: no answer" in err
+    assert "rests on the served model name 'srv' (state options.revision" in err
+
+
+def test_hostile_server_cards_are_bounded_and_escaped() -> None:
+    from adaptive_eval.backends.served_identity import query_server, version_url
+
+    card = {"root": "\x1b[31m/evil; id other" + "x" * 5000, "max_model_len": True}
+    with FlakyServer(model="srv", card=card, version="1\n2") as server:
+        report = query_server(server.url, "srv", {})
+    assert report.card is not None and report.card["root"].startswith("\\x1b[31m/evil, id other")
+    assert len(report.card["root"]) == 200 and "max_model_len" not in report.card
+    assert report.version == "1\\n2"
+    assert version_url("http://h:8000/v1/") == "http://h:8000/version"
+    assert version_url("https://h/api/v1") == "https://h/api/version"
+    assert version_url("https://h/openai") == "https://h/version"
+
+
+def test_an_older_run_without_the_servers_report_still_resumes(tmp_path: Path) -> None:
+    """A run recorded before the server's report joined the identity resumes (its server then
+    is unknown); a report of it states the identity it recorded, with a note."""
+    from adaptive_eval.rundir import _identity_changes
+
+    with FlakyServer(model="srv", card=VLLM_CARD) as server:
+        identity = build_campaign(config(server.url)).identity
+    older = json.loads(json.dumps(identity))
+    del older["files"][0]["server"]
+    assert _identity_changes(older, identity) == []
+    (change,) = _identity_changes(older, identity, leg=False)
+    assert change.startswith("files[0].server: null -> ")
+    other = json.loads(json.dumps(identity))
+    other["files"][0]["server"] = "card not reported; version none"
+    assert _identity_changes(other, identity)  # a changed report still refuses a resume
+
+
+def test_the_nightly_command_names_a_server_serving_other_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through ``adaptive-eval nightly``: an unchanged server's trials are reused; the same name
+    served from another ``root`` is sampled anew, and the night says so in one line."""
+    import yaml
+
+    from adaptive_eval.cli import main
+
+    with FlakyServer(model="srv", card=VLLM_CARD, version="0.6.3", answers=ANSWERS) as server:
+        data = config(server.url, limit=3).model_dump(mode="json", exclude_none=True)
+        data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2}
+        data["execution"] = {"dispatch": "inline", "workers": 1, "batch_size": 8}
+        path = tmp_path / "nightly.yaml"
+        path.write_text(yaml.safe_dump(data))
+        history = str(tmp_path / "history")
+
+        def night(date: str) -> str:
+            assert main(["nightly", str(path), "--history", history, "--night", date]) == 0
+            return capsys.readouterr().out
+
+        assert "sampled 6 trials, reused 0" in night("2026-12-01")
+        assert "sampled 0 trials, reused 6" in night("2026-12-02")
+        server.card = {**VLLM_CARD, "root": "/models/candidate-b"}
+        out = night("2026-12-03")
+    assert "sampled 6 trials, reused 0" in out
+    (line,) = [x for x in out.splitlines() if "changed since the library" in x]
+    assert "(server root /models/candidate-a -> root /models/candidate-b)" in line

@@ -218,6 +218,31 @@ def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, P
     assert "met for 3 of 4 models, not met for 1" in headline(summary).text
 
 
+def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Path]) -> None:
+    """The walk-through of issue 29: ``run configs/demo.yaml --set budget.trials=3000
+    --quiet`` printed "Ranking: ... saved 88.6% of the fixed-N run's 26,400 trials ..." and
+    nothing saying that the budget, not the rules, had ended it."""
+    from adaptive_eval.headline import Tone, headline
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    assert "budget" not in headline(summary).text
+    summary["stop_reason"] = "trial_budget"
+    summary["stop_detail"] = "3000 trials used of 3000"
+    found = headline(summary)
+    assert "; stopped by the trial budget (3000 trials used of 3000); " in found.text
+    assert found.text.index("budget") < found.text.index("fixed-N run")
+    assert found.tone is Tone.WARNING
+    summary["score"]["half_width"] = 0.05  # a width campaign the wall clock ended
+    summary["stop_reason"] = "wall_clock_budget"
+    summary["stop_detail"] = None
+    for model in summary["models"]:
+        model["width_goal_met"] = model is not summary["models"][0]
+    found = headline(summary)
+    assert "not met for 1; stopped by the wall-clock budget; " in found.text
+    assert found.tone is Tone.WARNING
+
+
 def test_a_verdict_tells_the_regression_first() -> None:
     from adaptive_eval.headline import headline
 

@@ -8,6 +8,11 @@ completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_
 answers 400 to a request that asks for log-probs (as servers without them do); ``choices`` > 1
 answers with that many choices, as a server that ignores ``n=1`` would.
 
+``GET /v1/models`` lists the model as ``{"id": model, **card}`` (``card``: vLLM's ``root``,
+``owned_by``, ``max_model_len``, ...; ``models=False`` answers 404 instead) and ``GET /version``
+answers ``{"version": version}`` where ``version`` is set (else 404), as a vLLM server does;
+both may be changed while the server runs.
+
 A valid answer is a pure function of the request's seed and prompt, so a retried request gets the
 same text: ``"<seed> ... \boxed{<answer>}"`` with ``answer`` from ``answers`` (question prompt ->
 gold answer) when the prompt matches one, else the seed modulo 100. Log-probs are returned when
@@ -55,8 +60,14 @@ class FlakyServer:
         model: str = "flaky",
         reject_logprobs: bool = False,
         choices: int = 1,
+        card: Mapping[str, Any] | None = None,
+        models: bool = True,
+        version: str | None = None,
     ) -> None:
         self.choices = choices
+        self.card = dict(card or {})
+        self.models = models
+        self.version = version
         self.script = list(script)
         self.fail_forever = fail_forever
         self.fail_status = fail_status
@@ -194,8 +205,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        if self.path in ("/health", "/v1/models"):
-            self._send(200, {"status": "ok", "data": [{"id": self.server_state.model}]})
+        state = self.server_state
+        if self.path == "/health" or (self.path == "/v1/models" and state.models):
+            card = {"id": state.model, "object": "model", "created": int(time.time()), **state.card}
+            self._send(200, {"object": "list", "data": [card]})
+        elif self.path == "/version" and state.version is not None:
+            self._send(200, {"version": state.version})
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -21,7 +21,8 @@ Log-probabilities (``sampling.logprobs``) are asked for and used when the server
 server that rejects the parameter (HTTP 400 naming ``logprobs``) is asked again without it, once
 per worker. Prompt log-probabilities are a vLLM extension: ``prompt_logprobs: true`` in options.
 
-httpx is imported only inside the worker.
+The model's identity carries what the server reports serving when the campaign is planned
+(:mod:`adaptive_eval.backends.served_identity`). httpx is imported only inside the worker.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from adaptive_eval.backends.generation_worker import (
     TrialRequest,
     Window,
 )
+from adaptive_eval.backends.served_identity import TIMEOUT_S, server_identity
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import GeneratedSample, Graded
@@ -80,7 +82,8 @@ BACKEND_OPTIONS = {
     "extra_body": "more request fields (top_k, stop, ...), sent as they are",
     "headers": "more HTTP headers",
     "revision": "the served model's revision as you state it (a server's weights cannot be "
-    "hashed): part of the model's identity, so change it when the model behind the name changes",
+    "hashed): part of the model's identity with what the server reports serving (/models, "
+    "/version), so change it when the weights behind the name change",
 }
 
 
@@ -476,7 +479,7 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     if api_key_env and config.execution.ray_address is None and not os.environ.get(api_key_env):
         raise options.error("api_key_env", f"environment variable {api_key_env} is not set")
     headers = {str(k): str(v) for k, v in options.mapping("headers").items()}
-    options.string("revision")  # recorded in the run's identity with the entry's options
+    revision = options.string("revision")  # in the run's identity with the entry's options
     settings = OpenAISettings(
         entry_field=context.field,
         base_url=base_url,
@@ -498,6 +501,21 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     prepared = prepare_generation(entry, context, options, name)
     options.finish(known=BACKEND_OPTIONS)
     setup = prepared.setup
+    # The model's identity: what the server says it serves under the name (its /models card and
+    # version), besides a stated revision; asked once the entry is known to be well-formed.
+    auth = (
+        {"Authorization": f"Bearer {key}"}
+        if api_key_env and (key := os.environ.get(api_key_env))
+        else {}
+    )
+    server = server_identity(
+        base_url,
+        model,
+        {**headers, **auth},
+        label=f"{context.field} ({name})",
+        revision=revision,
+        timeout=min(settings.timeout_s, TIMEOUT_S),
+    )
     return BackendPlan(
         backend="openai",
         models=(name,),
@@ -508,7 +526,7 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         actor_options={"num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 0.25},
         actor_concurrency=feed_concurrency(config),  # batches share the worker's request pool
         make_worker=partial(_make, setup, settings),
-        files={"dataset": prepared.dataset.sha256},
+        files={"dataset": prepared.dataset.sha256, "server": server},
         weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
         describe=f"openai {model} at {base_url} ({settings.endpoint}): "
         f"{len(setup.questions)} questions, grader {setup.grader_name}",

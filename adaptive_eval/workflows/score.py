@@ -89,7 +89,8 @@ def score_tensor(
         "trials_per_question": int(dense.shape[2]),
         "confidence": confidence,
         "statistic": "score: the mean over questions of each question's observed mean "
-        "(unbiased); rank groups: scores within z_(1+c)/2 standard errors share a rank",
+        "(unbiased); rank groups: adjacent scores within z_c standard errors share a rank "
+        f"(z_c = {stats.z_threshold(confidence):.2f}, the one-sided normal quantile at c)",
         "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
         "models": rows,
     }

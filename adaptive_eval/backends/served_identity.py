@@ -1,0 +1,177 @@
+"""What an OpenAI-compatible server says it serves: part of an ``openai`` model's identity.
+
+A server's weights cannot be hashed from here, but it says what it serves. When a campaign is
+planned, :func:`server_identity` asks the server
+
+- ``GET {base_url}/models``: the entry whose ``id`` is the served model name, its ``id``,
+  ``root`` (vLLM: the path or hub name the weights were loaded from), ``parent`` (vLLM: a LoRA
+  adapter's base model), ``owned_by`` and ``max_model_len`` where given;
+- ``GET /version`` at the server's root, outside ``/v1`` (vLLM: ``{"version": "0.6.3"}``), where
+  it answers,
+
+and describes the answer in one line (``id tiny; root /models/a; owned_by vllm; max_model_len
+256; version 0.6.3``), which joins the model's identity (``files.server``: library cells, the
+run's fingerprint). So a server now serving other weights under the same name (another
+``root``, another vLLM version) gives new cells and nothing sampled from the old model is reused;
+the library names the change in one line. A server that does not answer ``/models`` (or does not
+list the name) is described as ``card not reported``, and one line on stderr says, once per
+process, that the model's identity then rests on its stated ``revision`` (or its name) alone.
+
+What this cannot see: weights replaced in place at the same ``root`` behind an unchanged server
+version. ``options.revision``, stated by the user, covers that.
+
+Only the standard library is used (the driver need not have httpx); the server's values are
+untrusted text: control characters are escaped, ``;`` is replaced and each is cut to
+:data:`MAX_VALUE` characters.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from adaptive_eval.errors import printable
+
+#: The fields of a ``/models`` entry that are part of the identity (``created`` is not: vLLM
+#: sets it to the time of the request).
+CARD_FIELDS = ("id", "root", "parent", "owned_by", "max_model_len")
+#: Seconds to wait for each query (a campaign's requests use their own ``timeout_s``).
+TIMEOUT_S = 10.0
+#: Largest answer read (OpenAI's own list of every model is ~100 KB).
+MAX_BYTES = 8 << 20
+MAX_VALUE = 200
+NOT_REPORTED = "card not reported"
+_said: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """What the server answered: the model's ``/models`` entry (or None and why not) and its
+    ``/version`` (None where it did not answer)."""
+
+    card: dict[str, str] | None
+    version: str | None
+    problem: str | None = None
+
+    def describe(self) -> str:
+        if self.card is None:
+            parts = [NOT_REPORTED]
+        else:
+            parts = [f"{key} {self.card[key]}" for key in CARD_FIELDS if key in self.card]
+        parts.append(f"version {self.version or 'none'}")
+        return "; ".join(parts)
+
+
+def _clean(value: Any) -> str:
+    return printable(str(value)).replace(";", ",")[:MAX_VALUE]
+
+
+def version_url(base_url: str) -> str:
+    """vLLM's ``/version``: beside ``/v1`` (``http://h:8000/v1`` -> ``http://h:8000/version``),
+    or at the server's root where the base URL does not end in ``/v1``."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    path = path[: -len("/v1")] if path.endswith("/v1") else ""
+    return urlunsplit((parts.scheme, parts.netloc, f"{path}/version", "", ""))
+
+
+class _NoAnswer(Exception):
+    """The server could not be reached at all (no point asking it anything else)."""
+
+
+def _get(url: str, headers: Mapping[str, str], timeout: float) -> Any:
+    """The JSON answer to ``GET url``; ValueError for an answer that is not one (an HTTP error,
+    not JSON, too large); :class:`_NoAnswer` where nothing answered."""
+    request = urllib.request.Request(url, headers=dict(headers), method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = response.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as error:
+        raise ValueError(f"HTTP {error.code}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", None) or error
+        raise _NoAnswer(f"no answer: {_clean(reason)}") from None
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"answer larger than {MAX_BYTES >> 20} MiB")
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise ValueError("answer is not JSON") from None
+
+
+def query_server(
+    base_url: str, model: str, headers: Mapping[str, str], timeout: float = TIMEOUT_S
+) -> ServerReport:
+    """Ask the server what it serves under ``model``; never raises for what the server does."""
+    card: dict[str, str] | None = None
+    problem: str | None = None
+    try:
+        listing = _get(f"{base_url.rstrip('/')}/models", headers, timeout)
+    except _NoAnswer as error:
+        return ServerReport(None, None, f"GET /models: {error}")
+    except ValueError as error:
+        problem = f"GET /models: {error}"
+    else:
+        entries = listing.get("data") if isinstance(listing, dict) else None
+        found = next(
+            (e for e in entries or () if isinstance(e, dict) and e.get("id") == model), None
+        )
+        if found is None:
+            problem = (
+                f"its /models does not list {_clean(model)!r}"
+                if isinstance(entries, list)
+                else "GET /models: no 'data' list in the answer"
+            )
+        else:
+            card = {
+                key: _clean(found[key])
+                for key in CARD_FIELDS
+                if isinstance(found.get(key), str | int) and not isinstance(found[key], bool)
+            }
+    try:
+        answer = _get(version_url(base_url), headers, timeout)
+    except (_NoAnswer, ValueError):
+        answer = None
+    version = answer.get("version") if isinstance(answer, dict) else None
+    return ServerReport(card, _clean(version) if isinstance(version, str) else None, problem)
+
+
+def server_identity(
+    base_url: str,
+    model: str,
+    headers: Mapping[str, str],
+    *,
+    label: str,
+    revision: str | None,
+    timeout: float = TIMEOUT_S,
+) -> str:
+    """The server's description for the model's identity; where it reports no card, one line
+    on stderr (once per process for the server and model) says what the identity rests on.
+    ``label`` names the entry (``models[0] (srv)``)."""
+    report = query_server(base_url, model, headers, timeout)
+    if report.card is None and (base_url, model) not in _said:
+        _said.add((base_url, model))
+        rests = (
+            f"its stated revision {printable(revision)!r} and the name {printable(model)!r}"
+            if revision is not None
+            else f"the served model name {printable(model)!r} (state options.revision, and "
+            "change it when the weights behind the name change)"
+        )
+        besides = f" and the server version {report.version}" if report.version else ""
+        print(
+            f"{label}: the server at {printable(base_url)} reports no model card "
+            f"({report.problem}); the model's identity rests on {rests}{besides} only",
+            file=sys.stderr,
+            flush=True,
+        )
+    return report.describe()
+
+
+__all__ = ["CARD_FIELDS", "ServerReport", "query_server", "server_identity", "version_url"]
