@@ -162,6 +162,25 @@ class CampaignView:
         intervals: ScoreIntervals = self._memo[key]
         return intervals
 
+    def capped_variance(self) -> np.ndarray | None:
+        """(L,) variance each model's score estimate would have at its cap on every question,
+        ``sum_q v_q / (cap M^2)`` (``None`` when the per-cell variances are unknown)."""
+        if self.cell_variance is None:
+            return None
+        if "capped_variance" not in self._memo:
+            m = self.cell_variance.shape[1]
+            found = self.cell_variance.sum(axis=1) / self.capacity / m**2
+            self._memo["capped_variance"] = _read_only(found)
+        capped: np.ndarray = self._memo["capped_variance"]
+        return capped
+
+    def trials_per_question(self) -> np.ndarray:
+        """(L,) each model's mean applied trials per question."""
+        if "trials_per_question" not in self._memo:
+            self._memo["trials_per_question"] = _read_only(self.trials.mean(axis=1))
+        found: np.ndarray = self._memo["trials_per_question"]
+        return found
+
     def below_min(self) -> np.ndarray:
         """(L,) models with a question below ``min_trials``."""
         return np.asarray(self.trials.min(axis=1) < self.min_trials)

@@ -42,7 +42,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -244,7 +244,8 @@ class ConfidenceSequenceRule:
         spread_cap = capped_se(view, a, b)
         if threshold <= 0 or spread_cap is None or spread_cap >= spread:
             return None
-        if view.trials[[a, b]].mean(axis=1).min() < self.futility_trials:
+        per_model = view.trials_per_question()
+        if min(per_model[a], per_model[b]) < self.futility_trials:
             return None
         resolve, equivalent = self.final_at(view, a, b, alpha)
         resolve *= self.widen
@@ -252,7 +253,7 @@ class ConfidenceSequenceRule:
         chance = seq.settle_probability(gap, spread, spread_cap, resolve, equivalent, epsilon)
         if chance >= threshold:
             return None
-        per_question = float(view.trials[[a, b]].mean())
+        per_question = float(per_model[a] + per_model[b]) / 2
         need = seq.trials_to_settle(gap, spread, per_question, resolve, equivalent, epsilon)
         return PairDecision.hopeless(
             a,
@@ -266,12 +267,10 @@ class ConfidenceSequenceRule:
 def capped_se(view: CampaignView, a: int, b: int) -> float | None:
     """Standard error of the pair's difference with both models at their cap on every question
     (``None`` when the per-cell variances are unknown)."""
-    variance = view.cell_variance
-    if variance is None:
+    capped = view.capped_variance()
+    if capped is None:
         return None
-    m = variance.shape[1]
-    capped = (variance[a].sum() / view.capacity[a] + variance[b].sum() / view.capacity[b]) / m**2
-    return float(math.sqrt(capped))
+    return math.sqrt(float(capped[a]) + float(capped[b]))
 
 
 @dataclass(frozen=True)
@@ -366,10 +365,14 @@ class GroupSequential(ConfidenceSequenceRule):
     inflation: float = seq.VARIANCE_INFLATION
     name: str = "group_sequential"
 
-    @property
+    @cached_property
     def design(self) -> seq.LookDesign:
         """The rule's looks and spending as one value (boundaries, fingerprint, docs)."""
         return seq.LookDesign(self.looks, self.first_look, self.spending, self.gamma)
+
+    @cached_property
+    def _fraction_grid(self) -> np.ndarray:
+        return np.asarray(self.fractions())
 
     def fractions(self) -> tuple[float, ...]:
         return self.design.fractions()
@@ -408,12 +411,13 @@ class GroupSequential(ConfidenceSequenceRule):
         """Each horizon's test looks once per planned look its information fraction reached
         (``known.looks``: the looks used so far, per horizon)."""
         fractions = self.fractions()
+        grid = self._fraction_grid
         fraction = self.information_fraction(view, a, b)
         shares = self.pair_shares(view, a, b)
         looks = list(known.looks) + [0] * (len(shares) - len(known.looks))
         found: list[_Look] = []
         for horizon, share in enumerate(shares):
-            reached = int(np.searchsorted(fractions, fraction * self.ratio**horizon + 1e-9))
+            reached = int(np.searchsorted(grid, fraction * self.ratio**horizon + 1e-9))
             if reached <= looks[horizon]:
                 continue
             looks[horizon] = reached
