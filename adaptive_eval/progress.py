@@ -133,13 +133,19 @@ class Progress:
         )
         self.bar.refresh()
 
-    def close(self, finished: bool) -> None:
+    def close(self, finished: bool, reused: int = 0) -> None:
+        """``reused``: trials the trial library served this campaign (they count as recorded
+        but were not sampled: a night that sampled nothing says so)."""
+        text = self.saved_text()
+        if reused:
+            sampled = max(self.done - reused, 0)
+            text = f"{sampled:,} sampled, {reused:,} reused from the trial library; {text}"
         if self.bar is not None:
             if finished:
                 self.bar.total = self.bar.n
-                self.bar.set_postfix_str(self.saved_text(), refresh=False)
+                self.bar.set_postfix_str(text, refresh=False)
                 self.bar.refresh()
             self.bar.close()
             self.console.bar_active = False
         elif finished and self.enabled and self._first is not None:
-            self.console.write(f"progress: done, {self.saved_text()}\n")
+            self.console.write(f"progress: done, {text}\n")

@@ -142,7 +142,7 @@ def _run_opened(
             controller.run()
         finally:
             port.shutdown()
-            progress.close(controller.finished())
+            progress.close(controller.finished(), int(store.get_meta("library_reused") or 0))
         this_leg = dispatch_summary(dispatcher)
         # A resume that samples nothing (a finished run run again) used to zero the block.
         dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)

@@ -103,6 +103,19 @@ def test_the_bar_says_what_was_saved_not_what_was_recorded() -> None:
     assert "trials saved 36" not in text
 
 
+def test_a_run_served_by_the_library_says_it_sampled_nothing() -> None:
+    """Issue 29's walk-through: a night that sampled nothing printed "progress: done, trials
+    saved 14,172 (53.7%)" just before "sampled 0 trials, reused 12228"."""
+    stream = io.StringIO()
+    progress = Progress(ConsoleLines(stream), True, clock=FakeClock())
+    planned = np.full((3, 4), 3)
+    progress(fake_controller(planned, [True] * 3, recorded=36))
+    progress.close(finished=True, reused=36)
+    assert "progress: done, 0 sampled, 36 reused from the trial library; trials saved" in (
+        stream.getvalue()
+    )
+
+
 def test_eta_is_the_rate_to_the_bound() -> None:
     clock = FakeClock()
     progress = Progress(ConsoleLines(io.StringIO()), True, clock=clock)
