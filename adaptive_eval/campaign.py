@@ -101,7 +101,9 @@ DECISION_RULES = (
     "nightly and compare, whose core settles the candidate's pairs (with a margin, by the "
     "non-inferiority rule); Holm step-down over the adjacent pairs under error_control "
     f"ranking; futility stops (policy.futility); {default_design()}; per-trial variance "
-    "centred on the model's pooled score; ci_width stops on a repeated confidence interval of "
+    "centred on the model's pooled score (track_and_stop spreads a model's trials over its "
+    "questions by the sd under the plain posterior mean); ci_width stops on a repeated "
+    "confidence interval of "
     f"the unbiased score ({LOOKS.describe()}) and its models get trial targets; compare's "
     f"non-inferiority gate on a variance inflated by {VARIANCE_INFLATION:g}"
 )

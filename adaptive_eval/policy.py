@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from adaptive_eval import stats
+from adaptive_eval.stats import sequential
 from adaptive_eval.stats.intervals import (
     IntervalDesign,
     ScoreIntervals,
@@ -173,6 +174,22 @@ class CampaignView:
             self._memo["capped_variance"] = _read_only(found)
         capped: np.ndarray = self._memo["capped_variance"]
         return capped
+
+    def spread_variance(self) -> np.ndarray | None:
+        """(L, M) per-trial variance under the plain posterior mean ``nu / T`` (the uniform
+        target; :func:`adaptive_eval.stats.sequential.variance_probabilities` with
+        ``pooled=False``), for spreading a model's trials over its questions; ``None`` without a
+        prior. The decisions' variance (``cell_variance``) is centred on the model's pooled
+        frequencies and reads a question with no failure (or no success) yet as nearly
+        variance-free: a Neyman spread on it starves such a question, which then stays that way
+        (a tie of two models near 100% was ordered wrongly in 7% of campaigns at 0.95)."""
+        if self.prior is None or self.weights is None:
+            return None
+        if "spread_variance" not in self._memo:
+            found = sequential.trial_variance(self.prior + self.counts, self.weights, pooled=False)
+            self._memo["spread_variance"] = _read_only(found)
+        variance: np.ndarray = self._memo["spread_variance"]
+        return variance
 
     def trials_per_question(self) -> np.ndarray:
         """(L,) each model's mean applied trials per question."""

@@ -130,11 +130,17 @@ def split_integer(total: int, weights: np.ndarray, room: np.ndarray) -> np.ndarr
 
 
 def question_weights(view: CampaignView, model: int, scheme: str, cost: str) -> np.ndarray:
-    """Per-question sampling weights of one model: Neyman ``sd_q / sqrt(cost_q)`` or equal."""
+    """Per-question sampling weights of one model: Neyman ``sd_q / sqrt(cost_q)`` or equal.
+
+    ``sd_q`` is the per-trial sd under the plain posterior mean (:meth:`CampaignView.
+    spread_variance`), not the decisions' pooled-centred one, which starves a question with no
+    failure yet (issue 26, docs/sequential.md "Saturated ties")."""
     num_questions = view.planned.shape[1]
     if scheme == "uniform" or view.cell_variance is None:
         return np.ones(num_questions)
-    sd = np.sqrt(np.maximum(view.cell_variance[model], 1e-12))
+    spread = view.spread_variance()
+    variance = view.cell_variance[model] if spread is None else spread[model]
+    sd = np.sqrt(np.maximum(variance, 1e-12))
     weights: np.ndarray = sd / np.sqrt(cell_cost(view, cost)[model])
     return weights
 
@@ -184,8 +190,8 @@ class TrackAndStop:
     larger of that target and its share of the pair program; pairs are served only where a
     goal wants them settled (``goals.settle_pairs``).
     Within a model, trials go to questions by ``questions``: ``neyman`` (proportional to the
-    question's posterior sd over sqrt(cost), at least ``min_trials`` each; a saturated question
-    gets little) or ``uniform``. The estimate stays the mean of per-question means, so the
+    question's sd under the plain posterior mean over sqrt(cost), at least ``min_trials`` each)
+    or ``uniform``. The estimate stays the mean of per-question means, so the
     allocation changes its variance, not what it estimates.
     """
 
