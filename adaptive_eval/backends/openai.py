@@ -59,6 +59,7 @@ from adaptive_eval.backends.served_identity import TIMEOUT_S, server_identity
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import GeneratedSample, Graded
+from adaptive_eval.redact import REDACTED
 from adaptive_eval.registry import backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
@@ -508,14 +509,20 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         if api_key_env and (key := os.environ.get(api_key_env))
         else {}
     )
-    server = server_identity(
-        base_url,
-        model,
-        {**headers, **auth},
-        label=f"{context.field} ({name})",
-        revision=revision,
-        timeout=min(settings.timeout_s, TIMEOUT_S),
-    )
+    sent = {**headers, **auth}
+    if any(REDACTED in str(value) for value in sent.values()):
+        # A config copied from a run folder: the marker is no credential, and preflight refuses
+        # the config (naming the field) before anything is sampled; nothing to ask the server.
+        server = "card not asked: a credential is redacted"
+    else:
+        server = server_identity(
+            base_url,
+            model,
+            sent,
+            label=f"{context.field} ({name})",
+            revision=revision,
+            timeout=min(settings.timeout_s, TIMEOUT_S),
+        )
     return BackendPlan(
         backend="openai",
         models=(name,),
