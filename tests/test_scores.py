@@ -128,12 +128,14 @@ def _default_policy(cap: int = 200) -> SimPolicy:
 def test_empirical_bayes_score_stays_right_where_the_uniform_prior_misorders() -> None:
     """Adaptive sampling leaves cells with different trial counts: the uniform prior pulls a
     question toward 1/2 by 2 / (n + 2), so models that stopped early look better than they
-    are. The empirical-Bayes prior does not."""
+    are. The empirical-Bayes prior does not: it stays within 0.02 where the uniform one is off
+    by more (by over 0.05 before issue 26's question spread gave unsolved questions more
+    trials; about 0.03 since)."""
     truth = _sparse_truth()
     for seed in range(3):
         result = simulate(truth, _default_policy(), np.random.default_rng(seed))
         uniform, _ = posterior_moments(1.0 + result.counts, truth.weights)
-        assert np.abs(uniform - truth.scores).max() > 0.05
+        assert np.abs(uniform - truth.scores).max() > 0.02
         assert np.abs(result.mu - truth.scores).max() < 0.02
         assert np.abs(result.estimate - truth.scores).max() < 0.02
         order = np.argsort(-truth.scores)
