@@ -11,12 +11,32 @@ from pathlib import Path
 from typing import IO, Any
 
 from adaptive_eval.campaign import Campaign
-from adaptive_eval.comparison import compare_campaign, comparison
+from adaptive_eval.comparison import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.controller import Controller
 from adaptive_eval.headline import trials_text
 from adaptive_eval.presentation import COMPARE_EXIT_MEANING
-from adaptive_eval.workflows.run import run_campaign
+from adaptive_eval.workflows.run import Finish, run_campaign
+
+
+def comparison_finish(candidate: str, judge: Judge) -> Finish:
+    """summary.json's ``comparison`` block from the finished controller: what a compare run
+    and ``report``'s re-read of its folder both add."""
+
+    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+        found = comparison(
+            campaign,
+            controller.view(),
+            controller.decisions,
+            candidate,
+            judge,
+            controller.state.plans,
+            controller.stop,
+            COMPARE_EXIT_MEANING,
+        )
+        return {"comparison": found}
+
+    return finish
 
 
 def run_compare(
@@ -33,20 +53,7 @@ def run_compare(
     """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
     progress); write summary.json and the reports. ``dispatcher`` replaces Ray (tests)."""
     campaign, judge = compare_campaign(config, candidate, margin, settle_all)
-
-    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
-        view, plans = controller.view(), controller.state.plans
-        found = comparison(
-            campaign,
-            view,
-            controller.decisions,
-            candidate,
-            judge,
-            plans,
-            controller.stop,
-            COMPARE_EXIT_MEANING,
-        )
-        return {"comparison": found}
+    finish = comparison_finish(candidate, judge)
 
     replaced: dict[str, Any] = {}
     if dispatcher is not None:

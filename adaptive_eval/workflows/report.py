@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval import runner
-from adaptive_eval.campaign import Campaign, build_campaign
-from adaptive_eval.comparison import compare_campaign, comparison
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.comparison import compare_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.controller import Controller
 from adaptive_eval.errors import InputError
-from adaptive_eval.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.rundir import earlier_outputs
 from adaptive_eval.store import RunLock, TrialStore
+from adaptive_eval.workflows.compare import comparison_finish
 from adaptive_eval.workflows.run import Finish, concluder
 
 
@@ -34,20 +33,7 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
         if "margin" not in steering:
             config = config.model_copy(update={"compare": None})
         campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
-
-        def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
-            view, plans = controller.view(), controller.state.plans
-            found = comparison(
-                campaign,
-                view,
-                controller.decisions,
-                candidate,
-                judge,
-                plans,
-                controller.stop,
-                COMPARE_EXIT_MEANING,
-            )
-            return {"comparison": found}
+        finish = comparison_finish(candidate, judge)
 
     with RunLock(run_dir):
         return runner.reread(campaign, run_dir, concluder(run_dir, finish))
