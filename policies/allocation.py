@@ -119,7 +119,7 @@ def split_integer(total: int, weights: np.ndarray, room: np.ndarray) -> np.ndarr
         base = np.floor(share).astype(np.int64)
         remainder = left - int(base.sum())
         if remainder:
-            order = np.lexsort((np.arange(len(w)), -(share - base)))
+            order = np.argsort(base - share, kind="stable")  # ties to the lower index
             base[order[:remainder]] += 1
         base = np.minimum(base, room - out)
         if base.sum() == 0:

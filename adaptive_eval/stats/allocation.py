@@ -8,6 +8,7 @@ campaigns against its optimum with the true values.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -91,10 +92,14 @@ class _PairDual:
         self.i, self.j = pairs[:, 0], pairs[:, 1]
         self.used = np.unique(pairs)
         self.flat = pairs.ravel()
-        self.blocks = _blocks(pairs)
         self.incidence = np.zeros((len(a), len(pairs)))
         self.incidence[self.i, np.arange(len(pairs))] = 1.0
         self.incidence[self.j, np.arange(len(pairs))] = 1.0
+
+    @cached_property
+    def blocks(self) -> list[NDArray[np.int64]]:
+        """Groups of pairs that share no model (only the coordinate solvers need them)."""
+        return _blocks(self.pairs)
 
     def totals(self, lam: FloatArray) -> FloatArray:
         """Lambda_i: the multipliers of the pairs model i is in, summed."""
@@ -140,6 +145,9 @@ class _PairDual:
             if best - value <= tolerance * best:
                 return lam, primal, True
             hessian = (self.incidence.T * curve) @ self.incidence  # minus the dual's Hessian
+            diagonal = hessian.diagonal().copy()
+            regular = hessian.copy()
+            regular.flat[:: count + 1] *= 1 + 1e-12
             # Multipliers held at their bound: those at 0 whose gradient pushes below it, and
             # those the Newton step on the others would carry past 0 (an active-set pass).
             held = (lam <= 0) & (grad < 0)
@@ -148,8 +156,7 @@ class _PairDual:
                 free = ~held
                 step[:] = 0.0
                 if free.any():
-                    block = hessian[np.ix_(free, free)]
-                    block[np.diag_indices_from(block)] *= 1 + 1e-12
+                    block = regular if free.all() else regular[free][:, free]
                     try:
                         step[free] = np.linalg.solve(block, grad[free])
                     except np.linalg.LinAlgError:
@@ -159,8 +166,7 @@ class _PairDual:
                     break
                 held |= crossing
             # A held multiplier goes to 0 at a full step (or further, projected back to 0).
-            diagonal = np.diag(hessian)[held]
-            step[held] = np.minimum(grad[held] / np.maximum(diagonal, 1e-300), -lam[held])
+            step[held] = np.minimum(grad[held] / np.maximum(diagonal[held], 1e-300), -lam[held])
             size = 1.0
             while size > 1e-6:
                 trial = np.maximum(lam + size * step, 0.0)
