@@ -375,11 +375,14 @@ def evaluate(
     cap: int,
     jobs: int,
     outcomes: np.ndarray | None = None,
+    round_trials: int | None = None,
 ) -> list[dict[str, object]]:
     num_models, num_questions, _ = truth.shape
-    # Rounds of one trial per cell (two for larger campaigns, as a real campaign's
-    # round_trials would give); decisions are made after every round.
-    round_trials = num_models * num_questions * (1 if num_models < 5 else 2)
+    # Rounds of one trial per cell (two for larger campaigns) unless stated: coarser than a
+    # campaign's default ``policy.round_trials`` (256, with at least one trial per question of
+    # each active model); decisions are made after every round.
+    if round_trials is None:
+        round_trials = num_models * num_questions * (1 if num_models < 5 else 2)
     rows = []
     for design in designs:
         started = time.perf_counter()
@@ -531,6 +534,13 @@ def main() -> None:
     )
     parser.add_argument("--replicates", type=int, default=300)
     parser.add_argument(
+        "--round-trials",
+        type=int,
+        default=None,
+        help="trials per round (default: 1 per cell, 2 for 5+ models; a campaign's own "
+        "default is policy.round_trials = 256)",
+    )
+    parser.add_argument(
         "--big-replicates",
         type=int,
         default=None,
@@ -593,7 +603,7 @@ def main() -> None:
             reps = args.big_replicates
         outcomes = recorded.get(name)
         cap = args.cap if outcomes is None else min(args.cap, outcomes.shape[2])
-        rows += evaluate(name, truth, designs, reps, cap, args.jobs, outcomes)
+        rows += evaluate(name, truth, designs, reps, cap, args.jobs, outcomes, args.round_trials)
         (args.out / "sequential.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out / "sequential.md").write_text(markdown(rows))
     totals: dict[str, dict[str, float]] = {}
