@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adaptive_eval import markdown as md
+from adaptive_eval import summary_schema
 from adaptive_eval.headline import markdown_lines as headline_markdown
 from adaptive_eval.presentation import (
     COMPARE_EXIT_MEANING,
@@ -241,6 +242,9 @@ def write_outputs(
     if library is not None and summary["baseline"]["trials"]:
         # Compute saved counting only what this run sampled (reused trials cost nothing now).
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
+    # The contract holds before anything is written: a field the writer added without the
+    # model (and the published schema) knowing it fails here, in every workflow's tests.
+    summary_schema.validate(summary)
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     atomic_write(run_dir / "report.md", render_markdown(summary))
     write_html(run_dir, summary, summary["provenance"], history=history, store=store)

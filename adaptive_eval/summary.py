@@ -1,8 +1,8 @@
 """summary.json: the contract other tools read, built from a campaign's final state.
 
-``schema_version`` is its first field. A field renamed, removed or given another meaning raises
-it (docs/workflows.md lists the versions); a field added does not. A summary without it is
-version 1 (Bayes@N as ``mu``, ``sigma``, ``ci_low``, ``ci_high``, before the unbiased score led).
+``schema_version`` is its first field. The document's shape, its versions and the published
+JSON Schema are :mod:`adaptive_eval.summary_schema`'s; :func:`adaptive_eval.report.write_outputs`
+validates every summary against it before writing.
 """
 
 from __future__ import annotations
@@ -18,16 +18,8 @@ from adaptive_eval.controller import Controller
 from adaptive_eval.policy import adjacent_only
 from adaptive_eval.presentation import SCORE_STATISTIC, bayes_description
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
+from adaptive_eval.summary_schema import SCHEMA_VERSION
 from adaptive_eval.types import PairDecision, Stop
-
-#: 2: the unbiased ``score*`` leads and Bayes@N is ``bayes_*``; provenance keeps the run's own
-#: package versions (``report_build`` is the report's) and labels each model's hashes
-#: (``model_files``: every byte of the folder; ``engine`` beside them; ``server``: what an
-#: OpenAI-compatible server reported serving, added later without a new version).
-#: 3: in a compare run with a margin, a pair of the ranking that holds the candidate carries the
-#: gate's verdict (``pass`` / ``fail`` / ``undecided``, stated candidate first) in
-#: ``pairs[].decision``: compare's decision core settles the candidate's pairs with the gate.
-SCHEMA_VERSION = 3
 
 
 def summarize(

@@ -93,6 +93,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "outputs: summary.json, report.md, report.html",
         (
             "adaptive_eval.summary",
+            "adaptive_eval.summary_schema",
             "adaptive_eval.report",
             "adaptive_eval.report_html",
             "adaptive_eval.provenance",

@@ -345,6 +345,7 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
                 "z": -4.0,
                 "boundary": 3.3,
                 "decided_at_round": 3,
+                "trials_at_decision": 100,
                 "trials": 100,
             }
         ],

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from adaptive_eval import summary_schema
 from adaptive_eval.datasets import Question, load_dataset
 from adaptive_eval.errors import InputError
 from adaptive_eval.storage import atomic_output, atomic_write
@@ -84,7 +85,7 @@ def export_eee(run_dir: Path, out: Path) -> list[Path]:
             "has no summary.json; run `adaptive-eval report DIR` first", source=str(run_dir)
         )
     try:
-        summary = json.loads(summary_path.read_text())
+        summary = summary_schema.upgrade(json.loads(summary_path.read_text()))
         scores = {str(m["name"]): m for m in summary["models"]}
         info = summary.get("score") or {}
         if not all(isinstance(m["score"], int | float) for m in scores.values()):

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval import markdown as md
+from adaptive_eval import summary_schema
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.decision import CoreState
@@ -388,7 +389,8 @@ def run_nightly(
         now = _load_posterior(run_dir)
         if before is not None and now is not None:
             alerts += score_drops(campaign, before, now)
-        for flip in ranking_flips(json.loads((previous[-1] / "summary.json").read_text()), summary):
+        last = summary_schema.upgrade(json.loads((previous[-1] / "summary.json").read_text()))
+        for flip in ranking_flips(last, summary):
             alerting = flip_alerts == "any" or (
                 flip_alerts == "down" and flip["direction"] == "down"
             )

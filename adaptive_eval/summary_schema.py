@@ -1,0 +1,397 @@
+"""summary.json's contract as pydantic models: what a run writes, validated before it is written,
+and the JSON Schema published in ``docs/summary.schema.json``.
+
+Versions (``schema_version``, the document's first field). A field renamed, removed or given
+another meaning raises it; a field added does not (``tests/test_summary_schema.py`` holds the
+field list of each version and fails when one disappears without a new version):
+
+* 1 (no ``schema_version``): before 2026-11-24 the models carried the paper's Bayes@N as ``mu``,
+  ``sigma``, ``ci_low``, ``ci_high`` (with the unbiased ``estimate``, ``estimate_se``,
+  ``estimate_ci_low``, ``estimate_ci_high`` beside them from 2026-11-23); from 2026-11-24 the
+  unbiased ``score*`` led and Bayes@N was ``bayes_*``, still without a version.
+* 2: ``schema_version`` leads; provenance keeps the run's own package versions
+  (``report_build`` is the report's) and labels each model's hashes.
+* 3: in a compare run with a margin, a pair of the ranking that holds the candidate carries the
+  gate's verdict (``pass`` / ``fail`` / ``undecided``, stated candidate first) in
+  ``pairs[].decision``.
+
+:func:`upgrade` reads every earlier version into the current shape (what nightly and the
+exports read from folders written before); :func:`read_summary` validates it.
+
+    python -m adaptive_eval.summary_schema > docs/summary.schema.json   # after a change
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 3
+
+Decision = Literal["a>b", "b>a", "equivalent", "undecided", "pass", "fail"]
+
+
+class _Closed(BaseModel):
+    """A block whose fields are all listed: an unknown key is an error, so a field added to the
+    writer is added here (and to the published schema) too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Recorded(BaseModel):
+    """A block copied from what a run recorded (its store's metadata): earlier versions of the
+    project recorded other keys, which a re-read run keeps."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ModelRow(_Closed):
+    """One model, in the order of ``score``."""
+
+    name: str
+    rank: int = Field(
+        description="Dense over the final pair decisions: only a resolved pair starts a new rank."
+    )
+    rank_no_ties: int
+    score: float = Field(
+        description="The unbiased estimate the decisions use: the mean of per-question means."
+    )
+    score_se: float
+    score_low: float = Field(description="The score interval (see the `score` block).")
+    score_high: float
+    width_goal_met: bool | None = Field(
+        None, description="Present with a width goal: this model's interval is narrow enough."
+    )
+    trials: int
+    trials_per_question_min: int
+    trials_per_question_max: int
+    avg: float = Field(description="avg@n: the weighted mean over every trial.")
+    bayes_mu: float = Field(description="The paper's Bayes@N posterior mean.")
+    bayes_sigma: float
+    bayes_low: float = Field(
+        description="Bayes@N central credible interval (not a confidence "
+        "interval after adaptive stopping)."
+    )
+    bayes_high: float
+
+
+class PairRow(_Closed):
+    """One adjacent pair of the final order (a ranked above b)."""
+
+    a: str
+    b: str
+    z: float
+    decision: Decision
+    rule: str | None
+    boundary: float | None
+    alpha_spent: float | None
+    decided_at_round: int | None
+    futile: bool
+    reason: str | None
+    trials_needed_per_question: float | None
+    boundary_at_cap: float | None = Field(
+        None, description="An undecided pair: the boundary it would have to cross at the cap."
+    )
+
+
+class ScoreBlock(_Closed):
+    statistic: str
+    interval: str
+    confidence: float
+    simultaneous: bool
+    half_width: float | None
+    boundary_at_horizon: float | None
+    guarantee: str
+    width_goal_met: bool | None
+
+
+class BayesBlock(_Closed):
+    prior: str
+    description: str
+    credible_interval: str | None = None
+
+
+class Baseline(_Closed):
+    fixed_n: int | None
+    trials: int | None
+    tokens: float | None
+    gpu_s: float | None
+    note: str | None = None
+
+
+class ComputeSaved(_Closed):
+    trials_fraction: float | None
+    tokens_fraction: float | None
+    gpu_fraction: float | None
+
+
+class DecisionRules(_Closed):
+    rules: list[str] = Field(default_factory=list)
+    error_control: str | None = None
+    confidence: float | None = None
+    pair_alpha: float | None = None
+    rope: float | None = None
+    error_controlled: bool | None = None
+    statistic: str | None = None
+    prior_in_test: str | None = None
+    warning: str | None = None
+
+
+class Dispatch(_Recorded):
+    """What dispatch counted over every leg of the run."""
+
+    workers: int | None = None
+    batches: int | None = None
+    failed_batches: int | None = None
+    worker_restarts: int | None = None
+    worker_utilisation: float | None = None
+    model_loads: int | None = None
+    load_s: float | None = None
+    request_retries: int | None = None
+    request_retry_reasons: dict[str, int] = Field(default_factory=dict)
+
+
+class CompareVerdict(_Closed):
+    """The candidate against one incumbent, from the candidate's side."""
+
+    incumbent: str
+    decision: Literal["better", "worse", "equivalent", "undecided", "pass", "fail"]
+    z: float
+    boundary: float | None
+    decided_at_round: int | None
+    trials_at_decision: int | None
+    trials: int
+    boundary_at_cap: float | None = None
+    reason: str | None = None
+
+
+class Comparison(_Closed):
+    """compare's verdicts, candidate against each incumbent, and its exit code."""
+
+    candidate: str
+    margin: float | None
+    verdicts: list[CompareVerdict]
+    exit_code: int
+    meaning: str
+    stopped: str | None
+
+
+class ScoreDrop(_Closed):
+    kind: Literal["score_drop"]
+    model: str
+    before: float
+    now: float
+    bayes_before: float | None = None
+    bayes_now: float | None = None
+    z: float
+    rule: str | None
+
+
+class RankingFlip(_Closed):
+    kind: Literal["ranking_flip"]
+    pair: list[str]
+    before: str
+    now: str
+    direction: Literal["down", "up"] = "down"
+
+
+Alert = Annotated[ScoreDrop | RankingFlip, Field(discriminator="kind")]
+
+
+class Nightly(_Closed):
+    night: str
+    alerts: list[Alert]
+    exit_code: int
+
+
+class ProvenanceModel(_Recorded):
+    backend: str | None
+    path: str | None
+    name: str | None
+    select: list[str] | None
+    revision: str | None
+    sha256: dict[str, str]
+    engine: str | None
+    server: str | None = None
+    served: list[str] | None = None
+
+
+class Library(_Recorded):
+    path: str
+    reused: int
+    sampled: int
+    changes: list[str]
+    saved_fraction: float | None = None
+
+
+class Provenance(_Recorded):
+    written_utc: str
+    seed: int | None
+    models: list[ProvenanceModel]
+    dataset: dict[str, Any] | None
+    sampling: dict[str, Any] | None
+    grader: str | dict[str, Any] | None
+    rubric: list[float] | None = None
+    extensions: list[Any] = Field(default_factory=list)
+    library: Library | None
+    packages: dict[str, str] | None
+    packages_later: list[Any] | None
+    report_build: dict[str, str]
+
+
+class Summary(_Closed):
+    """summary.json, version :data:`SCHEMA_VERSION`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        title="adaptive-eval summary.json",
+        json_schema_extra={"$id": "https://adaptive-eval.dev/summary.schema.json"},
+    )
+
+    schema_version: Literal[3]
+    name: str
+    campaign_id: str
+    stop_reason: str | None = Field(description="null: the run has not finished.")
+    stop_detail: str | None
+    confidence: float
+    prior: str
+    score: ScoreBlock
+    bayes: BayesBlock
+    trials_used: int
+    tokens_used: int | None
+    gpu_s_used: float | None
+    baseline: Baseline
+    compute_saved: ComputeSaved
+    decision_rules: DecisionRules
+    models: list[ModelRow]
+    pairs: list[PairRow]
+    resumed: bool | None = None
+    elapsed_s: float | None = None
+    dispatch: Dispatch | None = None
+    finished: bool
+    provenance: Provenance
+    comparison: Comparison | None = None
+    nightly: Nightly | None = None
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the current version (docs/summary.schema.json)."""
+    return Summary.model_json_schema(mode="serialization")
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=False) + "\n"
+
+
+def field_paths(schema: dict[str, Any] | None = None) -> list[str]:
+    """Every field the schema names, as dotted paths (``models[].score``), sorted: what a
+    version promises its readers (a path that disappears is a renamed or removed field)."""
+    schema = json_schema() if schema is None else schema
+    definitions = schema.get("$defs", {})
+    found: set[str] = set()
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "$ref" in node:
+            walk(definitions[node["$ref"].rsplit("/", 1)[-1]], path)
+            return
+        for key in ("anyOf", "oneOf", "allOf"):
+            for alternative in node.get(key, []):
+                walk(alternative, path)
+        if node.get("type") == "array" and isinstance(node.get("items"), dict):
+            walk(node["items"], path + "[]")
+        for name, sub in node.get("properties", {}).items():
+            child = f"{path}.{name}" if path else name
+            found.add(child)
+            walk(sub, child)
+
+    walk(schema, "")
+    return sorted(found)
+
+
+def validate(document: dict[str, Any]) -> Summary:
+    """The document as the model, or ``pydantic.ValidationError`` naming each bad field."""
+    return Summary.model_validate(document)
+
+
+#: Version 1's Bayes@N names -> the current ones (the unbiased score took the lead names).
+_V1_BAYES = {
+    "mu": "bayes_mu",
+    "sigma": "bayes_sigma",
+    "ci_low": "bayes_low",
+    "ci_high": "bayes_high",
+}
+_V1_SCORE = {
+    "estimate": "score",
+    "estimate_se": "score_se",
+    "estimate_ci_low": "score_low",
+    "estimate_ci_high": "score_high",
+}
+_NOT_RECORDED = "not recorded: a summary written before schema version 2"
+
+
+def upgrade(document: dict[str, Any]) -> dict[str, Any]:
+    """Any earlier version of summary.json in the current shape (a new dict).
+
+    Version 1's model rows are renamed (``mu`` -> ``bayes_mu`` ..., ``estimate`` -> ``score``
+    ...; where a row had no unbiased estimate, the score is its Bayes@N, the only score it
+    had); blocks version 1 did not write (``score``, ``bayes``) say they were not recorded.
+    Versions 2 and 3 differ in what a margin compare's pairs mean, not in shape.
+    """
+    version = document.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(
+            f"schema_version = {version!r}: this adaptive-eval reads versions 1 to "
+            f"{SCHEMA_VERSION}; a newer one wrote it"
+        )
+    out = dict(document)
+    if version == 1:
+        out["models"] = [_upgrade_model(dict(row)) for row in document.get("models") or []]
+        out.setdefault(
+            "score",
+            {
+                "statistic": _NOT_RECORDED,
+                "interval": "unknown",
+                "confidence": document.get("confidence"),
+                "simultaneous": False,
+                "half_width": None,
+                "boundary_at_horizon": None,
+                "guarantee": _NOT_RECORDED,
+                "width_goal_met": None,
+            },
+        )
+        out.setdefault("bayes", {"prior": "uniform", "description": _NOT_RECORDED})
+        out.setdefault("finished", document.get("stop_reason") is not None)
+    out["schema_version"] = SCHEMA_VERSION
+    return out
+
+
+def _upgrade_model(row: dict[str, Any]) -> dict[str, Any]:
+    if "score" in row:
+        return row
+    for old, new in _V1_BAYES.items():
+        if old in row:
+            row[new] = row.pop(old)
+    for old, new in _V1_SCORE.items():
+        if old in row:
+            row[new] = row.pop(old)
+    for new, bayes in (
+        ("score", "bayes_mu"),
+        ("score_se", "bayes_sigma"),
+        ("score_low", "bayes_low"),
+        ("score_high", "bayes_high"),
+    ):
+        row.setdefault(new, row.get(bayes))
+    return row
+
+
+def read_summary(document: dict[str, Any]) -> Summary:
+    """A summary.json of any version, upgraded and validated."""
+    return validate(upgrade(document))
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_text())
