@@ -55,6 +55,7 @@ class Controller:
         dispatcher: DispatchPort,
         log: Any,
         on_progress: Callable[[Controller], None] | None = None,
+        record_events: bool = True,  # False: a re-read of a recorded run writes no event
     ) -> None:
         self.campaign = campaign
         self.config = campaign.config
@@ -72,7 +73,7 @@ class Controller:
         self.settings = campaign.view_settings()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
-        self.events = RoundEvents(store, log, campaign.names)
+        self.events = RoundEvents(store, log, campaign.names, record_events)
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
 

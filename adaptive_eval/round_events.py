@@ -25,12 +25,15 @@ BECAME_ADJACENT = "decided earlier; adjacent in the ranking from this round"
 class RoundEvents:
     """The buffered events of the current round and what was logged before it."""
 
-    def __init__(self, store: TrialStore, log: Any, names: tuple[str, ...]) -> None:
+    def __init__(
+        self, store: TrialStore, log: Any, names: tuple[str, ...], record: bool = True
+    ) -> None:
         self.store = store
         self.log = log
         self.names = names
-        # Rounds whose events (and elapsed time) were committed: a resume replays them silently.
-        self.logged_through = int(store.get_meta("events_through") or -1)
+        # Rounds whose events (and elapsed time) were committed: a resume replays them silently,
+        # and a re-read (``record=False``: ``report``) replays every round so.
+        self.logged_through = int(store.get_meta("events_through") or -1) if record else 1 << 62
         self._events: list[tuple[str, str, dict[str, Any]]] = []
         # Each pair's verdict as last logged, whether or not the pair is adjacent now: a pair
         # that left the adjacent list and came back was logged as decided twice (at rounds 29

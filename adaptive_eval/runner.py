@@ -2,9 +2,10 @@
 to its stop.
 
 :func:`execute` runs (or resumes) a campaign whose folder is locked; :func:`reread` rebuilds a
-finished run's state from its store without Ray. Both end by handing the campaign, its
-controller and its open store to the caller's ``conclude`` (the workflow, which writes the
-summary and the reports), so the loop knows nothing of the outputs.
+finished run's state from its store without Ray. Both end by handing the campaign, the run's
+frozen snapshot (:class:`~adaptive_eval.run_result.FinishedRun`, never the live controller) and
+its open store to the caller's ``conclude`` (the workflow, which writes the summary and the
+reports), so the loop knows nothing of the outputs.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from adaptive_eval.dispatch import (
 from adaptive_eval.errors import ClusterError, InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.progress import Progress
+from adaptive_eval.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.rundir import kept_from_run, open_run_dir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
-#: ``conclude(campaign, controller, store, campaign_id, extra)``: the caller's summary (and
-#: outputs), made while the folder is locked and its store open; ``extra`` holds what only the
-#: run knows (``resumed``, ``elapsed_s``, ``dispatch``). Its result is what the loop returns.
-Conclude = Callable[[Campaign, Controller, TrialStore, str, dict[str, Any]], dict[str, Any]]
+#: ``conclude(campaign, run, store)``: the caller's summary (and outputs) from the run's frozen
+#: snapshot, made while the folder is locked and its store open (provenance and the HTML
+#: report's per-round charts read it). Its result is what the loop returns.
+Conclude = Callable[[Campaign, FinishedRun, TrialStore], dict[str, Any]]
 
 
 def execute(
@@ -147,8 +149,8 @@ def _run_opened(
         # A resume that samples nothing (a finished run run again) used to zero the block.
         dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)
         store.set_meta(dispatch=dispatch, resumed=resumed)
-        extra = {"resumed": resumed, "elapsed_s": controller.elapsed_s, "dispatch": dispatch}
-        summary = conclude(campaign, controller, store, campaign_id, extra)
+        facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=dispatch)
+        summary = conclude(campaign, finished_run(controller, campaign_id, facts), store)
         log.info(
             "campaign_done",
             stop_reason=summary["stop_reason"],
@@ -225,8 +227,7 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, A
         print(f"adaptive-eval: note: {note}", file=sys.stderr)
     kept = kept_from_run(store, run_dir)
     try:
-        controller = Controller(campaign, store, _NoDispatch(), SilentLog())
-        controller.events.logged_through = 1 << 60  # re-reading logs nothing
+        controller = Controller(campaign, store, _NoDispatch(), SilentLog(), record_events=False)
         # A set stop keeps resume() from planning new rounds: reading never writes a plan.
         controller.stop = Stop(StopReason.INTERRUPTED, "run did not finish")
         controller.resume()
@@ -236,11 +237,13 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, A
             controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
         elif not store.get_meta("finished"):
             controller.stop = None
-        extra = {
-            **kept,
-            "elapsed_s": store.get_meta("elapsed_s"),
-            "finished": bool(store.get_meta("finished")),
-        }
-        return conclude(campaign, controller, store, campaign_id, extra)
+        facts = RunFacts(
+            resumed=kept.get("resumed"),
+            elapsed_s=store.get_meta("elapsed_s"),
+            dispatch=kept.get("dispatch"),
+            finished=bool(store.get_meta("finished")),
+            nightly=kept.get("nightly"),
+        )
+        return conclude(campaign, finished_run(controller, campaign_id, facts), store)
     finally:
         store.close()

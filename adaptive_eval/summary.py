@@ -14,9 +14,9 @@ import numpy as np
 from adaptive_eval import stats
 from adaptive_eval.accounting import Savings
 from adaptive_eval.campaign import Campaign, describe_rules
-from adaptive_eval.controller import Controller
 from adaptive_eval.policy import adjacent_only
 from adaptive_eval.presentation import SCORE_STATISTIC, bayes_description
+from adaptive_eval.run_result import FinishedRun
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
 from adaptive_eval.summary_schema import SCHEMA_VERSION
 from adaptive_eval.types import PairDecision, Stop
@@ -168,54 +168,53 @@ def _decision_ranks(order: np.ndarray, decisions: tuple[PairDecision, ...]) -> d
 
 def build_summary(
     campaign: Campaign,
-    controller: Controller,
-    campaign_id: str,
+    run: FinishedRun,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    state = controller.state
-    mu, sigma = state.moments()
-    _, theta_se, _ = state.estimate()
+    """summary.json's document for a finished run (``extra``: what a workflow adds, e.g.
+    compare's ``comparison``), from the run's snapshot alone."""
+    view = run.view
+    mu, sigma = view.posterior()
+    trials = np.asarray(view.trials)
     with np.errstate(invalid="ignore", divide="ignore"):
-        weighted = (state.counts @ campaign.weights).sum(axis=1) / state.trials.sum(axis=1)
+        weighted = (view.counts @ campaign.weights).sum(axis=1) / trials.sum(axis=1)
+    theta_se = view.theta_se
     summary = summarize(
         name=campaign.config.name,
-        campaign_id=campaign_id,
+        campaign_id=run.campaign_id,
         names=campaign.names,
-        trials=state.trials,
+        trials=trials,
         weighted_mean=np.nan_to_num(weighted),
         confidence=campaign.config.policy.confidence,
-        decisions=adjacent_only(controller.decisions, controller.view()),
-        stop=controller.stop,
-        savings=controller.savings(),
+        decisions=adjacent_only(run.decisions, view),
+        stop=run.stop,
+        savings=run.savings,
         prior_note=campaign.prior_note,
         score_se=theta_se,
-        intervals=state.intervals(campaign.interval_design),
+        intervals=view.score_intervals(campaign.interval_design),
         design=campaign.interval_design,
         bayes_mu=mu,
         bayes_sigma=sigma,
-        bayes_prior=state.bayes_prior,
-        extra=extra,
+        bayes_prior=view.bayes_prior,
+        extra={**run.facts.as_fields(), **(extra or {})},
         weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
         decision_rules=describe_rules(campaign),
     )
-    _mark_open_boundaries(summary, campaign, controller)
+    _mark_open_boundaries(summary, campaign, run)
     if campaign.fixed_n_note is not None:
         summary["baseline"]["note"] = campaign.fixed_n_note
     return summary
 
 
-def _mark_open_boundaries(
-    summary: dict[str, Any], campaign: Campaign, controller: Controller
-) -> None:
+def _mark_open_boundaries(summary: dict[str, Any], campaign: Campaign, run: FinishedRun) -> None:
     """Each undecided pair gets ``boundary_at_cap``: the boundary it would have to cross with
     both models at the cap (report.html drew no mark for undecided pairs)."""
     from adaptive_eval.comparison import boundary_at_cap
 
-    view = controller.view()
     index = {name: i for i, name in enumerate(campaign.names)}
     for pair in summary["pairs"]:
         if pair["decision"] == "undecided" and pair.get("boundary") is None:
             a, b = index[pair["a"]], index[pair["b"]]
             pair["boundary_at_cap"] = boundary_at_cap(
-                campaign.pair_rules, view, a, b, controller.core.state.memory
+                campaign.pair_rules, run.view, a, b, run.core.memory
             )

@@ -62,6 +62,7 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     from adaptive_eval.controller import Controller
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
+    from adaptive_eval.run_result import RunFacts, finished_run
     from adaptive_eval.rundir import open_run_dir
     from adaptive_eval.summary import build_summary
 
@@ -80,7 +81,7 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     started = time.perf_counter()
     controller.run()
     seconds = time.perf_counter() - started
-    result = build_summary(campaign, controller, campaign_id)
+    result = build_summary(campaign, finished_run(controller, campaign_id, RunFacts()))
     result["utilisation"] = dispatcher.stats.utilisation()
     result["failed_batches"] = dispatcher.stats.failures
     dispatcher.shutdown()

@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.comparison",
             "adaptive_eval.library",
             "adaptive_eval.controller",
+            "adaptive_eval.run_result",
             "adaptive_eval.round_events",
             "adaptive_eval.simulate",
             "adaptive_eval.dispatch.",

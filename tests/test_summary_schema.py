@@ -83,7 +83,7 @@ def test_the_published_schema_rejects_what_the_contract_does_not_hold(
     schema = published()
     renamed = copy.deepcopy(run_files["run"])
     renamed["models"][0]["mu"] = renamed["models"][0].pop("bayes_mu")
-    with pytest.raises(jsonschema.ValidationError, match="bayes_mu|mu"):
+    with pytest.raises(jsonschema.ValidationError, match=r"bayes_mu|mu"):
         jsonschema.validate(renamed, schema)
     wrong_decision = copy.deepcopy(run_files["run"])
     wrong_decision["pairs"][0]["decision"] = "maybe"

@@ -13,9 +13,9 @@ from typing import IO, Any
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.comparison import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.controller import Controller
 from adaptive_eval.headline import trials_text
 from adaptive_eval.presentation import COMPARE_EXIT_MEANING
+from adaptive_eval.run_result import FinishedRun
 from adaptive_eval.workflows.run import Finish, run_campaign
 
 
@@ -23,15 +23,15 @@ def comparison_finish(candidate: str, judge: Judge) -> Finish:
     """summary.json's ``comparison`` block from the finished controller: what a compare run
     and ``report``'s re-read of its folder both add."""
 
-    def finish(campaign: Campaign, controller: Controller) -> dict[str, Any]:
+    def finish(campaign: Campaign, run: FinishedRun) -> dict[str, Any]:
         found = comparison(
             campaign,
-            controller.view(),
-            controller.decisions,
+            run.view,
+            run.decisions,
             candidate,
             judge,
-            controller.state.plans,
-            controller.stop,
+            run.plans,
+            run.stop,
             COMPARE_EXIT_MEANING,
         )
         return {"comparison": found}

@@ -15,15 +15,15 @@ from typing import IO, Any
 from adaptive_eval import cluster, dispatch, runner
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.controller import Controller
 from adaptive_eval.preflight import check_before_sampling
 from adaptive_eval.report import write_outputs
+from adaptive_eval.run_result import FinishedRun
 from adaptive_eval.rundir import prepare_run_dir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.summary import build_summary
 
-#: ``finish(campaign, controller)``: what a command adds to summary.json (compare's verdicts).
-Finish = Callable[[Campaign, Controller], dict[str, Any]]
+#: ``finish(campaign, run)``: what a command adds to summary.json (compare's verdicts).
+Finish = Callable[[Campaign, FinishedRun], dict[str, Any]]
 
 
 def run_campaign(
@@ -66,16 +66,9 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
     """The end of a run or a re-read: ``finish``'s keys added, the summary built and every
     output written while the folder is still locked."""
 
-    def conclude(
-        campaign: Campaign,
-        controller: Controller,
-        store: TrialStore,
-        campaign_id: str,
-        extra: dict[str, Any],
-    ) -> dict[str, Any]:
-        if finish is not None:
-            extra.update(finish(campaign, controller))
-        summary = build_summary(campaign, controller, campaign_id, extra=extra)
+    def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> dict[str, Any]:
+        extra = {} if finish is None else finish(campaign, run)
+        summary = build_summary(campaign, run, extra=extra)
         write_outputs(run_dir, summary, store)
         return summary
 

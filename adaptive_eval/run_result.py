@@ -1,0 +1,89 @@
+"""What a run ends with: a frozen snapshot that every output is rendered from.
+
+The run loop (:mod:`adaptive_eval.runner`) drives a live :class:`~adaptive_eval.controller.
+Controller`; when it stops (or when ``report`` has rebuilt a recorded run), the loop takes one
+:class:`FinishedRun` from it and hands only that to the workflow's outputs (summary.json,
+report.md, report.html, compare's verdicts, nightly's alerts). Nothing downstream reads the
+controller's mutable state, so an output cannot depend on when it was built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from adaptive_eval.accounting import Savings
+from adaptive_eval.controller import Controller
+from adaptive_eval.decision import CoreState
+from adaptive_eval.policy import CampaignView
+from adaptive_eval.types import PairDecision, Stop
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What only the run itself knew, kept in its store's metadata: whether this leg resumed
+    one before it, the wall time over every leg, what dispatch counted, whether the loop ran to
+    its end, and a nightly run's night (``None``: not known, e.g. a folder from before the
+    metadata was kept)."""
+
+    resumed: bool | None = None
+    elapsed_s: float | None = None
+    dispatch: Mapping[str, object] | None = None
+    finished: bool | None = None
+    nightly: Mapping[str, object] | None = None
+
+    def as_fields(self) -> dict[str, object]:
+        """summary.json's run fields, the unknown ones left out."""
+        known = {
+            "resumed": self.resumed,
+            "elapsed_s": self.elapsed_s,
+            "dispatch": None if self.dispatch is None else dict(self.dispatch),
+            "finished": self.finished,
+            "nightly": None if self.nightly is None else dict(self.nightly),
+        }
+        return {key: value for key, value in known.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run's final evidence and decisions, detached from the loop that produced them.
+
+    ``view`` is the read-only snapshot of the evidence (counts, trials, the decision statistic,
+    the Bayes@N posterior and score intervals on demand); ``core`` the decision core's state
+    (pair decisions, stop, the rules' memory between looks); ``plans`` every round's (L, M)
+    plan, in round order (when each verdict's trials were spent).
+    """
+
+    campaign_id: str
+    view: CampaignView
+    core: CoreState
+    plans: tuple[np.ndarray, ...]
+    savings: Savings
+    facts: RunFacts = field(default_factory=RunFacts)
+
+    @property
+    def decisions(self) -> tuple[PairDecision, ...]:
+        return self.core.decisions
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.core.stop
+
+
+def finished_run(controller: Controller, campaign_id: str, facts: RunFacts) -> FinishedRun:
+    """The snapshot of ``controller`` now (its plans copied and made read-only)."""
+    plans = []
+    for plan in controller.state.plans:
+        copy = np.array(plan, copy=True)
+        copy.flags.writeable = False
+        plans.append(copy)
+    return FinishedRun(
+        campaign_id,
+        controller.view(),
+        controller.core.state,
+        tuple(plans),
+        controller.savings(),
+        facts,
+    )

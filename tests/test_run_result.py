@@ -1,0 +1,101 @@
+"""The run's end as a frozen snapshot (issue 27): outputs never read the live controller, and a
+re-read of a recorded run writes nothing to its store."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+from adaptive_eval.campaign import build_campaign
+from adaptive_eval.controller import Controller
+from adaptive_eval.logs import SilentLog
+from adaptive_eval.policy import adjacent_only
+from adaptive_eval.run_result import FinishedRun, RunFacts, finished_run
+from adaptive_eval.runner import _NoDispatch
+from adaptive_eval.store import TrialStore
+from adaptive_eval.summary import build_summary
+from adaptive_eval.workflows.report import report_run
+
+
+@pytest.fixture()
+def recorded(tmp_path: Path) -> tuple[Path, Path]:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_inline(load(config), tmp_path / "run")
+    return config, tmp_path / "run"
+
+
+def _replayed(config: Path, run_dir: Path) -> tuple[Controller, TrialStore]:
+    campaign = build_campaign(load(config))
+    store = TrialStore(run_dir)
+    controller = Controller(campaign, store, _NoDispatch(), SilentLog(), record_events=False)
+    controller.resume()
+    return controller, store
+
+
+def test_the_snapshot_is_frozen_and_detached_from_the_controller(
+    recorded: tuple[Path, Path],
+) -> None:
+    config, run_dir = recorded
+    controller, store = _replayed(config, run_dir)
+    try:
+        run = finished_run(controller, "cid", RunFacts(resumed=True))
+        counts, trials = run.view.counts.copy(), run.view.trials.copy()
+        summary = build_summary(controller.campaign, run)
+        # The live state moves on (another round applied, a plan added): the snapshot does not.
+        controller.state.counts += 1
+        controller.state.trials += 2
+        controller.state.plans.append(np.ones_like(run.plans[0]))
+        assert np.array_equal(run.view.counts, counts) and np.array_equal(run.view.trials, trials)
+        assert len(run.plans) == len(controller.state.plans) - 1
+        assert build_summary(controller.campaign, run) == summary
+        with pytest.raises(ValueError, match="read-only"):
+            run.plans[0][0, 0] = 99
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            run.campaign_id = "other"  # type: ignore[misc]
+        assert summary["resumed"] is True and "dispatch" not in summary
+    finally:
+        store.close()
+
+
+def test_the_summary_comes_from_the_snapshot_alone(recorded: tuple[Path, Path]) -> None:
+    config, run_dir = recorded
+    controller, store = _replayed(config, run_dir)
+    try:
+        run = finished_run(controller, "cid", RunFacts())
+        summary = build_summary(controller.campaign, run)
+    finally:
+        store.close()
+    assert isinstance(run, FinishedRun)
+    assert summary["trials_used"] == int(run.view.trials.sum())
+    scores = {m["name"]: m["score"] for m in summary["models"]}
+    for index, name in enumerate(controller.campaign.names):
+        assert scores[name] == pytest.approx(float(run.view.theta[index]), abs=0)
+    names = controller.campaign.names
+    assert [(p["a"], p["b"], p["decision"]) for p in summary["pairs"]] == [
+        (names[d.a], names[d.b], d.verdict.value) for d in adjacent_only(run.decisions, run.view)
+    ]
+    assert summary["pairs"]
+
+
+def test_report_rereads_without_writing_an_event(recorded: tuple[Path, Path]) -> None:
+    config, run_dir = recorded
+    store = TrialStore(run_dir)
+    # As a run killed between a round's commit and its events' leaves it: the re-read replays
+    # those rounds too, and must not write their events (only a resume of the run may).
+    store.set_meta(events_through=0)
+    before = store.events()
+    store.close()
+    first = report_run(load(config), run_dir)
+    second = report_run(load(config), run_dir)
+    store = TrialStore(run_dir, readonly=True)
+    after = store.events()
+    store.close()
+    assert after == before and before
+    assert first["pairs"] == second["pairs"] and first["finished"] is True
+    assert json.loads((run_dir / "summary.json").read_text())["trials_used"] == first["trials_used"]
