@@ -154,7 +154,7 @@ def _budget_text(config: Any) -> str:
 
 def _library_lines(config: Any) -> list[str]:
     """Where the trial library is and whether it exists (a missing folder was silent)."""
-    from adaptive_eval.library import library_path
+    from adaptive_eval.store.library import library_path
 
     if config.library is None:
         return []
@@ -240,8 +240,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from adaptive_eval.recovery import describe_recoveries, salvage
     from adaptive_eval.store import CorruptStore, StoreError, TrialStore
+    from adaptive_eval.store.recovery import describe_recoveries, salvage
 
     run_dir = Path(args.run_dir)
     if not (run_dir / TrialStore.FILENAME).exists():

@@ -160,12 +160,7 @@ class Controller:
 
     def _unseen(self, result: BatchResult) -> list[Trial]:
         """Trials this batch itself inserted (the first writer of a trial keeps its row)."""
-        mine = set(
-            self.store.conn.execute(
-                "SELECT model, question, trial FROM trials WHERE batch_id = ? AND round = ?",
-                (result.batch_id, result.round),
-            ).fetchall()
-        )
+        mine = self.store.batch_trial_keys(result.batch_id, result.round)
         return [t for t in result.trials if (t.model, t.question, t.trial) in mine]
 
     def next_round_complete(self) -> bool:

@@ -34,33 +34,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sqlite3
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.store import TrialStore
+from adaptive_eval.store.library import LibraryFile, library_path
 from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem, trial_seed
 
-FILENAME = "library.sqlite"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS cells (cell TEXT PRIMARY KEY, description TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS trials (
-    cell TEXT NOT NULL, trial INTEGER NOT NULL, seed INTEGER NOT NULL, category INTEGER NOT NULL,
-    tokens INTEGER, prompt_tokens INTEGER, gpu_s REAL, answer TEXT, reason TEXT,
-    origin TEXT NOT NULL, added_at REAL NOT NULL,
-    PRIMARY KEY (cell, trial)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, identity TEXT NOT NULL,
-    seen_at REAL NOT NULL);
-"""
 #: Longest value shown whole in a change line (longer ones: their first characters).
 SHOWN = 16
-
-
-def library_path(path: Path) -> Path:
-    return path / FILENAME if path.is_dir() or not path.suffix else path
 
 
 def cell_descriptions(campaign: Campaign) -> list[dict[str, Any]]:
@@ -126,10 +110,7 @@ class TrialLibrary:
 
     def __init__(self, path: Path, campaign: Campaign, origin: str) -> None:
         self.path = library_path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.executescript(SCHEMA)
+        self.file = LibraryFile(self.path)
         self.origin = origin
         self.seed = campaign.config.seed
         self.names = campaign.names
@@ -139,45 +120,37 @@ class TrialLibrary:
         self.cells = [
             [_hash({**model, "question": q}) for q in campaign.question_ids] for model in models
         ]
-        with self.conn:
-            self.conn.execute("BEGIN")
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO cells(cell, description) VALUES (?, ?)",
-                [
-                    (self.cells[m][q], json.dumps({**model, "question": qid}, sort_keys=True))
-                    for m, model in enumerate(models)
-                    for q, qid in enumerate(campaign.question_ids)
-                ],
-            )
+        self.file.add_cells(
+            (self.cells[m][q], json.dumps({**model, "question": qid}, sort_keys=True))
+            for m, model in enumerate(models)
+            for q, qid in enumerate(campaign.question_ids)
+        )
 
     def _note_identities(self, names: Sequence[str], models: Sequence[dict[str, Any]]) -> list[str]:
         """Record each model's identity; a line for each whose identity the library last saw
         differently."""
+        identities = [model_identity(model) for model in models]
+        previous = self.file.swap_identities(
+            [
+                (name, json.dumps(identity, sort_keys=True))
+                for name, identity in zip(names, identities, strict=True)
+            ]
+        )
         changes = []
-        now = time.time()
-        with self.conn:
-            self.conn.execute("BEGIN")
-            for name, model in zip(names, models, strict=True):
-                identity = model_identity(model)
-                row = self.conn.execute(
-                    "SELECT identity FROM models WHERE name = ?", (name,)
-                ).fetchone()
-                if row is not None:
-                    try:
-                        before = json.loads(row[0])
-                    except ValueError:
-                        before = {}
-                    if before != identity:
-                        before = before if isinstance(before, dict) else {}
-                        changes.append(describe_change(name, before, identity))
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO models(name, identity, seen_at) VALUES (?, ?, ?)",
-                    (name, json.dumps(identity, sort_keys=True), now),
-                )
+        for name, identity, text in zip(names, identities, previous, strict=True):
+            if text is None:
+                continue
+            try:
+                before = json.loads(text)
+            except ValueError:
+                before = {}
+            if before != identity:
+                before = before if isinstance(before, dict) else {}
+                changes.append(describe_change(name, before, identity))
         return changes
 
     def close(self) -> None:
-        self.conn.close()
+        self.file.close()
 
     def lookup(self, batch: Batch) -> tuple[tuple[Trial, ...], tuple[WorkItem, ...]]:
         """(trials the library holds for the batch, work items still to sample)."""
@@ -185,33 +158,27 @@ class TrialLibrary:
         missing: list[WorkItem] = []
         name = self.names[batch.model]
         for item in batch.items:
-            rows = {
-                row[0]: row
-                for row in self.conn.execute(
-                    "SELECT trial, seed, category, tokens, prompt_tokens, gpu_s, answer, reason "
-                    "FROM trials WHERE cell = ? AND trial BETWEEN ? AND ?",
-                    (self.cells[batch.model][item.question], item.first_trial, item.trials[-1]),
-                )
-            }
+            rows = self.file.trials(
+                self.cells[batch.model][item.question], item.first_trial, item.trials[-1]
+            )
             qid = self.questions[item.question]
             run_start = None
             for trial in [*item.trials, None]:
                 row = rows.get(trial) if trial is not None else None
-                usable = row is not None and row[1] == trial_seed(self.seed, name, qid, trial)
+                usable = row is not None and row.seed == trial_seed(self.seed, name, qid, trial)
                 if usable and row is not None and trial is not None:
-                    tokens, prompt_tokens, gpu_s, answer, reason = row[3:8]
                     found.append(
                         Trial(
                             batch.model,
                             item.question,
                             trial,
-                            row[1],
-                            row[2],
-                            tokens=tokens,
-                            prompt_tokens=prompt_tokens,
-                            gpu_s=gpu_s,
-                            answer=answer,
-                            reason=reason,
+                            row.seed,
+                            row.category,
+                            tokens=row.tokens,
+                            prompt_tokens=row.prompt_tokens,
+                            gpu_s=row.gpu_s,
+                            answer=row.answer,
+                            reason=row.reason,
                         )
                     )
                 if not usable and trial is not None and run_start is None:
@@ -223,32 +190,10 @@ class TrialLibrary:
         return tuple(found), tuple(missing)
 
     def add(self, trials: Sequence[Trial]) -> None:
-        now = time.time()
-        with self.conn:
-            self.conn.execute("BEGIN")
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO trials(cell, trial, seed, category, tokens, prompt_tokens, "
-                "gpu_s, answer, reason, origin, added_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        self.cells[t.model][t.question],
-                        t.trial,
-                        t.seed,
-                        t.category,
-                        t.tokens,
-                        t.prompt_tokens,
-                        t.gpu_s,
-                        t.answer,
-                        t.reason,
-                        self.origin,
-                        now,
-                    )
-                    for t in trials
-                ],
-            )
+        self.file.add_trials(((self.cells[t.model][t.question], t) for t in trials), self.origin)
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+        return self.file.count()
 
 
 class LibraryDispatch:

@@ -9,17 +9,13 @@ campaign ``validate`` accepts does not fail after sampling has begun.
 
 from __future__ import annotations
 
-import sqlite3
-import urllib.parse
-
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.redact import REDACTED, redacted_fields
 from adaptive_eval.storage import is_read_only, nearest_existing
-
-#: The tables of a trial library (adaptive_eval.library.SCHEMA).
-LIBRARY_TABLES = frozenset({"cells", "trials"})
+from adaptive_eval.store import SQLiteError
+from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_names
 
 
 def check_before_sampling(campaign: Campaign) -> None:
@@ -43,8 +39,6 @@ def _check_credentials(config: CampaignConfig) -> None:
 
 
 def _check_library(config: CampaignConfig) -> None:
-    from adaptive_eval.library import library_path
-
     assert config.library is not None
     path = library_path(config.resolve_path(config.library))
 
@@ -54,14 +48,9 @@ def _check_library(config: CampaignConfig) -> None:
     if path.exists():
         if not path.is_file():
             raise refuse("is not a file; give a library file or a folder to hold one")
-        uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
         try:
-            conn = sqlite3.connect(uri, uri=True)
-            try:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-            finally:
-                conn.close()
-        except sqlite3.Error as error:
+            tables = table_names(path)
+        except SQLiteError as error:
             raise refuse(f"is not a trial library (not an SQLite file: {error})") from None
         if tables and not tables >= LIBRARY_TABLES:
             raise refuse(

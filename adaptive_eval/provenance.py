@@ -12,7 +12,6 @@ from them. A run recorded before versions were kept has ``packages: null``.
 from __future__ import annotations
 
 import datetime as _dt
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,19 +48,10 @@ def _served(store: TrialStore) -> dict[str, list[str]]:
     ``system_fingerprint`` of their responses, as recorded in the trials' signals."""
     names = [str(n) for n in store.get_meta("models") or []]
     out: dict[str, list[str]] = {}
-    try:
-        rows = store.conn.execute(
-            "SELECT DISTINCT model, json_extract(signals, '$.served_model'), "
-            "json_extract(signals, '$.system_fingerprint') FROM completions "
-            "WHERE json_valid(signals) AND json_extract(signals, '$.served_model') IS NOT NULL "
-            "LIMIT 100"
-        ).fetchall()
-    except sqlite3.Error:
-        return out
-    for model, served, fingerprint in rows:
-        if not isinstance(model, int) or not 0 <= model < len(names):
+    for model, served, fingerprint in store.served_reports(limit=100):
+        if not 0 <= model < len(names):
             continue
-        text = str(served) + (f" ({fingerprint})" if fingerprint else "")
+        text = served + (f" ({fingerprint})" if fingerprint else "")
         listed = out.setdefault(names[model], [])
         if text not in listed and len(listed) < MAX_SERVED:
             listed.append(text)

@@ -80,15 +80,11 @@ class RunData:
             models = [str(m) for m in store.get_meta("models") or []]
             questions = [str(q) for q in store.get_meta("questions") or []]
             trials = np.zeros((len(models), len(questions)), dtype=np.int64)
-            for model, question, count in store.conn.execute(
-                "SELECT model, question, COUNT(*) FROM trials GROUP BY model, question"
-            ):
-                trials[model, question] = count
-            rows = store.conn.execute(
-                "SELECT round, COUNT(*) FROM trials GROUP BY round ORDER BY round"
-            ).fetchall()
-            per_round = np.zeros(max((r for r, _ in rows), default=-1) + 1, dtype=np.int64)
-            for round_index, count in rows:
+            spans = store.cell_spans()
+            trials[spans.model, spans.question] = spans.count
+            counted = store.trials_per_round()
+            per_round = np.zeros(max(counted, default=-1) + 1, dtype=np.int64)
+            for round_index, count in counted.items():
                 per_round[round_index] = count
         return cls(models, questions, trials, per_round)
 

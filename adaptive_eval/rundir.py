@@ -110,7 +110,7 @@ def open_run_dir(
     Also refused: a directory whose outputs say a campaign ran there but whose store is gone or
     empty (starting afresh would overwrite its summary), and a damaged store, unless
     ``recover`` (a resume): then the rounds whose digests verify are kept, the rest is sampled
-    again (:mod:`adaptive_eval.recovery`), and the salvaged store is opened and checked anew.
+    again (:mod:`adaptive_eval.store.recovery`), and the salvaged store is opened and checked anew.
     Damage found on open or by any check after it (a page that cannot be read) is salvaged.
 
     ``leg``: this open samples (a run or its resume: the default), so the packages it runs
@@ -299,7 +299,7 @@ def _open_run_dir(
 def _recover(campaign: Campaign, run_dir: Path) -> str:
     """Rebuild the run's store from its damaged file's verified rounds (the same campaign
     only); what was kept and lost, for the console."""
-    from adaptive_eval.recovery import recover, salvage
+    from adaptive_eval.store.recovery import recover, salvage
 
     path = run_dir / TrialStore.FILENAME
     found = salvage(path)

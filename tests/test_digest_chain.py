@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval.chain import DIGEST_COLUMNS
 from adaptive_eval.cli import main
 from adaptive_eval.store import TrialStore
+from adaptive_eval.store.chain import DIGEST_COLUMNS
 
 
 @pytest.fixture()

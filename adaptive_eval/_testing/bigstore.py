@@ -76,14 +76,9 @@ def write_big_run(
                 for k in range(per_cell_per_round)
             ]
             batch_id += models
-            with store._transaction():
-                store.conn.executemany(
-                    "INSERT INTO trials(model, question, trial, round, batch_id, seed, "
-                    "category, tokens, gpu_s, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,0)",
-                    rows,
-                )
+            store.load_trials(rows)
         store.set_meta(events_through=rounds - 1, finished=True, elapsed_s=1.0)
-        store.build_chain()  # the rows went in around record_many, which seals rounds
+        store.build_chain()  # load_trials, unlike record_many, seals no round
     finally:
         store.close()
     return run_dir

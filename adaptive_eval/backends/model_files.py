@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from adaptive_eval.errors import InputError
+from adaptive_eval.store.file_hashes import FileHashCache
 
 #: Top-level folders of a model folder that vLLM never reads: a download tool's bookkeeping
 #: (``huggingface-cli download --local-dir`` keeps timestamps in ``.cache/``) and version
@@ -44,55 +44,6 @@ def cache_path() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "adaptive-eval" / "file-hashes.sqlite"
-
-
-class _Cache:
-    """File digests by (real path, size, mtime_ns, ctime_ns, inode, device); a no-op where the
-    cache file cannot be opened or written."""
-
-    def __init__(self) -> None:
-        self.conn: sqlite3.Connection | None = None
-        try:
-            path = cache_path()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(path, timeout=10, isolation_level=None)
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, key TEXT NOT NULL, "
-                "sha256 TEXT NOT NULL)"
-            )
-        except (OSError, sqlite3.Error):
-            self.close()
-
-    @staticmethod
-    def key(stat: os.stat_result) -> str:
-        return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}:{stat.st_ino}:{stat.st_dev}"
-
-    def get(self, path: str, key: str) -> str | None:
-        if self.conn is None:
-            return None
-        try:
-            row = self.conn.execute(
-                "SELECT sha256 FROM files WHERE path = ? AND key = ?", (path, key)
-            ).fetchone()
-        except sqlite3.Error:
-            return None
-        return None if row is None else str(row[0])
-
-    def put(self, path: str, key: str, digest: str) -> None:
-        if self.conn is None:
-            return
-        try:
-            self.conn.execute(
-                "INSERT OR REPLACE INTO files(path, key, sha256) VALUES (?, ?, ?)",
-                (path, key, digest),
-            )
-        except sqlite3.Error:
-            return
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        self.conn = None
 
 
 def _file_sha256(path: Path) -> str:
@@ -116,9 +67,9 @@ def folder_digest(folder: Path, *, what: str = "model folder") -> str:
             entries.append(("/".join(parts), item, item.stat()))
     except OSError as error:
         raise InputError(f"cannot list the {what}: {error}", source=str(folder)) from None
-    cache = _Cache()
+    cache = FileHashCache(cache_path())
     try:
-        keys = [_Cache.key(stat) for _, _, stat in entries]
+        keys = [FileHashCache.key(stat) for _, _, stat in entries]
         real = [str(item.resolve()) for _, item, _ in entries]
         known = [cache.get(p, k) for p, k in zip(real, keys, strict=True)]
         todo = sum(s.st_size for (_, _, s), d in zip(entries, known, strict=True) if d is None)

@@ -9,7 +9,7 @@ batch, tens per second) is far below what it sustains.
 
 Besides trials the store keeps each round's plan (the per-cell trial counts the allocation
 asked for), so that a resumed run knows exactly which work was in flight, the decision log, and
-the digest chain of the complete rounds (:mod:`adaptive_eval.chain`), checked on resume, by
+the digest chain of the complete rounds (:mod:`adaptive_eval.store.chain`), checked on resume, by
 ``report`` and by ``adaptive-eval verify``.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval import chain
 from adaptive_eval.errors import AdaptiveEvalError, InputError
 from adaptive_eval.storage import free_bytes, is_read_only, storage_error
+from adaptive_eval.store import chain
 
 #: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has
 #: the version-1 tables; version 2 adds the digest chain (built on the first writable open of
@@ -74,13 +74,18 @@ RECOVERY_HINT = (
 )
 
 
+#: The error SQLite raises, named here so that callers outside the store can catch it (to word
+#: a failure) without importing ``sqlite3`` themselves.
+SQLiteError = sqlite3.Error
+
+
 class StoreError(InputError):
     """The run directory's store is missing, damaged or held by another process (exit 2)."""
 
 
 class CorruptStore(StoreError):
     """SQLite itself finds the file damaged (its integrity check fails, or it reads a page
-    that is not one): what :mod:`adaptive_eval.recovery` salvages, as opposed to a value
+    that is not one): what :mod:`adaptive_eval.store.recovery` salvages, as opposed to a value
     changed through SQL, which the digest chain refuses."""
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval import chain
-from adaptive_eval.store.file import ChainState, StoreError, StoreFile
+from adaptive_eval.store import chain
+from adaptive_eval.store.file import ChainState, StoreError
+from adaptive_eval.store.queries import TrialQueries
 from adaptive_eval.types import BatchResult, Trial
 
 
@@ -62,7 +63,12 @@ class TrialArrays:
     gpu_s: np.ndarray
 
 
-class TrialStore(StoreFile):
+#: A bare trial row for :meth:`TrialStore.load_trials`: (model, question, trial, round,
+#: batch_id, seed, category, tokens, gpu_s).
+BareTrial = tuple[int, int, int, int, int, int, int, int | None, float | None]
+
+
+class TrialStore(TrialQueries):
     """One run directory's ledger. Not thread-safe: the controller is its only writer."""
 
     def check_ranges(self, num_models: int, num_questions: int, num_categories: int) -> None:
@@ -255,6 +261,16 @@ class TrialStore(StoreFile):
             )
         )
 
+    def batch_trial_keys(self, batch_id: int, round_index: int) -> set[tuple[int, int, int]]:
+        """The (model, question, trial) keys recorded by batch ``batch_id`` of a round (the
+        first writer of a trial keeps its row, so a later duplicate's keys are not among them)."""
+        return set(
+            self.conn.execute(
+                "SELECT model, question, trial FROM trials WHERE batch_id = ? AND round = ?",
+                (batch_id, round_index),
+            ).fetchall()
+        )
+
     # -- trials -------------------------------------------------------------------------------
     def record(self, result: BatchResult, keep_text: bool) -> int:
         """Record one batch atomically; returns how many trials were new."""
@@ -320,6 +336,20 @@ class TrialStore(StoreFile):
                     )
             self._seal_ready()  # in the transaction that completed the round
         return added
+
+    def load_trials(self, rows: Iterable[BareTrial]) -> None:
+        """Insert bare trial rows (no texts, no worker, recorded at time 0) in one transaction.
+
+        For writing a large synthetic store fast (``_testing/bigstore.py``): unlike
+        :meth:`record_many` it neither counts the rows towards the chain nor seals rounds, so
+        the writer calls :meth:`build_chain` once every row is in.
+        """
+        with self._transaction():
+            self.conn.executemany(
+                "INSERT INTO trials(model, question, trial, round, batch_id, seed, "
+                "category, tokens, gpu_s, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,0)",
+                rows,
+            )
 
     def trial_arrays(self) -> TrialArrays:
         rows = self.conn.execute(

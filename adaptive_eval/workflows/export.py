@@ -22,7 +22,6 @@ npz itself is written atomically (:func:`adaptive_eval.storage.atomic_output`).
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ from adaptive_eval.storage import atomic_output
 from adaptive_eval.store import TrialStore
 
 ABSENT = -1
-#: Rows fetched from SQLite at a time (a few MB of Python tuples).
-CHUNK_ROWS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -55,35 +52,19 @@ class Exported:
         return self.recorded - int(np.prod(self.shape))
 
 
-def _chunks(conn: sqlite3.Connection, query: str, args: tuple[Any, ...] = ()) -> Any:
-    cursor = conn.execute(query, args)
-    while rows := cursor.fetchmany(CHUNK_ROWS):
-        yield np.asarray(rows, dtype=np.int64)
-
-
-def _counts(conn: sqlite3.Connection, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _counts(store: TrialStore, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Trials per cell, and each cell's count of consecutive trials from 0 (its prefix)."""
     counts = np.zeros(shape, dtype=np.int64)
     prefix = np.zeros(shape, dtype=np.int64)
-    gapped = []
-    for m, q, n, first, last in conn.execute(
-        "SELECT model, question, COUNT(*), MIN(trial), MAX(trial) FROM trials "
-        "GROUP BY model, question"
-    ):
-        counts[m, q] = n
-        if first == 0 and last == n - 1:
-            prefix[m, q] = n
-        else:
-            gapped.append((m, q))
-    for m, q in gapped:  # an unfinished round: the prefix ends at the first missing trial
-        expected = 0
-        for (trial,) in conn.execute(
-            "SELECT trial FROM trials WHERE model = ? AND question = ? ORDER BY trial", (m, q)
-        ):
-            if trial != expected:
-                break
-            expected += 1
-        prefix[m, q] = expected
+    spans = store.cell_spans()
+    counts[spans.model, spans.question] = spans.count
+    whole = (spans.first == 0) & (spans.last == spans.count - 1)
+    prefix[spans.model[whole], spans.question[whole]] = spans.count[whole]
+    for m, q in zip(spans.model[~whole], spans.question[~whole], strict=True):
+        # An unfinished round: the prefix ends at the first missing trial.
+        trials = store.cell_trials(int(m), int(q))
+        gaps = np.flatnonzero(trials != np.arange(len(trials)))
+        prefix[m, q] = gaps[0] if len(gaps) else len(trials)
     return counts, prefix
 
 
@@ -101,11 +82,10 @@ def export_run(run_dir: Path, out: Path) -> Exported:
 def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
     models = [str(m) for m in store.get_meta("models") or []]
     questions = [str(q) for q in store.get_meta("questions") or []]
-    conn = store.conn
-    (width,) = conn.execute("SELECT COALESCE(MAX(trial), -1) + 1 FROM trials").fetchone()
+    width = store.trial_width()
     if not models or not width:
         raise InputError("holds no recorded trials", source=str(run_dir))
-    counts, prefix = _counts(conn, (len(models), len(questions)))
+    counts, prefix = _counts(store, (len(models), len(questions)))
     common = int(prefix.min())
     if common == 0:
         empty = np.argwhere(prefix == 0)[0]
@@ -114,9 +94,7 @@ def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
             "export a run in which every model answered every question",
             source=str(run_dir),
         )
-    (unknown,) = conn.execute(
-        "SELECT COUNT(*) FROM trials WHERE trial < ? AND tokens IS NULL", (common,)
-    ).fetchone()
+    unknown = store.count_unknown_tokens(common)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as scratch:
         shape = (len(models), len(questions))
@@ -125,15 +103,14 @@ def _export(store: TrialStore, run_dir: Path, out: Path) -> Exported:
             Path(scratch) / "recorded.npy", "w+", np.int16, (*shape, int(width))
         )
         recorded[:] = ABSENT
-        for rows in _chunks(conn, "SELECT model, question, trial, category FROM trials"):
+        for rows in store.trial_chunks("category"):
             recorded[rows[:, 0], rows[:, 1], rows[:, 2]] = rows[:, 3]
         tokens = None
         if not unknown:
             tokens = np.lib.format.open_memmap(  # type: ignore[no-untyped-call]
                 Path(scratch) / "tokens.npy", "w+", np.int64, (*shape, common)
             )
-            query = "SELECT model, question, trial, tokens FROM trials WHERE trial < ?"
-            for rows in _chunks(conn, query, (common,)):
+            for rows in store.trial_chunks("tokens", below=common):
                 tokens[rows[:, 0], rows[:, 1], rows[:, 2]] = rows[:, 3]
         arrays: dict[str, Any] = {
             "outcomes": recorded[:, :, :common],

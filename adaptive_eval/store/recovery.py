@@ -3,7 +3,7 @@
 Truncating ``trials.sqlite-wal`` to 0 bytes while a run wrote to it left a store that failed
 SQLite's integrity check for good (the writer's next checkpoint copied the lost frames' zeros
 into the main file), and every resume refused it: every trial was lost. Most of such a file is
-still readable, and the digest chain (:mod:`adaptive_eval.chain`) says which rounds are intact.
+still readable, and the digest chain (:mod:`.chain`) says which rounds are intact.
 
 :func:`salvage` reads the damaged file read-only, round by round in round order, and keeps the
 longest prefix of rounds whose plan reads, whose trials read and whose recomputed digest matches
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval import chain
-from adaptive_eval.store import StoreError, TrialStore
+from adaptive_eval.store import chain
+from adaptive_eval.store.file import StoreError
+from adaptive_eval.store.ledger import TrialStore
 
 #: The trials table's columns, in the order they are copied.
 TRIAL_COLUMNS = (
