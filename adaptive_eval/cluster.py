@@ -290,8 +290,8 @@ def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> 
     config plans even so (``validate``, which starts nothing).
     """
     execution = campaign.config.execution
-    if execution.dispatch == "inline":
-        return  # no cluster: the workers run in this process
+    if execution.dispatch != "ray":
+        return  # no Ray cluster to place them on (inline: the workers run in this process)
     if execution.ray_address or (ray_running() and not planned_only):
         return
     cpus = execution.num_cpus or os.cpu_count() or 1

@@ -316,11 +316,13 @@ class BaselineConfig(_Strict):
 
 
 class ExecutionConfig(_Strict):
-    dispatch: Literal["ray", "inline"] = Field(
+    dispatch: str = Field(
         "ray",
-        description="Where workers run: 'ray' (actors on a Ray cluster, the default) or "
-        "'inline' (in this process, one batch at a time, no Ray: small campaigns, CI jobs and "
-        "benchmarks; the same loop, decisions and summary.json).",
+        min_length=1,
+        description="Where workers run, a registered dispatch mode: 'ray' (actors on a Ray "
+        "cluster, the default) or 'inline' (in this process, one batch at a time, no Ray: small "
+        "campaigns, CI jobs and benchmarks; the same loop, decisions and summary.json); a "
+        "plug-in may register others (adaptive_eval.dispatch.dispatch_modes).",
     )
     ray_address: str | None = Field(
         None, description="Ray cluster address; null starts a local one."

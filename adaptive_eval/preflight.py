@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from adaptive_eval.campaign import Campaign
 from adaptive_eval.config import CampaignConfig
+from adaptive_eval.dispatch.launch import launcher
 from adaptive_eval.errors import InputError
 from adaptive_eval.redact import REDACTED, redacted_fields
 from adaptive_eval.storage import is_read_only, nearest_existing
@@ -21,6 +22,7 @@ from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_name
 def check_before_sampling(campaign: Campaign) -> None:
     config = campaign.config
     _check_credentials(config)
+    launcher(config.execution.dispatch, source=config.source)  # a registered dispatch mode
     if config.library is not None:
         _check_library(config)
 

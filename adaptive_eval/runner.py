@@ -20,11 +20,13 @@ from adaptive_eval.cluster import RAY_LOG, ray_output_to
 from adaptive_eval.controller import Controller
 from adaptive_eval.dispatch import (
     DispatchStats,
-    InlineDispatcher,
+    LaunchRequest,
+    Workers,
     combine_dispatch,
     dispatch_summary,
+    launcher,
 )
-from adaptive_eval.errors import ClusterError, InputError
+from adaptive_eval.errors import InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.progress import Progress
 from adaptive_eval.run_result import FinishedRun, RunFacts, finished_run
@@ -45,13 +47,12 @@ def execute(
     *,
     console: IO[str] | None,
     quiet: bool,
-    init_ray: Any,
-    dispatcher_class: Any,
 ) -> dict[str, Any]:
     """Run (or resume) ``campaign`` in ``run_dir``, which the caller has prepared and locked.
 
-    Ray's own output goes to ``run_dir/ray.log`` for the run's lifetime; Ray and the workers
-    (``init_ray``, ``dispatcher_class``) start only when the first batch needs sampling.
+    Ray's own output goes to ``run_dir/ray.log`` for the run's lifetime; the workers (the
+    config's dispatch mode, :mod:`adaptive_eval.dispatch.launch`) start only when the first
+    batch needs sampling.
     """
     store, campaign_id, resumed = open_run_dir(campaign, run_dir, recover=True)
     try:
@@ -64,8 +65,6 @@ def execute(
                 resumed,
                 terminal,
                 quiet,
-                init_ray,
-                dispatcher_class,
                 conclude,
             )
     finally:
@@ -80,8 +79,6 @@ def _run_opened(
     resumed: bool,
     terminal: IO[str],
     quiet: bool,
-    init_ray: Any,
-    dispatcher_class: Any,
     conclude: Conclude,
 ) -> dict[str, Any]:
     config = campaign.config
@@ -111,29 +108,31 @@ def _run_opened(
             ray_log=str(run_dir / RAY_LOG),
         )
 
-        def start_workers() -> Any:
-            if execution.dispatch == "inline":
-                log.info("inline_dispatch", workers=len(campaign.plans))
-                return InlineDispatcher(campaign.plans, campaign.offsets, on_event=on_event)
-            where = execution.ray_address or "a local cluster"
-            if not quiet:
-                lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
-            log.info("ray_starting", address=execution.ray_address)
-            try:
-                init_ray(execution.ray_address, execution.num_cpus, quiet=quiet, on_event=on_event)
-            except ClusterError as error:
-                raise ClusterError(
-                    f"{error}; Ray's output is in {run_dir / RAY_LOG} (a small campaign can run "
-                    "without Ray: --set execution.dispatch=inline)"
-                ) from error
-            return dispatcher_class(
-                campaign.plans,
-                campaign.offsets,
-                in_flight_per_worker=execution.in_flight_per_worker,
-                max_batch_retries=execution.max_batch_retries,
-                shared_slots=execution.gpu_slots,
-                on_event=on_event,
-            )
+        launch = launcher(execution.dispatch, source=config.source)
+        request = LaunchRequest(
+            campaign.plans,
+            campaign.offsets,
+            ray_address=execution.ray_address,
+            num_cpus=execution.num_cpus,
+            in_flight_per_worker=execution.in_flight_per_worker,
+            max_batch_retries=execution.max_batch_retries,
+            gpu_slots=execution.gpu_slots,
+            quiet=quiet,
+            ray_log=run_dir / RAY_LOG,
+            on_event=on_event,
+        )
+
+        def start_workers() -> Workers:
+            if execution.dispatch == "ray":
+                where = execution.ray_address or "a local cluster"
+                if not quiet:
+                    lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
+                log.info("ray_starting", address=execution.ray_address)
+            else:
+                if not quiet and execution.dispatch != "inline":
+                    lines.write(f"starting the workers (dispatch mode {execution.dispatch!r})\n")
+                log.info("dispatch_start", mode=execution.dispatch, workers=len(campaign.plans))
+            return launch(request)
 
         dispatcher = StartOnDemand(start_workers)
         from adaptive_eval.library import attach
@@ -169,9 +168,9 @@ class StartOnDemand:
     night with nothing new to sample takes seconds, not Ray's start-up).
     """
 
-    def __init__(self, start: Callable[[], Any]) -> None:
+    def __init__(self, start: Callable[[], Workers]) -> None:
         self._start = start
-        self.inner: Any = None
+        self.inner: Workers | None = None
 
     @property
     def started(self) -> bool:
@@ -195,7 +194,7 @@ class StartOnDemand:
         return 0 if self.inner is None else int(self.inner.num_workers)
 
     @property
-    def stats(self) -> Any:
+    def stats(self) -> DispatchStats:
         return DispatchStats() if self.inner is None else self.inner.stats
 
     def shutdown(self) -> None:

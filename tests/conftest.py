@@ -74,18 +74,12 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
 
 
 @pytest.fixture()
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """``run`` in-process without Ray: the in-process dispatcher; returns init_ray's calls."""
-    from helpers import InlineCluster
+def no_ray() -> Iterator[list[dict[str, Any]]]:
+    """``run`` in-process without Ray: the tests' own dispatch mode (``test_inline``, chosen on
+    the command line with ``*TEST_DISPATCH``); returns its launches (empty: no worker started)."""
+    from helpers import LAUNCHES, InlineCluster
 
-    from adaptive_eval import cluster, dispatch
-
-    calls: list[dict[str, Any]] = []
-
-    def fake_init(address: Any, num_cpus: Any, **kw: Any) -> None:
-        calls.append(kw)
-
-    monkeypatch.setattr(cluster, "init_ray", fake_init)
-    monkeypatch.setattr(dispatch, "Dispatcher", InlineCluster)
-    monkeypatch.setattr(InlineCluster, "on_poll", None)
-    return calls
+    LAUNCHES.clear()
+    InlineCluster.on_poll = None
+    yield LAUNCHES
+    InlineCluster.on_poll = None

@@ -20,7 +20,7 @@ import yaml
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.controller import Controller
-from adaptive_eval.dispatch import InlineDispatcher
+from adaptive_eval.dispatch import InlineDispatcher, LaunchRequest, dispatch_modes
 from adaptive_eval.policy import CampaignView
 from adaptive_eval.rundir import open_run_dir
 from adaptive_eval.state import RunState
@@ -165,7 +165,7 @@ def killed_holder(code: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 
 class InlineCluster:
-    """Ray's place in ``run_campaign`` taken by the in-process dispatcher (fast CLI tests).
+    """The ``test_inline`` dispatch mode's workers: the in-process dispatcher, with a hook.
     ``InlineCluster.on_poll``, when set, is called with the dispatcher before each poll."""
 
     on_poll: Callable[[Any], None] | None = None
@@ -182,6 +182,22 @@ class InlineCluster:
                 return super().poll(timeout)
 
         return _Hooked(plans, offsets, on_event=options.get("on_event") or (lambda *e: None))
+
+
+#: Every launch of the ``test_inline`` dispatch mode: what the run asked of Ray (``quiet``).
+LAUNCHES: list[dict[str, Any]] = []
+#: The command-line arguments that choose it.
+TEST_SET = "execution.dispatch=test_inline"
+TEST_DISPATCH = ("--set", TEST_SET)
+
+
+@dispatch_modes.register("test_inline")
+def launch_test_inline(request: LaunchRequest) -> Any:
+    """A dispatch mode of the tests' own, registered as a third party would: it records each
+    launch (an empty :data:`LAUNCHES` says the workers never started) and runs the workers in
+    this process (:class:`InlineCluster`)."""
+    LAUNCHES.append({"quiet": request.quiet, "ray_address": request.ray_address})
+    return InlineCluster(request.plans, request.offsets, on_event=request.on_event)
 
 
 def count_view(

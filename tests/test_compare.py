@@ -10,20 +10,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import load, mimic_success, write_config, write_scenario
+from helpers import TEST_SET, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.cli import main
 from adaptive_eval.config import CompareConfig
-from adaptive_eval.dispatch import InlineDispatcher
 from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.workflows.compare import run_compare
 
 INCUMBENTS = [0.3, 0.5, 0.7]
 QUESTIONS = 20
-
-
-def _inline(campaign: Any) -> InlineDispatcher:
-    return InlineDispatcher(campaign.plans, campaign.offsets)
 
 
 @pytest.fixture()
@@ -55,14 +50,15 @@ def _config(tmp_path: Path, candidate: np.ndarray, **policy: Any) -> Path:
             **policy,
         },
         "baseline": {"fixed_n": 40},
-        "execution": {"workers": 1, "batch_size": 64},
+        # In this process, no Ray: the tests' runs of compare are inline (the dispatch mode).
+        "execution": {"workers": 1, "batch_size": 64, "dispatch": "inline"},
         "output": {"progress": False, "fsync": "normal"},
     }
     return write_config(tmp_path / "c.yaml", data)
 
 
 def _compare(path: Path, run_dir: Path) -> dict[str, Any]:
-    summary = run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+    summary = run_compare(load(path), "cand", run_dir)
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk["comparison"] == summary["comparison"]
     return dict(summary["comparison"])
@@ -88,7 +84,7 @@ def test_a_worse_candidate_is_a_regression(
     result = _compare(path, tmp_path / "run")
     assert "worse" in _decisions(result).values()  # the gate stops at its first regression
     assert result["exit_code"] == 3
-    every = run_compare(load(path), "cand", tmp_path / "all", settle_all=True, dispatcher=_inline)
+    every = run_compare(load(path), "cand", tmp_path / "all", settle_all=True)
     assert _decisions(every["comparison"]) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
 
 
@@ -153,20 +149,19 @@ def test_compare_takes_the_run_folder_lock(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with RunLock(run_dir), pytest.raises(StoreError, match="in use by pid"):
-        run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+        run_compare(load(path), "cand", run_dir)
 
 
-def test_compare_keeps_ray_output_and_shows_progress(
-    tmp_path: Path, incumbents: tuple[Path, np.ndarray]
+def test_compare_keeps_the_workers_output_and_says_when_they_start(
+    tmp_path: Path, incumbents: tuple[Path, np.ndarray], no_ray: list[dict[str, Any]]
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99))
     console = io.StringIO()
-    run_compare(
-        load(path), "cand", tmp_path / "run", dispatcher=_inline, console=console, quiet=False
-    )
+    run_compare(load(path, [TEST_SET]), "cand", tmp_path / "run", console=console, quiet=False)
     assert (tmp_path / "run" / "ray.log").exists()
-    assert "starting Ray" in console.getvalue()
+    assert "starting the workers (dispatch mode 'test_inline')" in console.getvalue()
+    assert no_ray == [{"quiet": False, "ray_address": None}]
 
 
 def test_report_rebuilds_a_compare_folder_with_the_verdict(
@@ -224,7 +219,7 @@ def test_an_unchanged_candidate_passes_non_inferiority_early(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, success[2])  # the best incumbent, unchanged
-    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN, dispatcher=_inline)
+    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN)
     result = summary["comparison"]
     assert result["margin"] == MARGIN
     assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "pass")
@@ -238,7 +233,7 @@ def test_a_candidate_worse_by_twice_the_margin_fails(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, np.clip(success[2] - 2 * MARGIN, 0.01, 1))
-    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN, dispatcher=_inline)
+    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN)
     result = summary["comparison"]
     assert _decisions(result)["inc-70"] == "fail"
     assert result["exit_code"] == 3
@@ -254,7 +249,7 @@ def test_margin_from_the_config_and_a_bad_margin(
     _, success = incumbents
     path = _config(tmp_path, success[2])
     config = load(path).model_copy(update={"compare": CompareConfig(margin=MARGIN)})
-    summary = run_compare(config, "cand", tmp_path / "run", dispatcher=_inline)
+    summary = run_compare(config, "cand", tmp_path / "run")
     assert summary["comparison"]["margin"] == MARGIN
     args = ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "x")]
     assert main([*args, "--margin", "-0.1"]) == 2
@@ -270,8 +265,8 @@ def test_the_gate_stops_at_the_first_regression_and_settle_all_keeps_the_old_beh
     3 early; sampling on to settle the tie (to the cap) cost trials for nothing."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    stopped = run_compare(load(path), "cand", tmp_path / "run", dispatcher=_inline)
-    settled = run_compare(load(path), "cand", tmp_path / "all", settle_all=True, dispatcher=_inline)
+    stopped = run_compare(load(path), "cand", tmp_path / "run")
+    settled = run_compare(load(path), "cand", tmp_path / "all", settle_all=True)
     first, every = stopped["comparison"], settled["comparison"]
     assert first["exit_code"] == every["exit_code"] == 3
     assert _decisions(first)["inc-70"] == _decisions(every)["inc-70"] == "worse"
@@ -302,7 +297,7 @@ def test_each_verdict_says_its_trials_at_the_decision_and_at_the_end(
     existed then)."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    summary = run_compare(load(path), "cand", tmp_path / "run", settle_all=True, dispatcher=_inline)
+    summary = run_compare(load(path), "cand", tmp_path / "run", settle_all=True)
     worse = next(v for v in summary["comparison"]["verdicts"] if v["incumbent"] == "inc-70")
     plans = _rounds(tmp_path / "run")
     cand, inc = 0, 3  # model indices: the candidate's entry first, then inc-30, inc-50, inc-70
@@ -332,7 +327,7 @@ def test_the_verdict_leads_the_compare_pages_and_quiet_prints_only_it(
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
     run_dir = tmp_path / "run"
-    run_compare(load(path), "cand", run_dir, dispatcher=_inline)
+    run_compare(load(path), "cand", run_dir)
     page = (run_dir / "report.html").read_text()
     lead = re.sub("<[^>]+>", "", "<p" + page.split("<p id='headline'", 1)[1].split("</p>")[0])
     assert "Verdict: exit 3, a regression: cand is" in lead and "worse than inc-70" in lead

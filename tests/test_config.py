@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, mimic_success, write_config, write_scenario
+from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, write_scenario
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.config import load_config
@@ -154,7 +154,7 @@ def test_generation_sections_with_a_simulated_backend_are_named_as_ignored(
     assert main(["validate", str(config)]) == 0
     out = capsys.readouterr().out
     assert "warning:" in out and "sampling, grader are ignored: no model of this config" in out
-    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), *TEST_DISPATCH]) == 0
     err = capsys.readouterr().err  # the run's console says so too, as a sentence
     assert (
         "warning: " in err and "sampling, grader are ignored" in err and "config_ignored" not in err

@@ -15,7 +15,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    TEST_DISPATCH,
+    TEST_SET,
+    base_config,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval import cluster, rundir
 from adaptive_eval.campaign import build_campaign
@@ -78,18 +87,17 @@ def _openai_config_without_httpx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_missing_engine_is_named_before_ray_or_the_run_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_ray: list[dict[str, Any]],
 ) -> None:
     path = _openai_config_without_httpx(tmp_path, monkeypatch)
-
-    def no_ray_please(*args: Any, **kw: Any) -> None:
-        raise AssertionError("Ray must not start")
-
-    monkeypatch.setattr(cluster, "init_ray", no_ray_please)
-    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), *TEST_DISPATCH]) == 2
     err = capsys.readouterr().err
     assert "models[0].backend" in err and "adaptive-eval[openai]" in err and "httpx" in err
     assert not (tmp_path / "run").exists()
+    assert not no_ray, "the workers must not start"
 
 
 # -- 6: Ray start and unexpected errors ------------------------------------------------------------
@@ -145,7 +153,7 @@ def test_an_unexpected_error_prints_one_line_and_keeps_the_traceback(
 def test_console_shows_one_status_line_and_details_go_to_events(
     tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
 ) -> None:
-    config = load(scenario_config, ["output.progress=true"])
+    config = load(scenario_config, ["output.progress=true", TEST_SET])
     console = _Terminal()
     summary = runner.run_campaign(config, tmp_path / "run", console=console)
     text = console.getvalue()
@@ -164,7 +172,7 @@ def test_quiet_is_quiet(
 ) -> None:
     console = _Terminal()
     runner.run_campaign(
-        load(scenario_config, ["output.progress=true"]),
+        load(scenario_config, ["output.progress=true", TEST_SET]),
         tmp_path / "run",
         console=console,
         quiet=True,
@@ -176,7 +184,9 @@ def test_quiet_is_quiet(
 def test_report_keeps_dispatch_and_resumed(
     tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
 ) -> None:
-    ran = runner.run_campaign(load(scenario_config), tmp_path / "run", console=io.StringIO())
+    ran = runner.run_campaign(
+        load(scenario_config, [TEST_SET]), tmp_path / "run", console=io.StringIO()
+    )
     assert main(["report", str(tmp_path / "run"), "--json"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["dispatch"] == ran["dispatch"] and summary["resumed"] is False
@@ -353,12 +363,14 @@ def test_running_a_finished_run_again_keeps_its_dispatch_and_an_extension_adds_t
     """A finished run run again (a resume that samples nothing) zeroed summary.json's dispatch
     block (workers 2, batches 309 -> 0); an extension's block held only its own leg."""
     run_dir = tmp_path / "run"
-    capped = load(scenario_config, ["budget.trials=300"])
+    capped = load(scenario_config, ["budget.trials=300", TEST_SET])
     first = runner.run_campaign(capped, run_dir, console=io.StringIO())
     assert first["dispatch"]["batches"] > 0 and first["dispatch"]["workers"] > 0
     again = runner.run_campaign(capped, run_dir, console=io.StringIO())
     assert again["dispatch"] == first["dispatch"]
-    extended = runner.run_campaign(load(scenario_config), run_dir, console=io.StringIO())
+    extended = runner.run_campaign(
+        load(scenario_config, [TEST_SET]), run_dir, console=io.StringIO()
+    )
     with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
         batches = conn.execute("SELECT COUNT(DISTINCT batch_id) FROM trials").fetchone()[0]
     conn.close()
@@ -372,7 +384,12 @@ def test_quiet_prints_only_the_one_line_result(
     """--quiet printed the whole ranking and pair list (33 lines); its help said "only
     warnings"."""
     capsys.readouterr()
-    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert (
+        main(
+            ["run", str(scenario_config), "--out", str(tmp_path / "run"), "--quiet", *TEST_DISPATCH]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and out.startswith("Ranking: 3 models in "), out
     assert err == ""
@@ -430,7 +447,7 @@ def test_the_console_ranking_header_is_explained(
 ) -> None:
     """The console's "rank (no CI)" header was unexplained (report.md said "rank (decided) |
     order"); issue 20's one-score table replaced it with an explained rank column."""
-    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run")]) == 0
+    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run"), *TEST_DISPATCH]) == 0
     out = capsys.readouterr().out
     assert "(no CI)" not in out
     assert "rank: models share a rank until their pair is decided" in out
@@ -446,7 +463,10 @@ def test_a_cap_below_fixed_n_makes_the_cap_the_baseline_and_says_so(
     assert "N = 3 -> 90 trials (the cap: max_trials_per_question = 3 is below" in (
         capsys.readouterr().out
     )
-    assert main(["run", str(scenario_config), "--out", str(tmp_path / "run"), *sets]) == 0
+    assert (
+        main(["run", str(scenario_config), "--out", str(tmp_path / "run"), *sets, *TEST_DISPATCH])
+        == 0
+    )
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     base = summary["baseline"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import (
+    TEST_DISPATCH,
     killed_holder,
     load,
 )
@@ -145,20 +146,15 @@ def test_a_missing_plan_row_is_refused(
 def test_a_damaged_store_is_refused_before_ray_starts(
     finished_run: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    no_ray: list[dict[str, object]],
 ) -> None:
-    from adaptive_eval import cluster
-
-    def no_ray_please(*args: object, **kw: object) -> None:
-        raise AssertionError("Ray must not start")
-
-    monkeypatch.setattr(cluster, "init_ray", no_ray_please)
     config_path, run_dir = finished_run
     with sqlite3.connect(run_dir / "trials.sqlite") as conn:
         conn.execute("DELETE FROM rounds WHERE round = 0")
     capsys.readouterr()
-    assert main(["run", str(config_path), "--out", str(run_dir)]) == 2
+    assert main(["run", str(config_path), "--out", str(run_dir), *TEST_DISPATCH]) == 2
     assert "lacks the plan of round 0" in capsys.readouterr().err
+    assert not no_ray, "the workers must not start"
 
 
 def test_schema_version_is_recorded_and_a_newer_one_refused(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from helpers import (
+    TEST_DISPATCH,
     InlineCluster,
     assert_session_ended,
     base_config,
@@ -102,7 +103,7 @@ def test_a_store_that_turns_read_only_mid_run_is_one_line_exit_2(
     monkeypatch.setattr(TrialStore, "__init__", remember)
     monkeypatch.setattr(InlineCluster, "on_poll", turn_read_only)
     capsys.readouterr()
-    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), *TEST_DISPATCH]) == 2
     err = capsys.readouterr().err
     line = one_error_line(err)
     assert "trials.sqlite" in line and "read-only" in line
@@ -129,11 +130,11 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_and_the_run_resumes(
 
     monkeypatch.setattr(InlineCluster, "on_poll", fill_the_disk)
     capsys.readouterr()
-    assert main(["run", str(config), "--out", str(run_dir)]) == 1
+    assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == 1
     assert "is full" in one_error_line(capsys.readouterr().err)
     (disk / "filler").unlink()
     monkeypatch.setattr(InlineCluster, "on_poll", None)
-    assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+    assert main(["run", str(config), "--out", str(run_dir), "--json", *TEST_DISPATCH]) == 0
     assert json.loads(capsys.readouterr().out)["resumed"] is True
 
 
@@ -144,7 +145,7 @@ def test_a_run_directory_on_read_only_media_is_refused_before_anything(
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
     for out in (disk, disk / "new-run"):
         capsys.readouterr()
-        assert main(["run", str(config), "--out", str(out)]) == 2
+        assert main(["run", str(config), "--out", str(out), *TEST_DISPATCH]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "read-only" in err and "Traceback" not in err
     assert not no_ray, "Ray must not start"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import NullLog, load, mimic_success, write_config, write_scenario
+from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.campaign import build_campaign
 from adaptive_eval.cli import main
@@ -247,30 +247,19 @@ def test_history_and_alerts_compare_the_estimate_not_bayes_at_n(tmp_path: Path) 
 
 
 def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, no_ray: list[dict[str, Any]]
 ) -> None:
-    """Through the real runner: night 1 samples (inline workers stand in for Ray's), night 2
-    finds every trial in the library and must not start Ray at all."""
-    from adaptive_eval import cluster, dispatch
-
-    started: list[str] = []
-
-    def inline_workers(plans: Any, offsets: Any, **options: Any) -> InlineDispatcher:
-        started.append("workers")
-        return InlineDispatcher(plans, offsets)
-
-    monkeypatch.setattr(cluster, "init_ray", lambda *a, **k: started.append("ray"))
-    monkeypatch.setattr(dispatch, "Dispatcher", inline_workers)
+    """Through the real runner: night 1 samples (the tests' dispatch mode stands in for Ray's
+    workers), night 2 finds every trial in the library and must not start the workers at all."""
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    first = run_nightly(load(path), history, night="2026-05-01")
-    assert first["sampled"] > 0 and started == ["ray", "workers"]
-    started.clear()
-    second = run_nightly(load(path), history, night="2026-05-02")
+    first = run_nightly(load(path, [TEST_SET]), history, night="2026-05-01")
+    assert first["sampled"] > 0 and len(no_ray) == 1
+    second = run_nightly(load(path, [TEST_SET]), history, night="2026-05-02")
     assert second["sampled"] == 0 and second["reused"] == first["trials_used"]
-    assert started == []  # neither Ray nor a worker was started
+    assert len(no_ray) == 1  # no worker was started for the second night
     events = (history / "runs" / "2026-05-02" / "events.jsonl").read_text()
-    assert "ray_starting" not in events
+    assert "dispatch_start" not in events and "ray_starting" not in events
 
 
 # -- issue 29: a past night re-run, a recovered model, the console ------------------------------

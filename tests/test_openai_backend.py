@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_inline
+from helpers import TEST_DISPATCH, run_inline
 
 from adaptive_eval._testing import CPU_VLLM_ENV, free_port, vllm_import_error
 from adaptive_eval._testing.flaky_server import FlakyServer
@@ -219,7 +219,9 @@ def test_request_retries_reach_events_and_summary(tmp_path: Path, no_ray: Any) -
         data["policy"] = {"min_trials_per_question": 2, "max_trials_per_question": 2}
         path = tmp_path / "c.yaml"
         path.write_text(json.dumps(data))
-        assert main(["run", str(path), "--out", str(tmp_path / "run"), "--json"]) == 0
+        assert (
+            main(["run", str(path), "--out", str(tmp_path / "run"), "--json", *TEST_DISPATCH]) == 0
+        )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     dispatch = summary["dispatch"]
     assert dispatch["request_retries"] == 4

@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    TEST_DISPATCH,
+    base_config,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval import rundir
 from adaptive_eval._testing.flaky_server import FlakyServer
@@ -78,7 +85,7 @@ def test_a_header_key_is_redacted_in_the_run_folder_and_never_printed(
     with FlakyServer() as server:
         config = _openai_config(tmp_path, server.url, KEY)
         assert main(["validate", str(config)]) == 0
-        assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+        assert main(["run", str(config), "--out", str(run_dir), "--json", *TEST_DISPATCH]) == 0
         sent = server.headers[0]
     assert sent["authorization"] == f"Bearer {KEY}" and sent["x-api-key"] == OTHER  # used
     out, err = capsys.readouterr()
@@ -90,7 +97,7 @@ def test_a_header_key_is_redacted_in_the_run_folder_and_never_printed(
     # report reads the redacted copy; run refuses to send the marker as a key.
     assert main(["report", str(run_dir)]) == 0
     capsys.readouterr()
-    assert main(["run", str(run_dir / "config.yaml"), "--out", str(run_dir)]) == 2
+    assert main(["run", str(run_dir / "config.yaml"), "--out", str(run_dir), *TEST_DISPATCH]) == 2
     assert "headers.Authorization" in capsys.readouterr().err
 
 
@@ -113,7 +120,7 @@ def test_any_key_that_looks_like_a_credential_is_redacted_not_a_word_list(
         }
         write_config(config, data)
         assert main(["validate", str(config)]) == 0
-        assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+        assert main(["run", str(config), "--out", str(run_dir), "--json", *TEST_DISPATCH]) == 0
         sent = server.bodies[0]
     assert sent["user_token"] == USER_TOKEN and sent["top_k"] == 20  # sent as given
     out, err = capsys.readouterr()

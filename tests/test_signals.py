@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import (
+    TEST_DISPATCH,
     InlineCluster,
     assert_session_ended,
     base_config,
@@ -73,7 +74,7 @@ def test_a_stop_signal_mid_run_is_one_line_with_128_plus_the_signal_and_keeps_th
     capsys.readouterr()
     handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
     try:
-        assert main(["run", str(config), "--out", str(run_dir)]) == code
+        assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == code
         # A late copy of the signal cannot cut the clean-up short: ignored to the end.
         assert signal.getsignal(signum) is signal.SIG_IGN
     finally:
@@ -84,7 +85,7 @@ def test_a_stop_signal_mid_run_is_one_line_with_128_plus_the_signal_and_keeps_th
     recorded = trials_in(run_dir / "trials.sqlite")
     assert recorded > 0
     monkeypatch.setattr(InlineCluster, "on_poll", None)
-    assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+    assert main(["run", str(config), "--out", str(run_dir), "--json", *TEST_DISPATCH]) == 0
     assert json.loads(capsys.readouterr().out)["resumed"] is True
 
 

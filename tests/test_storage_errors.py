@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import InlineCluster
+from helpers import TEST_DISPATCH, InlineCluster
 
 from adaptive_eval.cli import main
 from adaptive_eval.store import TrialStore
@@ -158,7 +158,7 @@ def test_a_wal_deleted_mid_run_loses_nothing_and_readers_say_why(
             )
 
     monkeypatch.setattr(InlineCluster, "on_poll", delete_the_wal)
-    assert main(["run", str(config), "--out", str(run_dir), "--json"]) == 0
+    assert main(["run", str(config), "--out", str(run_dir), "--json", *TEST_DISPATCH]) == 0
     assert len(polls) > 4, polls
     reader = readers[0]
     assert reader.returncode == 1

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from helpers import (
+    TEST_DISPATCH,
     base_config,
     ledger,
     load,
@@ -77,7 +78,7 @@ def test_a_damaged_store_is_salvaged_on_resume_to_the_very_same_trials(
     total = len({row[6] for row in ledger(clean)})
     assert 0 < kept < total  # some rounds kept, some lost
 
-    assert main(["run", str(config), "--out", str(damaged)]) == 0
+    assert main(["run", str(config), "--out", str(damaged), *TEST_DISPATCH]) == 0
     err = capsys.readouterr().err
     assert "store_recovered" in err and f"rounds 0..{kept - 1}" in err
     assert ledger(damaged) == ledger(clean)  # the lost rounds were sampled again, identically

@@ -2,10 +2,11 @@
 
 :mod:`.pool` is the driver's side (queues, in-flight batches, retries, restarts); :mod:`.actors`
 is what runs inside Ray's worker processes; :mod:`.stats` counts; :mod:`.inline` stands in for
-Ray in the same process.
+Ray in the same process; :mod:`.launch` holds the dispatch modes (``execution.dispatch``).
 """
 
 from adaptive_eval.dispatch.inline import InlineDispatcher
+from adaptive_eval.dispatch.launch import LaunchRequest, Workers, dispatch_modes, launcher
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import DispatchStats, combine_dispatch, dispatch_summary
 
@@ -13,6 +14,10 @@ __all__ = [
     "DispatchStats",
     "Dispatcher",
     "InlineDispatcher",
+    "LaunchRequest",
+    "Workers",
     "combine_dispatch",
+    "dispatch_modes",
     "dispatch_summary",
+    "launcher",
 ]

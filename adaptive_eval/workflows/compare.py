@@ -6,7 +6,6 @@ as ``run`` runs a campaign (run-folder lock, ``ray.log``, progress) and renders 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,34 +45,19 @@ def run_compare(
     *,
     margin: float | None = None,
     settle_all: bool | None = None,
-    dispatcher: Callable[[Campaign], Any] | None = None,
     console: IO[str] | None = None,
     quiet: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
-    progress); write summary.json and the reports. ``dispatcher`` replaces Ray (tests)."""
+    progress, the config's dispatch mode); write summary.json and the reports."""
     campaign, judge = compare_campaign(config, candidate, margin, settle_all)
-    finish = comparison_finish(candidate, judge)
-
-    replaced: dict[str, Any] = {}
-    if dispatcher is not None:
-        factory = dispatcher
-
-        def no_ray(*args: Any, **kwargs: Any) -> None:
-            return None
-
-        def inline(*args: Any, **kwargs: Any) -> Any:
-            return factory(campaign)
-
-        replaced = {"init_ray": no_ray, "dispatcher_class": inline}
     return run_campaign(
         config,
         run_dir,
         console=console,
         quiet=quiet,
         campaign=campaign,
-        finish=finish,
-        **replaced,
+        finish=comparison_finish(candidate, judge),
     )
 
 

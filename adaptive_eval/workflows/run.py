@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval import cluster, dispatch, runner
+from adaptive_eval import cluster, runner
 from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.preflight import check_before_sampling
@@ -34,13 +34,12 @@ def run_campaign(
     quiet: bool = False,
     campaign: Campaign | None = None,
     finish: Finish | None = None,
-    init_ray: Any = None,
-    dispatcher_class: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) a campaign to its stop; write summary.json, report.md and report.html.
 
     ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
-    ``finish``'s keys to the summary; ``init_ray`` and ``dispatcher_class`` replace Ray (tests).
+    ``finish``'s keys to the summary. Where the workers run is the config's
+    ``execution.dispatch`` (:mod:`adaptive_eval.dispatch.launch`).
     """
     if campaign is None:
         campaign = build_campaign(config)  # every input is validated before Ray starts
@@ -55,8 +54,6 @@ def run_campaign(
             concluder(run_dir, finish),
             console=console,
             quiet=quiet,
-            init_ray=init_ray or cluster.init_ray,
-            dispatcher_class=dispatcher_class or dispatch.Dispatcher,
         )
     finally:
         lock.release()
