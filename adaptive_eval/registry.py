@@ -286,9 +286,10 @@ def _record(instance: object, resolved: Resolved) -> None:
     if _RECORDS.get(key) == resolved:
         return  # a shared instance (a rubric schema) built again the same way
     try:
-        weakref.finalize(instance, _RECORDS.pop, key, None)
+        leave = weakref.finalize(instance, _RECORDS.pop, key, None)
     except TypeError:
         return  # not weakly referenceable: nothing recorded (resolved() says so)
+    leave.atexit = False
     _RECORDS[key] = resolved
 
 
