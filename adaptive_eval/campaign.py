@@ -61,14 +61,13 @@ _DESIGN_FIELDS = (
 
 
 def default_design() -> str:
-    """The default pair rule's design, read off the rule itself (its looks and spending are one
+    """The default pair rule's design, read off the parameters the registry resolved for it
+    (defaults included; its looks and spending are one
     :class:`~adaptive_eval.stats.sequential.LookDesign`, the value its boundaries are built
     from), so that the fingerprint and the docs follow a changed default."""
-    rule = pair_rules.build(DEFAULT_PAIR_RULE)
+    params = pair_rules.resolved(pair_rules.build(DEFAULT_PAIR_RULE)).params
     values = ", ".join(
-        f"{name}={getattr(rule, name):g}"
-        if isinstance(getattr(rule, name), float)
-        else f"{name}={getattr(rule, name)}"
+        f"{name}={params[name]:g}" if isinstance(params[name], float) else f"{name}={params[name]}"
         for name in _DESIGN_FIELDS
     )
     return f"{DEFAULT_PAIR_RULE}({values})"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field
 
-from adaptive_eval.policy import Allocator, CampaignView, Goals, even_plan
+from adaptive_eval.policy import CampaignView, Goals, even_plan
 from adaptive_eval.registry import allocators
 from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.types import PairDecision
@@ -17,13 +19,17 @@ from adaptive_eval.types import PairDecision
 #: trials against 63,740 in one step; benchmarks/scores.py).
 TARGET_STEP = 0.5
 
+#: A count per round (None: the allocator's own choice).
+PerRound = Annotated[int | None, Field(ge=1)]
 
+
+@allocators.register("uniform")
 @dataclass(frozen=True)
 class Uniform:
     """Every model that can take more trials gets them, equally: with early stopping off this
     is exactly the fixed-N run."""
 
-    trials_per_round: int | None = None
+    trials_per_round: PerRound = None
     name: str = "uniform"
 
     def __call__(
@@ -38,6 +44,7 @@ class Uniform:
         return even_plan(view, chosen, round_trials, self.trials_per_round)
 
 
+@allocators.register("pairwise")
 @dataclass(frozen=True)
 class Pairwise:
     """Sample the models of the least-resolved undecided pairs (smallest z first).
@@ -46,8 +53,8 @@ class Pairwise:
     models needed by other goals (min trials, CI width) are always served.
     """
 
-    pairs_per_round: int | None = None
-    trials_per_round: int | None = None
+    pairs_per_round: PerRound = None
+    trials_per_round: PerRound = None
     name: str = "pairwise"
 
     def __call__(
@@ -75,25 +82,6 @@ class Pairwise:
         chosen = (needs & ~in_pairs) | (needs & served) | view.below_min()
         chosen &= room
         return even_plan(view, chosen, round_trials, self.trials_per_round)
-
-
-@allocators.register("uniform")
-def uniform(trials_per_round: int | None = None) -> Allocator:
-    _check_trials_per_round(trials_per_round)
-    return Uniform(trials_per_round)
-
-
-def _check_trials_per_round(trials_per_round: int | None) -> None:
-    if trials_per_round is not None and trials_per_round < 1:
-        raise ValueError(f"trials_per_round must be >= 1, got {trials_per_round}")
-
-
-@allocators.register("pairwise")
-def pairwise(pairs_per_round: int | None = None, trials_per_round: int | None = None) -> Allocator:
-    if pairs_per_round is not None and pairs_per_round < 1:
-        raise ValueError(f"pairs_per_round must be >= 1, got {pairs_per_round}")
-    _check_trials_per_round(trials_per_round)
-    return Pairwise(pairs_per_round, trials_per_round)
 
 
 def split_integer(total: int, weights: np.ndarray, room: np.ndarray) -> np.ndarray:
@@ -176,6 +164,7 @@ def per_trial_variance(view: CampaignView, scheme: str) -> np.ndarray:
     return np.asarray(v.mean(axis=1), dtype=np.float64)
 
 
+@allocators.register("track_and_stop")
 @dataclass(frozen=True)
 class TrackAndStop:
     """Sample in the proportions of the plug-in lower-bound program (Garivier & Kaufmann 2016).
@@ -195,9 +184,9 @@ class TrackAndStop:
     allocation changes its variance, not what it estimates.
     """
 
-    questions: str = "neyman"
-    cost: str = "trials"
-    trials_per_round: int | None = None
+    questions: Literal["neyman", "uniform"] = "neyman"
+    cost: Literal["trials", "tokens", "gpu_s"] = "trials"
+    trials_per_round: PerRound = None
     name: str = "track_and_stop"
 
     def pair_targets(
@@ -271,7 +260,7 @@ class TrackAndStop:
         model_room = np.where(active & ~in_pairs, np.minimum(model_room, lacking), model_room)
         per_model = split_integer(size, deficit, model_room)
         for model in np.nonzero(per_model)[0]:
-            scheme = self.questions
+            scheme: str = self.questions
             if goals.questions is not None and not in_pairs[model]:
                 scheme = goals.questions  # the goal's own scheme for a model only it needs
             plan[model] += self.spread(view, int(model), int(per_model[model]), room[model], scheme)
@@ -293,20 +282,3 @@ class TrackAndStop:
         if deficit.sum() <= 0:
             deficit = weights
         return split_integer(count, deficit, room)
-
-
-QUESTION_SCHEMES = ("neyman", "uniform")
-COSTS = ("trials", "tokens", "gpu_s")
-
-
-@allocators.register("track_and_stop")
-def track_and_stop(
-    questions: str = "neyman", cost: str = "trials", trials_per_round: int | None = None
-) -> Allocator:
-    if questions not in QUESTION_SCHEMES:
-        raise ValueError(f"questions must be one of {QUESTION_SCHEMES}, got {questions!r}")
-    if cost not in COSTS:
-        raise ValueError(f"cost must be one of {COSTS}, got {cost!r}")
-    if trials_per_round is not None and trials_per_round < 1:
-        raise ValueError(f"trials_per_round must be >= 1, got {trials_per_round}")
-    return TrackAndStop(questions, cost, trials_per_round)

@@ -44,15 +44,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from types import MappingProxyType
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field
 
 from adaptive_eval.policy import (
     NO_MEMORY,
     CampaignView,
     MemorylessRule,
     PairMemory,
-    PairRule,
     RuleMemory,
     oriented,
     pair_key,
@@ -62,9 +63,15 @@ from adaptive_eval.stats import sequential as seq
 from adaptive_eval.stats import z_threshold
 from adaptive_eval.types import PairDecision
 
-ERROR_CONTROL = ("pair", "ranking")
+#: A pair rule's own confidence (None: the campaign's ``policy.confidence``).
+Confidence = Annotated[float | None, Field(gt=0.5, lt=1)]
+#: A futility threshold is a probability in [0, 0.5) (0 turns futility stops off; None: the
+#: campaign's ``policy.futility``).
+Futility = Annotated[float | None, Field(ge=0, lt=0.5)]
 
 
+@pair_rules.register("z_rank")
+@pair_rules.register("naive_z")
 @dataclass(frozen=True)
 class ZRank(MemorylessRule):
     """The paper's rule: a > b once z = |mu_a - mu_b| / sqrt(s_a^2 + s_b^2) >= z_c.
@@ -75,8 +82,8 @@ class ZRank(MemorylessRule):
     (``z_c = Phi^-1(1 - (1 - confidence) / looks)``), valid for up to ``looks`` checks.
     """
 
-    confidence: float | None = None
-    looks: int = 1
+    confidence: Confidence = None
+    looks: Annotated[int, Field(ge=1)] = 1
     name: str = "naive_z"
 
     @property
@@ -96,6 +103,7 @@ class ZRank(MemorylessRule):
         return None
 
 
+@pair_rules.register("rope")
 @dataclass(frozen=True)
 class Rope(MemorylessRule):
     """Practical equivalence from the posterior: |mu_a - mu_b| + z_c s <= epsilon, every round.
@@ -104,8 +112,8 @@ class Rope(MemorylessRule):
     decision from their own boundary.
     """
 
-    epsilon: float
-    confidence: float | None = None
+    epsilon: Annotated[float, Field(ge=0)]
+    confidence: Confidence = None
     name: str = "rope"
 
     @property
@@ -136,17 +144,18 @@ class ConfidenceSequenceRule:
     """Shared machinery: the per-pair memory, the TOST decision, keeping decisions once made,
     Holm's step-down budget and the futility check."""
 
-    epsilon: float | None = None  # None: the campaign's policy.rope
-    error_control: str | None = None  # None: the campaign's policy.error_control
+    epsilon: Annotated[float | None, Field(ge=0)] = None  # None: the campaign's policy.rope
+    #: None: the campaign's policy.error_control
+    error_control: Literal["pair", "ranking"] | None = None
     step_down: bool = True
-    futility: float | None = None  # None: the campaign's policy.futility
+    futility: Futility = None
     #: No futility stop before both models average this many trials per question: the
     #: Gaussian projection to the cap is not to be trusted on a handful of trials.
-    futility_trials: int = 8
+    futility_trials: Annotated[int, Field(ge=0)] = 8
     #: The resolve test's variance inflation: a pair is ordered when ``|D| >= c s sqrt(v)``
     #: (``stats.sequential.VARIANCE_INFLATION`` for ``group_sequential``, chosen by
     #: measurement; 1 for ``anytime``, not measured with it). The equivalence test keeps ``s``.
-    inflation: float = 1.0
+    inflation: Annotated[float, Field(ge=1, le=4)] = 1.0
     name: str = "sequential"
 
     @property
@@ -273,6 +282,7 @@ def capped_se(view: CampaignView, a: int, b: int) -> float | None:
     return math.sqrt(float(capped[a]) + float(capped[b]))
 
 
+@pair_rules.register("anytime", internal=("futility_trials", "inflation"))
 @dataclass(frozen=True)
 class Anytime(ConfidenceSequenceRule):
     """Anytime-valid confidence sequence: a mixture of normal mixtures, checked every round.
@@ -283,8 +293,8 @@ class Anytime(ConfidenceSequenceRule):
     early too (:func:`adaptive_eval.stats.sequential.mixture_grid_boundary`).
     """
 
-    tuned_sd: float | None = None
-    grid: int = 8
+    tuned_sd: Annotated[float | None, Field(gt=0)] = None
+    grid: Annotated[int, Field(ge=1, le=32)] = 8
     name: str = "anytime"
 
     def sd_target(self, view: CampaignView) -> float:
@@ -333,6 +343,7 @@ def anytime_table(sd_target: float, alpha: float, grid: int) -> tuple[np.ndarray
     return seq.mixture_boundary_table(rhos, weights, alpha, center - 25.0, center + 25.0)
 
 
+@pair_rules.register("group_sequential")
 @dataclass(frozen=True)
 class GroupSequential(ConfidenceSequenceRule):
     """Lan-DeMets alpha spending over the information fraction, the cap as the horizon.
@@ -354,16 +365,24 @@ class GroupSequential(ConfidenceSequenceRule):
     fixed by the caps before any trial, so the union bound holds.
     """
 
-    spending: str = seq.DEFAULT_LOOKS.spending
-    looks: int = seq.DEFAULT_LOOKS.looks
-    first_look: float = seq.DEFAULT_LOOKS.first_look
-    gamma: float = seq.DEFAULT_LOOKS.gamma
-    horizons: int = 3
-    ratio: float = 4.0
-    cap_share: float = 0.5
-    shortest: int = 16
-    inflation: float = seq.VARIANCE_INFLATION
+    spending: seq.Spending = seq.DEFAULT_LOOKS.spending
+    looks: Annotated[int, Field(ge=1, le=64)] = seq.DEFAULT_LOOKS.looks
+    first_look: Annotated[float, Field(gt=0, le=1)] = seq.DEFAULT_LOOKS.first_look
+    gamma: float = seq.DEFAULT_LOOKS.gamma  # finite, non-zero
+    horizons: Annotated[int, Field(ge=1, le=8)] = 3
+    ratio: Annotated[float, Field(gt=1)] = 4.0
+    cap_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    shortest: Annotated[int, Field(ge=1)] = 16
+    inflation: Annotated[float, Field(ge=1, le=4)] = seq.VARIANCE_INFLATION
     name: str = "group_sequential"
+
+    def __post_init__(self) -> None:
+        if self.gamma == 0:
+            raise ValueError("gamma must be a finite non-zero number, got 0")
+        if self.horizons > 1 and self.cap_share == 1:
+            raise ValueError(
+                "cap_share must be below 1 when horizons > 1 (no budget left for them)"
+            )
 
     @cached_property
     def design(self) -> seq.LookDesign:
@@ -432,133 +451,3 @@ class GroupSequential(ConfidenceSequenceRule):
             min(f.equivalent for f in found),
             sum(f.spent for f in found),
         ), known
-
-
-def _check_common(
-    epsilon: float | None,
-    error_control: str | None,
-    step_down: bool = True,
-    futility: float | None = None,
-    futility_trials: int = 8,
-) -> None:
-    if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
-        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
-    if error_control is not None and error_control not in ERROR_CONTROL:
-        raise ValueError(f"error_control must be one of {ERROR_CONTROL}, got {error_control!r}")
-    if not isinstance(step_down, bool):
-        raise ValueError(f"step_down must be true or false, got {step_down!r}")
-    check_futility(futility)
-    if isinstance(futility_trials, bool) or not isinstance(futility_trials, int):
-        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials!r}")
-    if futility_trials < 0:
-        raise ValueError(f"futility_trials must be an integer >= 0, got {futility_trials}")
-
-
-def check_futility(futility: float | None) -> None:
-    """A futility threshold is a probability in [0, 0.5) (0 turns futility stops off)."""
-    if futility is None:
-        return
-    if isinstance(futility, bool) or not isinstance(futility, int | float):
-        raise ValueError(f"futility must be a number in [0, 0.5), got {futility!r}")
-    if not (math.isfinite(futility) and 0 <= futility < 0.5):
-        raise ValueError(f"futility must be a number in [0, 0.5), got {futility}")
-
-
-@pair_rules.register("group_sequential")
-def group_sequential(
-    spending: str = seq.DEFAULT_LOOKS.spending,
-    looks: int = seq.DEFAULT_LOOKS.looks,
-    first_look: float = seq.DEFAULT_LOOKS.first_look,
-    gamma: float = seq.DEFAULT_LOOKS.gamma,
-    epsilon: float | None = None,
-    error_control: str | None = None,
-    step_down: bool = True,
-    futility: float | None = None,
-    futility_trials: int = 8,
-    horizons: int = 3,
-    ratio: float = 4.0,
-    cap_share: float = 0.5,
-    shortest: int = 16,
-    inflation: float = seq.VARIANCE_INFLATION,
-) -> PairRule:
-    _check_common(epsilon, error_control, step_down, futility, futility_trials)
-    if isinstance(inflation, bool) or not isinstance(inflation, int | float):
-        raise ValueError(f"inflation must be a number >= 1, got {inflation!r}")
-    if not (math.isfinite(inflation) and 1 <= inflation <= 4):
-        raise ValueError(f"inflation must be a number in [1, 4], got {inflation}")
-    if spending not in seq.SPENDING_FUNCTIONS:
-        raise ValueError(f"spending must be one of {seq.SPENDING_FUNCTIONS}, got {spending!r}")
-    if not isinstance(looks, int) or not 1 <= looks <= 64:
-        raise ValueError(f"looks must be an integer in 1..64, got {looks!r}")
-    if not 0 < first_look <= 1:
-        raise ValueError(f"first_look must be in (0, 1], got {first_look}")
-    if not (math.isfinite(gamma) and gamma != 0):
-        raise ValueError(f"gamma must be a finite non-zero number, got {gamma}")
-    if isinstance(horizons, bool) or not isinstance(horizons, int) or not 1 <= horizons <= 8:
-        raise ValueError(f"horizons must be an integer in 1..8, got {horizons!r}")
-    if not (math.isfinite(ratio) and ratio > 1):
-        raise ValueError(f"ratio must be a number > 1, got {ratio}")
-    if not (math.isfinite(cap_share) and 0 < cap_share <= 1):
-        raise ValueError(f"cap_share must be in (0, 1], got {cap_share}")
-    if horizons > 1 and cap_share == 1:
-        raise ValueError("cap_share must be below 1 when horizons > 1 (no budget left for them)")
-    if isinstance(shortest, bool) or not isinstance(shortest, int) or shortest < 1:
-        raise ValueError(f"shortest must be an integer >= 1, got {shortest!r}")
-    return GroupSequential(
-        epsilon,
-        error_control,
-        step_down,
-        futility,
-        futility_trials,
-        float(inflation),
-        spending=spending,
-        looks=looks,
-        first_look=first_look,
-        gamma=gamma,
-        horizons=horizons,
-        ratio=ratio,
-        cap_share=cap_share,
-        shortest=shortest,
-    )
-
-
-@pair_rules.register("anytime")
-def anytime(
-    tuned_sd: float | None = None,
-    grid: int = 8,
-    epsilon: float | None = None,
-    error_control: str | None = None,
-    step_down: bool = True,
-    futility: float | None = None,
-) -> PairRule:
-    _check_common(epsilon, error_control, step_down, futility)
-    if tuned_sd is not None and not (math.isfinite(tuned_sd) and tuned_sd > 0):
-        raise ValueError(f"tuned_sd must be > 0, got {tuned_sd}")
-    if not isinstance(grid, int) or not 1 <= grid <= 32:
-        raise ValueError(f"grid must be an integer in 1..32, got {grid!r}")
-    return Anytime(epsilon, error_control, step_down, futility, tuned_sd=tuned_sd, grid=grid)
-
-
-def _naive(confidence: float | None, looks: int, name: str) -> PairRule:
-    if confidence is not None and not 0.5 < confidence < 1:
-        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
-    if isinstance(looks, bool) or not isinstance(looks, int) or looks < 1:
-        raise ValueError(f"looks must be an integer >= 1, got {looks!r}")
-    return ZRank(confidence, looks, name)
-
-
-@pair_rules.register("naive_z")
-def naive_z(confidence: float | None = None, looks: int = 1) -> PairRule:
-    return _naive(confidence, looks, "naive_z")
-
-
-@pair_rules.register("z_rank")
-def z_rank(confidence: float | None = None, looks: int = 1) -> PairRule:
-    return _naive(confidence, looks, "z_rank")
-
-
-@pair_rules.register("rope")
-def rope(epsilon: float, confidence: float | None = None) -> PairRule:
-    if not (math.isfinite(epsilon) and epsilon >= 0):
-        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
-    return Rope(epsilon, confidence)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field
 
 from adaptive_eval.policy import CampaignView, StoppingRule
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats.intervals import IntervalDesign, trials_to_reach
 from adaptive_eval.types import PairDecision, Stop, StopReason
 
-QUESTION_SCHEMES = ("uniform", "neyman")
 
-
+@stopping_rules.register("pairs_settled")
+@dataclass(frozen=True)
 class PairsSettled(StoppingRule):
     """The ranking goal: every adjacent pair is resolved or equivalent, or futile (cannot be
     settled by the cap with reasonable probability; such a stop is reported as ``futility``)."""
@@ -136,15 +138,16 @@ class CiWidth(StoppingRule):
         return np.where(self.half_widths(view) > self.half_width, targets, 0.0)
 
 
+@stopping_rules.register("max_trials")
+@dataclass(frozen=True)
 class MaxTrials(StoppingRule):
     """Stop once every (model, question) cell has ``n`` trials."""
+
+    n: Annotated[int, Field(ge=1)]
 
     name = "max_trials"
     respects_min_trials = False
     settles_pairs = False
-
-    def __init__(self, n: int) -> None:
-        self.n = n
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if int(view.trials.min()) >= self.n:
@@ -152,22 +155,18 @@ class MaxTrials(StoppingRule):
         return None
 
 
+@stopping_rules.register("budget")
+@dataclass(frozen=True)
 class Budget(StoppingRule):
-    """Stop when the trial, token or wall-clock budget is spent."""
+    """Stop when the trial, token or wall-clock budget is spent (None: no such limit)."""
+
+    trials: Annotated[int | None, Field(ge=1)] = None
+    tokens: Annotated[int | None, Field(ge=1)] = None
+    wall_clock_s: Annotated[float | None, Field(gt=0)] = None
 
     name = "budget"
     respects_min_trials = False
     settles_pairs = False
-
-    def __init__(
-        self,
-        trials: int | None = None,
-        tokens: int | None = None,
-        wall_clock_s: float | None = None,
-    ) -> None:
-        self.trials = trials
-        self.tokens = tokens
-        self.wall_clock_s = wall_clock_s
 
     def _should_stop(self, view: CampaignView, decisions: tuple[PairDecision, ...]) -> Stop | None:
         if self.trials is not None and view.trials_used >= self.trials:
@@ -185,49 +184,18 @@ class Budget(StoppingRule):
         return None
 
 
-@stopping_rules.register("pairs_settled")
-def pairs_settled() -> StoppingRule:
-    return PairsSettled()
-
-
 @stopping_rules.register("ci_width")
 def ci_width(
-    width: float | None = None,
-    half_width: float | None = None,
-    confidence: float | None = None,
+    width: Annotated[float | None, Field(gt=0)] = None,
+    half_width: Annotated[float | None, Field(gt=0)] = None,
+    confidence: Annotated[float | None, Field(gt=0, lt=1)] = None,
     simultaneous: bool = False,
-    questions: str = "uniform",
+    questions: Literal["uniform", "neyman"] = "uniform",
 ) -> StoppingRule:
     """``width`` is the whole interval's width (``2 h``), ``half_width`` its half; give one.
     ``confidence`` defaults to ``policy.confidence``."""
-    if (width is None) == (half_width is None):
-        raise ValueError("give one of width (the whole interval) or half_width (+-h)")
-    value = width if width is not None else half_width
-    label = "width" if width is not None else "half_width"
-    assert value is not None
-    if not (math.isfinite(value) and value > 0):  # `value <= 0` let .nan through
-        raise ValueError(f"{label} must be > 0, got {value}")
-    if confidence is not None and not (math.isfinite(confidence) and 0 < confidence < 1):
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if not isinstance(simultaneous, bool):
-        raise ValueError(f"simultaneous must be true or false, got {simultaneous!r}")
-    if questions not in QUESTION_SCHEMES:
-        raise ValueError(f"questions must be one of {QUESTION_SCHEMES}, got {questions!r}")
-    return CiWidth(value / 2 if width is not None else value, confidence, simultaneous, questions)
-
-
-@stopping_rules.register("max_trials")
-def max_trials(n: int) -> StoppingRule:
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    return MaxTrials(n)
-
-
-@stopping_rules.register("budget")
-def budget(
-    trials: int | None = None, tokens: int | None = None, wall_clock_s: float | None = None
-) -> StoppingRule:
-    for name, value in (("trials", trials), ("tokens", tokens), ("wall_clock_s", wall_clock_s)):
-        if value is not None and not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value}")
-    return Budget(trials, tokens, wall_clock_s)
+    if width is not None and half_width is None:
+        return CiWidth(width / 2, confidence, simultaneous, questions)
+    if half_width is not None and width is None:
+        return CiWidth(half_width, confidence, simultaneous, questions)
+    raise ValueError("give one of width (the whole interval) or half_width (+-h)")

@@ -129,12 +129,12 @@ CONFIG_CASES = [
     ),
     case(
         "allocation-fraction",
-        "valid integer",
+        "trials_per_round must be an integer >= 1, got 2.5",
         "policy.allocation={name: uniform, trials_per_round: 2.5}",
     ),
     case(
         "allocation-bool",
-        "valid integer",
+        "trials_per_round must be an integer >= 1, got True",
         "policy.allocation={name: uniform, trials_per_round: true}",
     ),
     case(
@@ -154,7 +154,7 @@ CONFIG_CASES = [
     case("looks-zero", "looks must be", "policy.pair_rules=[{name: group_sequential, looks: 0}]"),
     case(
         "first-look-nan",
-        "first_look must be in (0, 1], got nan",
+        "first_look must be a number in (0, 1], got nan",
         "policy.pair_rules=[{name: group_sequential, first_look: .nan}]",
     ),
     case(
@@ -174,7 +174,7 @@ CONFIG_CASES = [
     ),
     case(
         "naive-confidence-inf",
-        "confidence must be in (0.5, 1), got inf",
+        "confidence must be a number in (0.5, 1), got inf",
         "policy.pair_rules=[{name: naive_z, confidence: .inf}]",
     ),
     case("anytime-grid", "grid must be", "policy.pair_rules=[{name: anytime, grid: 0}]"),
@@ -182,23 +182,35 @@ CONFIG_CASES = [
     case("stopping-unknown", "unknown stopping rule 'nope'", "policy.stopping=[nope]"),
     case(
         "ci-width-nan",
-        "width must be > 0, got nan",
+        "width must be a finite number > 0, got nan",
         "policy.stopping=[{name: ci_width, width: .nan}]",
     ),
-    case("ci-width-zero", "width must be > 0", "policy.stopping=[{name: ci_width, width: 0}]"),
+    case(
+        "ci-width-zero",
+        "width must be a finite number > 0, got 0",
+        "policy.stopping=[{name: ci_width, width: 0}]",
+    ),
     case(
         "ci-width-inf",
-        "width must be > 0, got inf",
+        "width must be a finite number > 0, got inf",
         "policy.stopping=[{name: ci_width, width: .inf}]",
     ),
     case("ci-width-missing", "width", "policy.stopping=[{name: ci_width}]"),
     case("max-trials-rule-zero", "n must be", "policy.stopping=[{name: max_trials, n: 0}]"),
     case(
-        "max-trials-rule-fraction", "valid integer", "policy.stopping=[{name: max_trials, n: 2.7}]"
+        "max-trials-rule-fraction",
+        "n must be an integer >= 1, got 2.7",
+        "policy.stopping=[{name: max_trials, n: 2.7}]",
     ),
-    case("max-trials-rule-bool", "valid integer", "policy.stopping=[{name: max_trials, n: true}]"),
     case(
-        "budget-rule-negative", "trials must be > 0", "policy.stopping=[{name: budget, trials: -1}]"
+        "max-trials-rule-bool",
+        "n must be an integer >= 1, got True",
+        "policy.stopping=[{name: max_trials, n: true}]",
+    ),
+    case(
+        "budget-rule-negative",
+        "trials must be an integer >= 1, got -1",
+        "policy.stopping=[{name: budget, trials: -1}]",
     ),
     case("prior-missing", "file not found", "policy.prior={path: missing.npz}"),
     case("prior-shape", "does not match", "policy.prior={path: prior_shape.npz}"),

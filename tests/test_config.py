@@ -100,7 +100,7 @@ def test_bad_policy_parameter_is_named(tmp_path: Path, scenario: Path) -> None:
     message = error_of(tmp_path, data)
     assert "policy.stopping[0]" in message and "widht" in message
     data = base_config(str(scenario), stopping=[{"name": "ci_width", "width": -1}])
-    assert "width must be > 0" in error_of(tmp_path, data)
+    assert "width must be a finite number > 0, got -1" in error_of(tmp_path, data)
 
 
 def test_overrides_apply_and_are_validated(tmp_path: Path, scenario: Path) -> None:

@@ -194,9 +194,12 @@ def test_shorter_horizons_are_used_only_where_the_cap_leaves_room() -> None:
     [
         ({"futility": 0.7}, "futility must be a number in [0, 0.5), got 0.7"),
         ({"futility": float("nan")}, "futility must be a number in [0, 0.5)"),
-        ({"horizons": 0}, "horizons must be an integer in 1..8, got 0"),
-        ({"ratio": 1.0}, "ratio must be a number > 1, got 1.0"),
-        ({"cap_share": 0.0}, "cap_share must be in (0, 1], got 0.0"),
+        (
+            {"horizons": 0},
+            "pair rule 'group_sequential': horizons must be an integer in [1, 8], got 0",
+        ),
+        ({"ratio": 1.0}, "ratio must be a finite number > 1, got 1.0"),
+        ({"cap_share": 0.0}, "cap_share must be a number in (0, 1], got 0.0"),
         ({"horizons": 2, "cap_share": 1.0}, "cap_share must be below 1"),
         ({"step_down": "yes"}, "step_down must be true or false"),
         ({"shortest": 0}, "shortest must be an integer >= 1, got 0"),

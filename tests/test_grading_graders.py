@@ -10,7 +10,6 @@ import pytest
 from adaptive_eval.datasets import Question
 from adaptive_eval.errors import InputError
 from adaptive_eval.grading import (
-    GRADERS,
     GeneratedSample,
     Graded,
     Grader,
@@ -21,6 +20,7 @@ from adaptive_eval.grading import (
     build_grader,
     compute_signals,
     grader,
+    graders,
 )
 
 HALF = Question("q-half", "What is 1/2 as a fraction?", r"\frac{1}{2}", {})
@@ -104,7 +104,7 @@ def test_signals_to_dict_roundtrip_is_json_ready() -> None:
 
 
 def test_registry_and_build_errors() -> None:
-    assert {"math", "exact", "regex"} <= set(GRADERS)
+    assert {"math", "exact", "regex"} <= set(graders.names())
     with pytest.raises(InputError, match=r"unknown grader 'nope'.*known: .*math"):
         build_grader("nope")
     with pytest.raises(InputError, match="grader 'math' has no parameter 'timout_s'") as info:
@@ -152,8 +152,10 @@ def test_custom_grader_registration() -> None:
         assert g(sample("x"), HALF) == Graded(0)
         with pytest.raises(ValueError, match="already registered"):
             grader("test-always-one")(lambda: None)
+        with pytest.raises(InputError, match="category must be an integer, got 'x'"):
+            build_grader("test-always-one", category="x")
     finally:
-        GRADERS.pop("test-always-one", None)
+        graders.unregister("test-always-one")
 
 
 # ---- math grader -------------------------------------------------------------------------------

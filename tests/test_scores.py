@@ -385,7 +385,7 @@ def test_the_outputs_lead_with_one_score_in_the_ranking_order(
         (
             "policy.stopping=[{name: ci_width, width: 0.1, confidence: 1.5}]",
             "policy.stopping[0]",
-            "confidence must lie strictly between 0 and 1, got 1.5",
+            "confidence must be a number in (0, 1), got 1.5",
         ),
         ("policy.stopping=[{name: all_of}]", "policy.stopping[0]", "non-empty list"),
         ("policy.bayes_prior=flat", "policy.bayes_prior", "flat"),

@@ -9,7 +9,6 @@
 
 from adaptive_eval.grading.answers import extract_boxed, is_grader_failure, math_equal
 from adaptive_eval.grading.graders import (
-    GRADERS,
     ExactGrader,
     Graded,
     Grader,
@@ -18,6 +17,7 @@ from adaptive_eval.grading.graders import (
     VerifierFn,
     build_grader,
     grader,
+    graders,
 )
 from adaptive_eval.grading.schemata import (
     SCHEMATA,
@@ -25,6 +25,7 @@ from adaptive_eval.grading.schemata import (
     Schema,
     Thresholds,
     get_schema,
+    schemata,
 )
 from adaptive_eval.grading.signals import (
     DEFAULT_MAX_TOKENS_REF,
@@ -37,7 +38,6 @@ from adaptive_eval.grading.signals import (
 
 __all__ = [
     "DEFAULT_MAX_TOKENS_REF",
-    "GRADERS",
     "SCHEMATA",
     "ExactGrader",
     "GeneratedSample",
@@ -57,6 +57,8 @@ __all__ = [
     "extract_boxed",
     "get_schema",
     "grader",
+    "graders",
     "is_grader_failure",
     "math_equal",
+    "schemata",
 ]

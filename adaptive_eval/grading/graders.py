@@ -1,8 +1,10 @@
 r"""Graders: turn one generated sample into a category, found by name from the config.
 
 A grader is any object with ``num_categories`` (``C + 1``) and
-``__call__(sample, question) -> Graded``. Built-in graders are made by factories registered with
-:func:`grader` and built with :func:`build_grader`, which checks the name and the parameters:
+``__call__(sample, question) -> Graded``. Graders are plug-ins of the one registry class
+(:class:`adaptive_eval.registry.Registry`): registered in :data:`graders` with :func:`grader`
+(its ``register``) and built with :func:`build_grader`, which checks the name and the parameters
+against the factory's annotated signature (or the grader dataclass's fields):
 
 - ``math``: last ``\boxed{}`` answer checked with math-verify (:func:`math_equal`); categories
   0 wrong / 1 correct, or, with ``schema=<name>`` and ``thresholds``, one of the paper's rubric
@@ -18,12 +20,12 @@ configured ``invalid_category`` (default 0), ``invalid=True`` and the reason.
 from __future__ import annotations
 
 import importlib.util
-import inspect
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import Field
 
 from adaptive_eval.datasets import Question
 from adaptive_eval.errors import InputError
@@ -36,6 +38,7 @@ from adaptive_eval.grading.signals import (
     base_signals,
     compute_signals,
 )
+from adaptive_eval.registry import Registry
 
 #: Supplies verifier probabilities (A correct, B wrong, C off-task) for a sample.
 VerifierFn = Callable[[GeneratedSample, Question], tuple[float, float, float]]
@@ -64,59 +67,28 @@ class Grader(Protocol):
     def __call__(self, sample: GeneratedSample, question: Question) -> Graded: ...
 
 
-GraderFactory = Callable[..., Grader]
-GRADERS: dict[str, GraderFactory] = {}
-_F = TypeVar("_F", bound=Callable[..., Any])
+#: Every grader, by name.
+graders: Registry[Grader] = Registry("grader", label_errors=True)
+#: ``@grader(name)`` registers a grader factory (its keyword parameters are the config keys) or a
+#: grader dataclass (its fields are).
+grader = graders.register
 
-
-def grader(name: str) -> Callable[[_F], _F]:
-    """Register a grader factory under ``name``; its keyword parameters are the config keys."""
-
-    def register(factory: _F) -> _F:
-        if name in GRADERS and GRADERS[name] is not factory:
-            raise ValueError(f"grader {name!r} is already registered")
-        GRADERS[name] = factory
-        return factory
-
-    return register
+#: Positive seconds for one math-verify check.
+Timeout = Annotated[float, Field(gt=0)]
+#: The completion length the length signals are measured against, in tokens.
+TokensRef = Annotated[int, Field(gt=0)]
+#: The category of a sample the grader could not grade, for a binary grader.
+BinaryCategory = Annotated[int, Field(ge=0, le=1)]
 
 
 def build_grader(name: str, **params: Any) -> Grader:
-    """Build the grader registered as ``name`` from config ``params``.
+    """Build the grader registered as ``name`` from config ``params``
+    (:meth:`~adaptive_eval.registry.Registry.build` of :data:`graders`).
 
     An unknown name, an unknown or missing parameter, or a bad value is an :class:`InputError`
     naming the grader and the parameter.
     """
-    factory = GRADERS.get(name)
-    if factory is None:
-        raise InputError(
-            f"unknown grader {name!r}; known: {', '.join(sorted(GRADERS))}", field="grader"
-        )
-    signature = inspect.signature(factory)
-    accepted = signature.parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        for key in params:
-            if key not in accepted:
-                raise InputError(
-                    f"grader {name!r} has no parameter {key!r}; "
-                    f"parameters: {', '.join(accepted) or '(none)'}",
-                    field=key,
-                )
-    for key, p in accepted.items():
-        required = p.default is inspect.Parameter.empty and p.kind in (
-            inspect.Parameter.KEYWORD_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        )
-        if required and key not in params:
-            raise InputError(f"grader {name!r} needs parameter {key!r}", field=key)
-    try:
-        return factory(**params)
-    except InputError as exc:
-        err = InputError(f"grader {name!r}: {exc}")
-        err.source, err.field = exc.source, exc.field
-        raise err from None
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"grader {name!r}: {exc}") from None
+    return graders.build(name, params)
 
 
 # ---- shared helpers ----------------------------------------------------------------------------
@@ -127,16 +99,8 @@ def _normalize(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def _check_number(name: str, value: Any, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(f"{name} must be a number, got {value!r}", field=name)
-    if positive and value <= 0:
-        raise InputError(f"{name} must be positive, got {value!r}", field=name)
-    return float(value)
-
-
-def _check_invalid_category(value: Any, num_categories: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < num_categories:
+def _check_invalid_category(value: int, num_categories: int) -> int:
+    if not value < num_categories:
         raise InputError(
             f"invalid_category must be an integer in 0..{num_categories - 1}, got {value!r}",
             field="invalid_category",
@@ -149,19 +113,12 @@ def _check_weights(
 ) -> tuple[float, ...]:
     if weights is None:
         return default
-    values = tuple(weights)
-    if len(values) != len(default):
+    if len(weights) != len(default):
         raise InputError(
-            f"weights need {len(default)} entries (one per category), got {len(values)}",
+            f"weights need {len(default)} entries (one per category), got {len(weights)}",
             field="weights",
         )
-    return tuple(_check_number("weights", w, positive=False) for w in values)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise InputError(f"{name} must be one of {', '.join(choices)}, got {value!r}", field=name)
-    return str(value)
+    return tuple(float(w) for w in weights)
 
 
 def _failed(invalid_category: int, reason: str, answer: str | None = None) -> Graded:
@@ -227,11 +184,11 @@ class MathGrader:
 def math_grader(
     *,
     schema: str | None = None,
-    thresholds: Thresholds | Mapping[str, float] | None = None,
+    thresholds: Thresholds | Mapping[str, Any] | None = None,
     weights: Sequence[float] | None = None,
-    timeout_s: float = 5.0,
-    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
-    invalid_category: int = 0,
+    timeout_s: Timeout = 5.0,
+    max_tokens_ref: TokensRef = DEFAULT_MAX_TOKENS_REF,
+    invalid_category: Annotated[int, Field(ge=0)] = 0,
     unboxed_fallback: bool = True,
     verifier: VerifierFn | Mapping[str, Any] | None = None,
 ) -> MathGrader:
@@ -249,16 +206,12 @@ def math_grader(
         raise InputError(
             "needs math-verify, which is not installed: pip install 'adaptive-eval[grading]'"
         )
-    timeout = _check_number("timeout_s", timeout_s)
-    ref = int(_check_number("max_tokens_ref", max_tokens_ref))
     if thresholds is None:
         fixed = Thresholds()
     elif isinstance(thresholds, Thresholds):
         fixed = thresholds
-    elif isinstance(thresholds, Mapping):
-        fixed = Thresholds.from_mapping(thresholds)
     else:
-        raise InputError(f"thresholds must be a mapping, got {thresholds!r}", field="thresholds")
+        fixed = Thresholds.from_mapping(thresholds)
     chosen: Schema | None = None
     default: tuple[float, ...]
     if schema is None:
@@ -276,17 +229,15 @@ def math_grader(
         from adaptive_eval.grading.verifier import build_verifier
 
         verifier = build_verifier(verifier)
-    if verifier is not None and not callable(verifier):
-        raise InputError(f"verifier must be callable, got {verifier!r}", field="verifier")
     return MathGrader(
         num_categories=n,
         default_weights=_check_weights(weights, default),
         schema=chosen,
         thresholds=fixed,
-        timeout_s=timeout,
-        max_tokens_ref=ref,
+        timeout_s=timeout_s,
+        max_tokens_ref=max_tokens_ref,
         invalid_category=_check_invalid_category(invalid_category, n),
-        unboxed_fallback=bool(unboxed_fallback),
+        unboxed_fallback=unboxed_fallback,
         verifier=verifier,
     )
 
@@ -294,13 +245,16 @@ def math_grader(
 # ---- exact -------------------------------------------------------------------------------------
 
 
+@grader("exact", internal=("num_categories", "default_weights"))
 @dataclass(frozen=True)
 class ExactGrader:
-    """Normalised string equality (strip, collapse whitespace, casefold): 0 wrong, 1 correct."""
+    r"""Normalised string equality (strip, collapse whitespace, casefold): 0 wrong, 1 correct.
 
-    extract: str = "boxed"
-    invalid_category: int = 0
-    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF
+    Compares the ``\boxed{}`` answer (``extract="boxed"``) or the whole text (``"none"``)."""
+
+    extract: Literal["boxed", "none"] = "boxed"
+    invalid_category: BinaryCategory = 0
+    max_tokens_ref: TokensRef = DEFAULT_MAX_TOKENS_REF
     num_categories: int = 2
     default_weights: tuple[float, ...] = (0.0, 1.0)
 
@@ -319,21 +273,6 @@ class ExactGrader:
             return Graded(int(correct), answer, signals, note, False)
         except Exception as exc:
             return _crash(self.invalid_category, exc)
-
-
-@grader("exact")
-def exact_grader(
-    *,
-    extract: str = "boxed",
-    invalid_category: int = 0,
-    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
-) -> ExactGrader:
-    r"""Exact match of the ``\boxed{}`` answer (``extract="boxed"``) or whole text (``"none"``)."""
-    return ExactGrader(
-        extract=_check_choice("extract", extract, ("boxed", "none")),
-        invalid_category=_check_invalid_category(invalid_category, 2),
-        max_tokens_ref=int(_check_number("max_tokens_ref", max_tokens_ref)),
-    )
 
 
 # ---- regex -------------------------------------------------------------------------------------
@@ -386,19 +325,17 @@ def regex_grader(
     *,
     pattern: str,
     ignore_case: bool = False,
-    match: str = "last",
-    compare: str = "exact",
-    timeout_s: float = 5.0,
-    invalid_category: int = 0,
-    max_tokens_ref: int = DEFAULT_MAX_TOKENS_REF,
+    match: Literal["last", "first"] = "last",
+    compare: Literal["exact", "math"] = "exact",
+    timeout_s: Timeout = 5.0,
+    invalid_category: BinaryCategory = 0,
+    max_tokens_ref: TokensRef = DEFAULT_MAX_TOKENS_REF,
 ) -> RegexGrader:
     """Regex grader: ``pattern`` must have exactly one capturing group (the answer).
 
     ``match``: use the ``last`` (default) or ``first`` match; ``compare``: ``exact`` (normalised
     strings) or ``math`` (math-verify, with ``timeout_s``).
     """
-    if not isinstance(pattern, str):
-        raise InputError(f"pattern must be a string, got {pattern!r}", field="pattern")
     try:
         compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
@@ -410,11 +347,4 @@ def regex_grader(
             f"pattern {pattern!r} must have exactly one capturing group, has {compiled.groups}",
             field="pattern",
         )
-    return RegexGrader(
-        pattern=compiled,
-        match=_check_choice("match", match, ("last", "first")),
-        compare=_check_choice("compare", compare, ("exact", "math")),
-        timeout_s=_check_number("timeout_s", timeout_s),
-        invalid_category=_check_invalid_category(invalid_category, 2),
-        max_tokens_ref=int(_check_number("max_tokens_ref", max_tokens_ref)),
-    )
+    return RegexGrader(compiled, match, compare, timeout_s, invalid_category, max_tokens_ref)

@@ -38,6 +38,7 @@ from typing import Any
 
 from adaptive_eval.errors import InputError
 from adaptive_eval.grading.signals import Signals
+from adaptive_eval.registry import Registry
 
 
 class MissingSignalError(ValueError):
@@ -410,11 +411,20 @@ _COMPLEMENT_NOTE = (
     "paper's wrong_high_conf uses tau_low_wrong but low_conf uses tau_high, which can leave gaps)."
 )
 
-SCHEMATA: dict[str, Schema] = {}
+#: Every rubric schema, by name: plug-ins without parameters of the one registry class.
+schemata: Registry[Schema] = Registry("schema")
+#: ``name -> Schema``, read-only, for reading the schemata as a table.
+SCHEMATA: Mapping[str, Schema] = schemata.mapping()
 
 
 def _register(schema: Schema) -> Schema:
-    SCHEMATA[schema.name] = schema
+    """Register ``schema`` under its name (as a factory without parameters that returns it)."""
+
+    def build() -> Schema:
+        return schema
+
+    build.__name__ = build.__qualname__ = schema.name
+    schemata.register(schema.name)(build)
     return schema
 
 
@@ -629,9 +639,4 @@ _register(
 
 def get_schema(name: str) -> Schema:
     """The registered schema ``name``; :class:`InputError` listing the known names otherwise."""
-    try:
-        return SCHEMATA[name]
-    except KeyError:
-        raise InputError(
-            f"unknown schema {name!r}; known: {', '.join(sorted(SCHEMATA))}", field="schema"
-        ) from None
+    return schemata.build(name, field="schema")

@@ -45,9 +45,11 @@ rejected, each open one is tested at ``alpha / (m - k)``.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,7 +59,9 @@ from scipy.stats import norm
 
 FloatArray = NDArray[np.float64]
 
-SPENDING_FUNCTIONS = ("obf", "pocock", "hsd")
+#: The Lan-DeMets spending functions (:func:`spent_alpha`).
+Spending = Literal["obf", "pocock", "hsd"]
+SPENDING_FUNCTIONS: tuple[Spending, ...] = typing.get_args(Spending)
 
 
 #: The variance inflation of the default decisions (issue 26, chosen by measurement;
@@ -89,7 +93,7 @@ class LookDesign:
 
     looks: int = 12
     first_look: float = 1 / 64
-    spending: str = "hsd"
+    spending: Spending = "hsd"
     gamma: float = -4.0
 
     def fractions(self) -> tuple[float, ...]:
