@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 # Ray reads its environment when first imported, and tests import it before init_ray: the
 # session's cluster gets the run's settings (no folded "[repeated Nx]" worker lines) here.
 os.environ.update({k: os.environ.get(k, v) for k, v in RAY_ENVIRONMENT.items()})
+# The tests' dispatch mode registers from this copy of helpers, before a second import of the
+# file under another name (doctest collection) could.
+importlib.import_module("helpers")
 
 
 @pytest.fixture(scope="session")

@@ -191,13 +191,19 @@ TEST_SET = "execution.dispatch=test_inline"
 TEST_DISPATCH = ("--set", TEST_SET)
 
 
-@dispatch_modes.register("test_inline")
 def launch_test_inline(request: LaunchRequest) -> Any:
     """A dispatch mode of the tests' own, registered as a third party would: it records each
     launch (an empty :data:`LAUNCHES` says the workers never started) and runs the workers in
     this process (:class:`InlineCluster`)."""
     LAUNCHES.append({"quiet": request.quiet, "ray_address": request.ray_address})
     return InlineCluster(request.plans, request.offsets, on_event=request.on_event)
+
+
+# Once per process: pytest may import this file a second time under another name (the doctest
+# collection, ``tests.helpers``); conftest imports it first, so that copy's LAUNCHES and
+# InlineCluster are the ones the registered mode uses.
+if "test_inline" not in dispatch_modes.names():
+    dispatch_modes.register("test_inline")(launch_test_inline)
 
 
 def count_view(

@@ -8,6 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import (
+    base_config,
+    count_view,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 from scipy import optimize
 from scipy.stats import dirichlet_multinomial, multinomial, norm
 
@@ -35,15 +44,6 @@ from adaptive_eval.stats.sequential import empirical_estimate
 from adaptive_eval.store import TrialStore
 from adaptive_eval.types import StopReason
 from adaptive_eval.workflows.report import report_run
-from tests.helpers import (
-    base_config,
-    count_view,
-    load,
-    mimic_success,
-    run_inline,
-    write_config,
-    write_scenario,
-)
 
 # -- the empirical-Bayes prior ----------------------------------------------------------------
 
