@@ -200,7 +200,7 @@ def _score_line(campaign: Campaign) -> str:
     num_models = campaign.num_models
     if design.half_width is None:
         return f"  score interval: {design.guarantee(num_models)}"
-    span = campaign.config.rubric.span
+    span = campaign.settings.rubric_span
     worst = int(
         trials_for_width(np.array((span / 2) ** 2), campaign.num_questions, design, num_models)
     )
