@@ -53,9 +53,7 @@ def config_reads(path: Path) -> list[str]:
         elif (
             isinstance(node, ast.Subscript | ast.Call)
             and "extras" in ast.unparse(node)
-            and any(
-                isinstance(c, ast.Constant) and c.value == "config" for c in ast.walk(node)
-            )
+            and any(isinstance(c, ast.Constant) and c.value == "config" for c in ast.walk(node))
         ):
             found.append(f"{line}: reads the config from extras: {ast.unparse(node)}")
     return found
