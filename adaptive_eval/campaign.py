@@ -39,6 +39,7 @@ from adaptive_eval.policy import (
     any_of,
 )
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.state import ViewSettings
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign, trials_for_width
 
@@ -110,9 +111,10 @@ DECISION_RULES = (
 
 @dataclass(frozen=True)
 class Campaign:
-    """Everything the controller needs, resolved and validated."""
+    """Everything the controller needs, resolved and validated. ``settings`` is the config,
+    resolved once: nothing below the builder reads the config itself."""
 
-    config: CampaignConfig
+    settings: CampaignSettings
     plans: tuple[BackendPlan, ...]
     offsets: tuple[int, ...]  # global index of each plan's first model
     names: tuple[str, ...]
@@ -150,18 +152,18 @@ class Campaign:
 
     def decision_core(self) -> DecisionCore:
         """The campaign's decision rules as one core (:mod:`adaptive_eval.decision`)."""
-        config = self.config
+        settings = self.settings
         limits = Limits(
-            round_trials=config.policy.round_trials,
-            rounds_in_flight=config.execution.rounds_in_flight,
-            max_trials_per_question=config.policy.max_trials_per_question,
-            trial_budget=config.budget.trials,
+            round_trials=settings.policy.round_trials,
+            rounds_in_flight=settings.execution.rounds_in_flight,
+            max_trials_per_question=settings.policy.max_trials_per_question,
+            trial_budget=settings.budget.trials,
         )
         return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits, self.pairs)
 
     def view_settings(self) -> ViewSettings:
         """What every view of this campaign carries besides the evidence."""
-        policy = self.config.policy
+        policy = self.settings.policy
         return ViewSettings(
             self.names,
             self.capacity,
@@ -201,7 +203,9 @@ def build_pair_rules(config: CampaignConfig) -> tuple[PairRule, ...]:
     )
 
 
-def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], StoppingRule]:
+def _build_rules(
+    config: CampaignConfig, settings: CampaignSettings
+) -> tuple[tuple[PairRule, ...], StoppingRule]:
     source = config.source
     policy = config.policy
     rules = build_pair_rules(config)
@@ -209,22 +213,18 @@ def _build_rules(config: CampaignConfig) -> tuple[tuple[PairRule, ...], Stopping
     stopping = [
         build_stopping(ref, source, f"policy.stopping[{i}]") for i, ref in enumerate(stop_refs)
     ]
-    budget = budget_rule(config)
+    budget = budget_rule(settings.budget, source)
     if budget is not None:
         stopping.append(budget)
     return rules, any_of(*stopping)
 
 
-def budget_rule(config: CampaignConfig) -> StoppingRule | None:
-    """The ``budget`` stopping rule for the config's limits, or None when it sets none."""
-    budget = config.budget
-    if not (budget.trials or budget.tokens or budget.wall_clock_s):
+def budget_rule(budget: BudgetSettings, source: str) -> StoppingRule | None:
+    """The ``budget`` stopping rule for the campaign's limits, or None when it sets none."""
+    if not budget.is_set:
         return None
     rule: StoppingRule = stopping_rules.build(
-        "budget",
-        {"trials": budget.trials, "tokens": budget.tokens, "wall_clock_s": budget.wall_clock_s},
-        source=config.source,
-        field="budget",
+        "budget", budget.record(), source=source, field="budget"
     )
     return rule
 
@@ -263,7 +263,7 @@ def fingerprint_of(identity: dict[str, Any]) -> str:
 
 def describe_rules(campaign: Campaign) -> dict[str, Any]:
     """What the pair rules guarantee, for summary.json and report.md."""
-    policy = campaign.config.policy
+    policy = campaign.settings.policy
     alpha = 1 - policy.confidence
     pair_alpha = (
         alpha / max(1, campaign.num_models - 1) if policy.error_control == "ranking" else alpha
@@ -285,7 +285,7 @@ def describe_rules(campaign: Campaign) -> dict[str, Any]:
     prior_in_test = (
         "none: the decision statistic is the unbiased estimate; policy.bayes_prior shapes "
         "only the reported Bayes@N"
-        if policy.prior is None
+        if not policy.prior_trials
         else "the prior trials enter the reported Bayes@N score and the per-question variance "
         "of the test only; the decision statistic uses this campaign's own trials"
     )
@@ -339,6 +339,7 @@ def _build_prior(
 def build_campaign(config: CampaignConfig) -> Campaign:
     source = config.source
     check_paths(config)
+    settings = config.settle()  # every path in it is resolved: check_paths refused the bad ones
     plans: list[BackendPlan] = []
     for index, entry in enumerate(config.models):
         field = f"models[{index}]"
@@ -347,9 +348,10 @@ def build_campaign(config: CampaignConfig) -> Campaign:
             question_ids=None,
             source=source,
             field=field,
-            default_workers=config.execution.workers,
+            default_workers=settings.execution.workers,
             resolve_path=config.resolve_path,
-            extras={"config": config},
+            execution=settings.execution,
+            generation=settings.generation,
         )
         plan = backends.build(
             entry.backend,
@@ -399,7 +401,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         dtype=np.int64,
     )
     prior, prior_note, prior_hash = _build_prior(config, names, len(question_ids), len(weights))
-    rules, stopping = _build_rules(config)
+    rules, stopping = _build_rules(config, settings)
     design = stopping.interval_design(config.policy.confidence) or IntervalDesign(
         config.policy.confidence
     )
@@ -418,7 +420,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
     }
     fingerprint = fingerprint_of(identity)
     return Campaign(
-        config,
+        settings,
         tuple(plans),
         offsets,
         names,

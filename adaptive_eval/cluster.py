@@ -276,7 +276,7 @@ def check_engines(campaign: Campaign) -> None:
             raise InputError(
                 f"the {plan.backend} backend needs the {module!r} package, which is not "
                 f"installed; {install}",
-                source=campaign.config.source,
+                source=campaign.settings.source,
                 field=f"models[{index}].backend",
             )
 
@@ -289,7 +289,7 @@ def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> 
     by the dispatcher against what it reports. ``planned_only`` checks the local cluster the
     config plans even so (``validate``, which starts nothing).
     """
-    execution = campaign.config.execution
+    execution = campaign.settings.execution
     if execution.dispatch != "ray":
         return  # no Ray cluster to place them on (inline: the workers run in this process)
     if execution.ray_address or (ray_running() and not planned_only):
@@ -305,7 +305,7 @@ def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> 
         requests,
         {"CPU": float(cpus)},
         cluster=f"the local Ray cluster ({where})",
-        source=campaign.config.source,
+        source=campaign.settings.source,
     )
 
 

@@ -20,6 +20,7 @@ from adaptive_eval.errors import InputError
 
 if TYPE_CHECKING:
     from adaptive_eval.campaign import Campaign
+    from adaptive_eval.settings import BudgetSettings
 
 
 #: Seconds ``validate`` waits for an answer at ``execution.ray_address``.
@@ -63,8 +64,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     campaign = build_campaign(config)
     check_before_sampling(campaign)
     check_local_placement(campaign, planned_only=True)  # a run that could never start
-    policy = config.policy
-    lines = [f"campaign {config.name!r} (seed {config.seed}) is valid", ""]
+    settings = campaign.settings
+    policy = settings.policy
+    lines = [f"campaign {settings.name!r} (seed {settings.seed}) is valid", ""]
     for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
         lines.append(
             f"  [{offset}..{offset + len(plan.models) - 1}] {plan.describe}; "
@@ -87,19 +89,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  stops on: {_stopping_text(config, describe_stopping(config))}",
         _score_line(campaign),
         f"  Bayes@N (reported beside the score): {policy.bayes_prior} prior",
-        f"  budget: {_budget_text(config)}",
-        *_library_lines(config),
+        f"  budget: {_budget_text(settings.budget)}",
+        *_library_lines(settings.library),
         f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
         f"  fixed-N baseline: N = {campaign.fixed_n} -> "
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials"
         + (f" ({campaign.fixed_n_note})" if campaign.fixed_n_note else ""),
     ]
-    lines += [f"  warning: {config.source}: {warning}" for warning in campaign.warnings]
+    lines += [f"  warning: {settings.source}: {warning}" for warning in campaign.warnings]
     try:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine
         lines.append(f"  warning: {error}")
-    address = config.execution.ray_address
+    address = settings.execution.ray_address
     unreachable = address_problem(address, VALIDATE_PROBE_S) if address else None
     if address is not None and address.strip().removeprefix("ray://") == "auto":
         unreachable = _auto_address_problem()
@@ -137,9 +139,8 @@ def _stopping_text(config: Any, described: str) -> str:
     return rules + (f"; and the budget{budget[1]}" if len(budget) > 1 else "")
 
 
-def _budget_text(config: Any) -> str:
+def _budget_text(budget: BudgetSettings) -> str:
     """The limits set, or that there are none ("trials None, tokens None" said nothing)."""
-    budget = config.budget
     limits = [
         f"{name} {value:,}" if isinstance(value, int) else f"{name} {value:g} s"
         for name, value in (
@@ -152,13 +153,13 @@ def _budget_text(config: Any) -> str:
     return ", ".join(limits) if limits else "none (the stopping rules and the cap decide)"
 
 
-def _library_lines(config: Any) -> list[str]:
+def _library_lines(named: Path | None) -> list[str]:
     """Where the trial library is and whether it exists (a missing folder was silent)."""
     from adaptive_eval.store.library import library_path
 
-    if config.library is None:
+    if named is None:
         return []
-    path = library_path(config.resolve_path(config.library))
+    path = library_path(named)
     if path.exists():
         return [f"  trial library: {path} (exists; its cells are reused before sampling)"]
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
@@ -200,7 +201,7 @@ def _score_line(campaign: Campaign) -> str:
     num_models = campaign.num_models
     if design.half_width is None:
         return f"  score interval: {design.guarantee(num_models)}"
-    span = campaign.config.rubric.span
+    span = campaign.settings.rubric_span
     worst = int(
         trials_for_width(np.array((span / 2) ** 2), campaign.num_questions, design, num_models)
     )

@@ -36,8 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.campaign import Campaign, budget_rule, build_campaign, fingerprint_of
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.campaign import Campaign, budget_rule, fingerprint_of
 from adaptive_eval.errors import InputError
 from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
 from adaptive_eval.policy import (
@@ -218,32 +217,34 @@ class NeededOnly:
 
 
 def compare_campaign(
-    config: CampaignConfig,
+    campaign: Campaign,
     candidate: str,
     margin: float | None = None,
     settle_all: bool | None = None,
 ) -> tuple[Campaign, Judge]:
-    """The config's campaign, steered to place ``candidate`` among the other models, and the
-    judge of its comparisons. ``margin`` (else ``compare.margin``) asks for non-inferiority;
-    ``settle_all`` (else ``compare.settle_all``) samples on after a regression."""
-    campaign = build_campaign(config)
+    """The campaign (as built from its config), steered to place ``candidate`` among the other
+    models, and the judge of its comparisons. ``margin`` (else ``compare.margin``) asks for
+    non-inferiority; ``settle_all`` (else ``compare.settle_all``) samples on after a
+    regression."""
+    settings = campaign.settings
+    source = settings.source
     if candidate not in campaign.names:
         raise InputError(
             f"--candidate {candidate!r} is not a model of this config "
             f"(models: {', '.join(campaign.names)})",
-            source=config.source,
+            source=source,
         )
     if campaign.num_models < 2:
         raise InputError("compare needs at least one incumbent beside the candidate")
-    if margin is None and config.compare is not None:
-        margin = config.compare.margin
+    if margin is None and settings.compare is not None:
+        margin = settings.compare.margin
     if margin is not None and not (math.isfinite(margin) and margin > 0):
-        raise InputError(f"--margin must be > 0, got {margin}", source=config.source)
-    if margin is not None and margin >= config.rubric.span:
+        raise InputError(f"--margin must be > 0, got {margin}", source=source)
+    if margin is not None and margin >= settings.rubric_span:
         raise InputError(
             f"--margin {margin:g} is not below the range of the rubric weights "
-            f"({config.rubric.span:g}): any candidate would pass",
-            source=config.source,
+            f"({settings.rubric_span:g}): any candidate would pass",
+            source=source,
         )
     index = campaign.names.index(candidate)
     if margin is not None:
@@ -256,9 +257,9 @@ def compare_campaign(
         # show) the campaign's rules.
         rules = (NonInferiority(index, margin, look_schedule(campaign.pair_rules)), *rules)
     if settle_all is None:
-        settle_all = config.compare is not None and config.compare.settle_all
+        settle_all = settings.compare is not None and settings.compare.settle_all
     stopping: list[StoppingRule] = [CandidatePlaced(judge, settle_all)]
-    budget = budget_rule(config)
+    budget = budget_rule(settings.budget, source)
     if budget is not None:
         stopping.append(budget)
     steering: dict[str, Any] = {"candidate": candidate}
@@ -306,7 +307,7 @@ def _check_margin_matters(campaign: Campaign, candidate: int, margin: float) -> 
             f"a candidate scoring {floor:g} on every question would be within the margin and "
             f"pass; give a margin below {score - floor:.4f} (the largest drop you would ship "
             "unnoticed, typically 0.01-0.05)",
-            source=campaign.config.source,
+            source=campaign.settings.source,
         )
 
 

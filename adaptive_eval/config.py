@@ -23,7 +23,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from adaptive_eval.errors import InputError
 from adaptive_eval.inputfiles import MAX_CONFIG_BYTES, check, read_bytes
-from adaptive_eval.redact import redact, remember, without_secrets
+from adaptive_eval.redact import redact, redacted_fields, remember, without_secrets
+from adaptive_eval.settings import (
+    BudgetSettings,
+    CampaignSettings,
+    CompareSettings,
+    DatasetSettings,
+    ExecutionSettings,
+    GenerationSettings,
+    GraderSpec,
+    OutputSettings,
+    PolicySettings,
+    RunLimits,
+    RunRecord,
+    SamplingSettings,
+)
 
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
 #: trials a cell may get) without changing any recorded trial. Rounds are planned from the
@@ -536,6 +550,82 @@ class CampaignConfig(_Strict):
             data["library"] = str(self.resolve_path(data["library"]))
         portable: dict[str, Any] = redact(data)
         return portable
+
+    def settle(self) -> CampaignSettings:
+        """The config resolved once into the typed settings a campaign carries (every path
+        absolute, every default filled in): what the modules below the campaign builder read
+        instead of the config. Call it after the paths are checked (``resolve_path`` refuses a
+        path that cannot be one)."""
+        policy, execution, output = self.policy, self.execution, self.output
+        budget = BudgetSettings(self.budget.trials, self.budget.tokens, self.budget.wall_clock_s)
+        dataset = self.dataset
+        grader = self.grader
+        sampling = self.sampling
+        return CampaignSettings(
+            name=self.name,
+            seed=self.seed,
+            source=self.source,
+            rubric_span=self.rubric.span,
+            policy=PolicySettings(
+                confidence=policy.confidence,
+                rope=policy.rope,
+                error_control=policy.error_control,
+                futility=policy.futility,
+                min_trials_per_question=policy.min_trials_per_question,
+                max_trials_per_question=policy.max_trials_per_question,
+                round_trials=policy.round_trials,
+                bayes_prior=policy.bayes_prior,
+                prior_trials=policy.prior is not None,
+            ),
+            budget=budget,
+            execution=ExecutionSettings(
+                dispatch=execution.dispatch,
+                ray_address=execution.ray_address,
+                num_cpus=execution.num_cpus,
+                workers=execution.workers,
+                batch_size=execution.batch_size,
+                in_flight_per_worker=execution.in_flight_per_worker,
+                rounds_in_flight=execution.rounds_in_flight,
+                max_batch_retries=execution.max_batch_retries,
+                gpu_slots=execution.gpu_slots,
+            ),
+            output=OutputSettings(output.keep_completions, output.progress, output.fsync),
+            generation=GenerationSettings(
+                sampling=SamplingSettings(
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    max_tokens=sampling.max_tokens,
+                    logprobs=sampling.logprobs,
+                    prompt_logprobs=sampling.prompt_logprobs,
+                    ignore_eos=sampling.ignore_eos,
+                ),
+                grader=None
+                if grader is None
+                else GraderSpec(grader, {})
+                if isinstance(grader, str)
+                else GraderSpec(grader.name, grader.params()),
+                dataset=None
+                if dataset is None
+                else DatasetSettings(
+                    path=self.resolve_path(dataset.path),
+                    id_field=dataset.id_field,
+                    problem_field=dataset.problem_field,
+                    answer_field=dataset.answer_field,
+                    template=dataset.template,
+                    instruction=dataset.instruction,
+                    limit=dataset.limit,
+                ),
+            ),
+            compare=None
+            if self.compare is None
+            else CompareSettings(self.compare.margin, self.compare.settle_all),
+            library=None if self.library is None else self.resolve_path(self.library),
+            redacted=tuple(redacted_fields(self.model_dump(mode="json"))),
+            run_record=RunRecord(
+                limits=RunLimits(budget, policy.max_trials_per_question),
+                config_yaml=yaml.safe_dump(self.portable_dump(), sort_keys=False),
+            ),
+        )
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

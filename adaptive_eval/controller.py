@@ -58,13 +58,13 @@ class Controller:
         record_events: bool = True,  # False: a re-read of a recorded run writes no event
     ) -> None:
         self.campaign = campaign
-        self.config = campaign.config
+        self.execution = campaign.settings.execution  # rounds in flight, batch size
         self.store = store
         self.dispatcher = dispatcher
         self.log = log
         self.on_progress = on_progress
         self.state = RunState(
-            campaign.prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior
+            campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
         )
         self.rounds: dict[int, _Round] = {}
         #: What decides (pairs, stop, plans): the campaign's rules, the same core the
@@ -113,7 +113,7 @@ class Controller:
         results = [r for r in results if r.round in self.rounds]
         for result in results:
             self._check_complete(result)
-        counts = self.store.record_many(results, self.config.output.keep_completions)
+        counts = self.store.record_many(results, self.campaign.settings.output.keep_completions)
         for result, added in zip(results, counts, strict=True):
             if added != len(result.trials):
                 self.log.warning(
@@ -192,7 +192,7 @@ class Controller:
 
     def plan(self) -> None:
         """Plan and dispatch rounds until ``rounds_in_flight`` are ahead of the posterior."""
-        depth = self.config.execution.rounds_in_flight
+        depth = self.execution.rounds_in_flight
         while len(self.state.plans) - self.state.applied_rounds < depth:
             started, stop_before = time.perf_counter(), self.core.stop
             in_flight = len(self.state.plans) - self.state.applied_rounds
@@ -235,9 +235,7 @@ class Controller:
         return self.settings.view(self.state, self.elapsed_s)
 
     def batches(self, round_index: int, items: Iterable[WorkItem]) -> list[Batch]:
-        found = pack_batches(
-            round_index, items, self.config.execution.batch_size, self._next_batch_id
-        )
+        found = pack_batches(round_index, items, self.execution.batch_size, self._next_batch_id)
         self._next_batch_id += len(found)
         return found
 

@@ -112,7 +112,7 @@ class TrialLibrary:
         self.path = library_path(path)
         self.file = LibraryFile(self.path)
         self.origin = origin
-        self.seed = campaign.config.seed
+        self.seed = campaign.settings.seed
         self.names = campaign.names
         self.questions = campaign.question_ids
         models = cell_descriptions(campaign)
@@ -255,9 +255,9 @@ class LibraryDispatch:
 
 def attach(campaign: Campaign, store: TrialStore, inner: Any, origin: str) -> Any:
     """Wrap ``inner`` with the config's library; ``inner`` itself when there is none."""
-    if campaign.config.library is None:
+    path = campaign.settings.library
+    if path is None:
         return inner
-    path = campaign.config.resolve_path(campaign.config.library)
     library = TrialLibrary(path, campaign, origin)
     if library.changes:  # a resume keeps the first leg's lines
         store.set_meta(library_changes=library.changes)

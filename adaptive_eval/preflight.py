@@ -9,43 +9,43 @@ campaign ``validate`` accepts does not fail after sampling has begun.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from adaptive_eval.campaign import Campaign
-from adaptive_eval.config import CampaignConfig
 from adaptive_eval.dispatch.launch import launcher
 from adaptive_eval.errors import InputError
-from adaptive_eval.redact import REDACTED, redacted_fields
+from adaptive_eval.redact import REDACTED
+from adaptive_eval.settings import CampaignSettings
 from adaptive_eval.storage import is_read_only, nearest_existing
 from adaptive_eval.store import SQLiteError
 from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_names
 
 
 def check_before_sampling(campaign: Campaign) -> None:
-    config = campaign.config
-    _check_credentials(config)
-    launcher(config.execution.dispatch, source=config.source)  # a registered dispatch mode
-    if config.library is not None:
-        _check_library(config)
+    settings = campaign.settings
+    _check_credentials(settings)
+    launcher(settings.execution.dispatch, source=settings.source)  # a registered dispatch mode
+    if settings.library is not None:
+        _check_library(settings.library, settings.source)
 
 
-def _check_credentials(config: CampaignConfig) -> None:
+def _check_credentials(settings: CampaignSettings) -> None:
     """A config copied from a run folder has its credentials redacted: sending the marker as
     an API key would fail every request, after the run has started."""
-    found = redacted_fields(config.model_dump(mode="json"))
-    if found:
+    if settings.redacted:
         raise InputError(
             f"holds {REDACTED!r}: a credential removed when this config was copied into a run "
             "folder; give the real value (for the openai backend, better options.api_key_env)",
-            source=config.source,
-            field=found[0],
+            source=settings.source,
+            field=settings.redacted[0],
         )
 
 
-def _check_library(config: CampaignConfig) -> None:
-    assert config.library is not None
-    path = library_path(config.resolve_path(config.library))
+def _check_library(named: Path, source: str) -> None:
+    path = library_path(named)
 
     def refuse(message: str) -> InputError:
-        return InputError(f"{path}: {message}", source=config.source, field="library")
+        return InputError(f"{path}: {message}", source=source, field="library")
 
     if path.exists():
         if not path.is_file():

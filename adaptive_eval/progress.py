@@ -65,7 +65,7 @@ class Progress:
         planned = controller.state.planned
         cap = np.broadcast_to(controller.campaign.capacity[:, None], planned.shape)
         bound = int(np.maximum(planned, cap).sum())
-        budget = controller.config.budget.trials
+        budget = controller.campaign.settings.budget.trials
         return bound if budget is None else min(bound, max(budget, int(planned.sum())))
 
     def __call__(self, controller: Controller) -> None:

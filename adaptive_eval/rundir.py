@@ -15,12 +15,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adaptive_eval.campaign import Campaign
-from adaptive_eval.config import CampaignConfig
 from adaptive_eval.errors import InputError
 from adaptive_eval.redact import without_secrets
+from adaptive_eval.settings import RunRecord
 from adaptive_eval.storage import atomic_write, foreign_entries, storage_error
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 
@@ -158,10 +156,10 @@ _LIMIT_PATHS = ("config.budget", "config.policy.max_trials_per_question")
 _SERVER_ADDED = re.compile(r"files\[\d+\]\.server: null -> .*", re.DOTALL)
 
 
-def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> None:
+def _record_limits(store: TrialStore, record: RunRecord, run_dir: Path) -> None:
     """A resume with other limits extends (or tightens) the campaign: keep a record of it and
     the run folder's config.yaml in step, so ``adaptive-eval report DIR`` reads the new limits."""
-    limits = config.limits()
+    limits = record.limits.record()
     before = store.get_meta("limits")
     if before == limits:
         return
@@ -169,12 +167,12 @@ def _record_limits(store: TrialStore, config: CampaignConfig, run_dir: Path) -> 
     if before is not None:
         history.append({"from": before, "to": limits, "trials": store.count_trials()})
     store.set_meta(limits=limits, extensions=history)
-    _write_config_copy(config, run_dir)
+    _write_config_copy(record, run_dir)
 
 
-def _write_config_copy(config: CampaignConfig, run_dir: Path) -> None:
+def _write_config_copy(record: RunRecord, run_dir: Path) -> None:
     """RUN/config.yaml: the config with absolute paths, read by ``adaptive-eval report DIR``."""
-    atomic_write(run_dir / "config.yaml", yaml.safe_dump(config.portable_dump(), sort_keys=False))
+    atomic_write(run_dir / "config.yaml", record.config_yaml)
 
 
 #: Summary keys only a run can know; ``report`` carries them over.
@@ -225,7 +223,7 @@ def check_out_folder(run_dir: Path, field: str = "--out") -> None:
 def _open_run_dir(
     campaign: Campaign, run_dir: Path, leg: bool = True
 ) -> tuple[TrialStore, str, bool]:
-    config = campaign.config
+    settings = campaign.settings
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +234,7 @@ def _open_run_dir(
             f"{TrialStore.FILENAME} is missing; restore it, or use a new --out directory",
             source=str(run_dir),
         )
-    store = TrialStore(run_dir, fsync=config.output.fsync)
+    store = TrialStore(run_dir, fsync=settings.output.fsync)
     identity = campaign.identity
     try:
         stored = store.get_meta("fingerprint")
@@ -251,16 +249,16 @@ def _open_run_dir(
             source=str(run_dir),
         )
     if stored is None:
-        campaign_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
+        campaign_id = f"{settings.name}-{uuid.uuid4().hex[:8]}"
         store.set_meta(
             fingerprint=campaign.fingerprint,
             identity=identity,
             campaign_id=campaign_id,
             models=list(campaign.names),
             questions=list(campaign.question_ids),
-            limits=config.limits(),
+            limits=settings.run_record.limits.record(),
         )
-        _write_config_copy(config, run_dir)
+        _write_config_copy(settings.run_record, run_dir)
         return store, campaign_id, False
     changes = _identity_changes(store.get_meta("identity"), identity, leg)
     if stored != campaign.fingerprint and not changes:
@@ -292,7 +290,7 @@ def _open_run_dir(
     except StoreError:
         store.close()
         raise
-    _record_limits(store, config, run_dir)
+    _record_limits(store, settings.run_record, run_dir)
     return store, str(store.get_meta("campaign_id")), True
 
 
@@ -310,7 +308,7 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
             "trials.sqlite from a backup, or start afresh with a new --out",
             source=str(path),
         )
-    recover(run_dir, campaign.config.output.fsync, found)
+    recover(run_dir, campaign.settings.output.fsync, found)
     return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
 
 

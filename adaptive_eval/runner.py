@@ -81,11 +81,11 @@ def _run_opened(
     quiet: bool,
     conclude: Conclude,
 ) -> dict[str, Any]:
-    config = campaign.config
+    settings = campaign.settings
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
     log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
-    progress = Progress(lines, config.output.progress and not quiet)
+    progress = Progress(lines, settings.output.progress and not quiet)
 
     def on_event(level: str, kind: str, payload: dict[str, Any]) -> None:
         getattr(log, level)(kind, **payload)
@@ -94,9 +94,9 @@ def _run_opened(
     for kind, note in store.notes:
         log.warning(kind, message=note)
     for warning in campaign.warnings:
-        log.warning("config_ignored", message=f"{config.source}: {warning}")
+        log.warning("config_ignored", message=f"{settings.source}: {warning}")
     try:
-        execution = config.execution
+        execution = settings.execution
         log.info(
             "campaign_start",
             resumed=resumed,
@@ -108,7 +108,7 @@ def _run_opened(
             ray_log=str(run_dir / RAY_LOG),
         )
 
-        launch = launcher(execution.dispatch, source=config.source)
+        launch = launcher(execution.dispatch, source=settings.source)
         request = LaunchRequest(
             campaign.plans,
             campaign.offsets,

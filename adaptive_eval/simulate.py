@@ -142,7 +142,7 @@ def simulate_campaign(
     (or served by ``sampler``) instead of its backends. Build a fresh campaign for each
     independent run (its sequential rules keep state)."""
     state = RunState(
-        campaign.prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior
+        campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
     )
     return run_core(campaign.decision_core(), state, campaign.view_settings(), truth, rng, sampler)
 

@@ -180,12 +180,12 @@ def build_summary(
         weighted = (view.counts @ campaign.weights).sum(axis=1) / trials.sum(axis=1)
     theta_se = view.theta_se
     summary = summarize(
-        name=campaign.config.name,
+        name=campaign.settings.name,
         campaign_id=run.campaign_id,
         names=campaign.names,
         trials=trials,
         weighted_mean=np.nan_to_num(weighted),
-        confidence=campaign.config.policy.confidence,
+        confidence=campaign.settings.policy.confidence,
         decisions=adjacent_only(run.decisions, view),
         stop=run.stop,
         savings=run.savings,

@@ -180,7 +180,7 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
         )
         return verdict, float(result.trials[0].mean())
     margin = MARGIN if case.kind == "gate" else None
-    campaign, judge = compare_campaign(config, "candidate", margin)
+    campaign, judge = compare_campaign(build_campaign(config), "candidate", margin)
     result = simulate_campaign(campaign, truth, rng)
     (found,) = judge(result.decisions)
     return found.decision, float(result.trials[0].mean())

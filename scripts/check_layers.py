@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "config, store and registry",
         (
             "adaptive_eval.config",
+            "adaptive_eval.settings",
             "adaptive_eval.storage",
             "adaptive_eval.store.",
             "adaptive_eval.inputfiles",

@@ -35,9 +35,12 @@ def fake_controller(
     """What Progress reads of a controller: the plan, the needed models, the recorded trials."""
     return SimpleNamespace(
         state=SimpleNamespace(planned=planned),
-        campaign=SimpleNamespace(capacity=np.array([10] * len(planned)), fixed_n=5),
+        campaign=SimpleNamespace(
+            capacity=np.array([10] * len(planned)),
+            fixed_n=5,
+            settings=SimpleNamespace(budget=SimpleNamespace(trials=None)),
+        ),
         wanted=np.array(wanted),
-        config=SimpleNamespace(budget=SimpleNamespace(trials=None)),
         store=SimpleNamespace(count_trials=lambda: recorded),
         decisions=[SimpleNamespace(settled=i >= undecided) for i in range(2)],
     )

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from adaptive_eval.settings import ExecutionSettings, GenerationSettings
 from adaptive_eval.types import Batch, BatchResult, Trial, trial_seed
 
 
@@ -29,15 +30,18 @@ class Worker(Protocol):
 
 @dataclass(frozen=True)
 class BackendContext:
-    """What a backend factory may use besides its own entry."""
+    """What a backend factory may use besides its own entry: the campaign's settings it needs,
+    resolved (:mod:`adaptive_eval.settings`), never the config itself."""
 
     campaign_seed: int
     question_ids: tuple[str, ...] | None  # set when a dataset is configured
     source: str
     field: str
     default_workers: int
-    resolve_path: Callable[[str], Any]
-    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resolve_path: Callable[[str], Any]  # a path of the config, absolute
+    execution: ExecutionSettings  # where workers run (ray_address) and what they queue
+    generation: GenerationSettings  # dataset, sampling and grader of generating backends
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # for plug-ins
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ from difflib import get_close_matches
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext
-from adaptive_eval.config import CampaignConfig, ModelEntry, PluginSpec, SamplingConfig
+from adaptive_eval.config import ModelEntry
 from adaptive_eval.datasets import Dataset, Question, load_dataset, render_prompt
 from adaptive_eval.errors import InputError
 from adaptive_eval.grading import Grader, build_grader
+from adaptive_eval.settings import ExecutionSettings, GenerationSettings, SamplingSettings
 
 DEFAULT_GRADER = "math"
 
@@ -64,10 +65,10 @@ EXECUTION_OPTIONS = frozenset(
 )
 
 
-def feed_concurrency(config: CampaignConfig) -> int:
+def feed_concurrency(execution: ExecutionSettings) -> int:
     """Threads of a generating worker actor: one per batch the dispatcher queues at it (so that
     all of them feed the engine, or the request pool, at once), plus one for control calls."""
-    return max(2, config.execution.in_flight_per_worker + 1)
+    return max(2, execution.in_flight_per_worker + 1)
 
 
 class Options:
@@ -176,7 +177,7 @@ class GenerationSetup:
     questions: tuple[Question, ...]
     prompts: tuple[str, ...]  # the rendered user message of each question
     system_prompt: str | None
-    sampling: SamplingConfig
+    sampling: SamplingSettings
     grader_name: str
     grader_params: dict[str, Any]
     num_categories: int
@@ -206,25 +207,12 @@ class Prepared:
     num_cpus: float | None
 
 
-def campaign_config(context: BackendContext) -> CampaignConfig:
-    config = context.extras.get("config")
-    if not isinstance(config, CampaignConfig):
-        raise InputError(
-            "generating backends need the campaign config in the backend context "
-            "(context.extras['config'])",
-            source=context.source,
-            field=context.field,
-        )
-    return config
-
-
-def grader_spec(config: CampaignConfig) -> tuple[str, dict[str, Any]]:
-    ref = config.grader
-    if ref is None:
+def grader_spec(settings: GenerationSettings) -> tuple[str, dict[str, Any]]:
+    """The grader's name and parameters (the default grader where the config names none)."""
+    spec = settings.grader
+    if spec is None:
         return DEFAULT_GRADER, {}
-    if isinstance(ref, PluginSpec):
-        return ref.name, ref.params()
-    return ref, {}
+    return spec.name, dict(spec.params)
 
 
 def make_grader(name: str, params: dict[str, Any], source: str | None = None) -> Grader:
@@ -239,23 +227,22 @@ def make_grader(name: str, params: dict[str, Any], source: str | None = None) ->
         ) from None
 
 
-def load_questions(config: CampaignConfig, context: BackendContext, backend: str) -> Dataset:
-    spec = config.dataset
+def load_questions(context: BackendContext, backend: str) -> Dataset:
+    spec = context.generation.dataset
     if spec is None:
         raise InputError(
             f"the {backend} backend needs questions: add a dataset: section with a JSONL path",
             source=context.source,
             field="dataset",
         )
-    path = config.resolve_path(spec.path)
-    dataset = load_dataset(path, spec.id_field, spec.problem_field, spec.answer_field)
+    dataset = load_dataset(spec.path, spec.id_field, spec.problem_field, spec.answer_field)
     if spec.limit is not None and spec.limit < len(dataset):
         dataset = Dataset(dataset.questions[: spec.limit], dataset.sha256, dataset.path)
     return dataset
 
 
-def render_prompts(config: CampaignConfig, dataset: Dataset) -> tuple[str, ...]:
-    spec = config.dataset
+def render_prompts(context: BackendContext, dataset: Dataset) -> tuple[str, ...]:
+    spec = context.generation.dataset
     assert spec is not None
     out = []
     for question in dataset.questions:
@@ -264,7 +251,7 @@ def render_prompts(config: CampaignConfig, dataset: Dataset) -> tuple[str, ...]:
         except InputError as error:
             raise InputError(
                 str(error).removeprefix("template: "),
-                source=config.source,
+                source=context.source,
                 field="dataset.template",
             ) from None
     return tuple(out)
@@ -274,24 +261,23 @@ def prepare_generation(
     entry: ModelEntry, context: BackendContext, options: Options, model_name: str
 ) -> Prepared:
     """Load and check the dataset, prompts and grader; read the common options."""
-    config = campaign_config(context)
-    dataset = load_questions(config, context, options.backend)
-    prompts = render_prompts(config, dataset)
-    name, params = grader_spec(config)
-    grader = make_grader(name, params, config.source)
+    dataset = load_questions(context, options.backend)
+    prompts = render_prompts(context, dataset)
+    name, params = grader_spec(context.generation)
+    grader = make_grader(name, params, context.source)
     crash = options.string("test_crash_once")
     setup = GenerationSetup(
         model_name=model_name,
-        campaign_seed=config.seed,
+        campaign_seed=context.campaign_seed,
         questions=dataset.questions,
         prompts=prompts,
         system_prompt=options.string("system_prompt"),
-        sampling=config.sampling,
+        sampling=context.generation.sampling,
         grader_name=name,
         grader_params=params,
         num_categories=int(grader.num_categories),
         grade_threads=options.integer("grade_threads", 4, minimum=1) or 4,
-        crash_once=None if crash is None else str(config.resolve_path(crash)),
+        crash_once=None if crash is None else str(context.resolve_path(crash)),
     )
     num_cpus = options.number("num_cpus", None, minimum=0)
     return Prepared(setup, dataset, grader, num_cpus)

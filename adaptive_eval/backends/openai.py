@@ -45,7 +45,6 @@ from adaptive_eval.backends.generation import (
     EXECUTION_OPTIONS,
     GenerationSetup,
     Options,
-    campaign_config,
     feed_concurrency,
     prepare_generation,
 )
@@ -458,7 +457,6 @@ def _make(setup: GenerationSetup, settings: OpenAISettings, offset: int) -> Call
 
 @backends.register("openai")
 def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
-    config = campaign_config(context)
     options = Options(entry, context, "openai")
     base_url = options.string("base_url")
     if not base_url:
@@ -477,7 +475,7 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             field=f"{context.field}.options.model",
         )
     api_key_env = options.string("api_key_env")
-    if api_key_env and config.execution.ray_address is None and not os.environ.get(api_key_env):
+    if api_key_env and context.execution.ray_address is None and not os.environ.get(api_key_env):
         raise options.error("api_key_env", f"environment variable {api_key_env} is not set")
     headers = {str(k): str(v) for k, v in options.mapping("headers").items()}
     revision = options.string("revision")  # in the run's identity with the entry's options
@@ -531,7 +529,8 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         capacity=None,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 0.25},
-        actor_concurrency=feed_concurrency(config),  # batches share the worker's request pool
+        # batches share the worker's request pool
+        actor_concurrency=feed_concurrency(context.execution),
         make_worker=partial(_make, setup, settings),
         files={"dataset": prepared.dataset.sha256, "server": server},
         weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,

@@ -330,9 +330,7 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     concurrency = 1
     if latency is not None and latency.engine_seqs is not None and latency.feed:
         # Every batch queued at the worker shares its engine: one thread per batch.
-        config = context.extras.get("config")
-        queued = getattr(getattr(config, "execution", None), "in_flight_per_worker", 8)
-        concurrency = max(2, int(queued) + 1)
+        concurrency = max(2, context.execution.in_flight_per_worker + 1)
     return BackendPlan(
         backend="simulated",
         models=kept_names,

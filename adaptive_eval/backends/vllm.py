@@ -60,7 +60,6 @@ from adaptive_eval.backends.generation import (
     EXECUTION_OPTIONS,
     GenerationSetup,
     Options,
-    campaign_config,
     feed_concurrency,
     prepare_generation,
 )
@@ -404,7 +403,6 @@ def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callab
 
 @backends.register("vllm")
 def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
-    config = campaign_config(context)
     field_name = context.field
     if entry.path is None:
         raise InputError(
@@ -429,9 +427,9 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     options = Options(entry, context, "vllm")
     device = options.string("device", "auto", choices=("auto", "cuda", "cpu")) or "auto"
     if device == "auto":
-        gpu = driver_sees_gpu() or config.execution.ray_address is not None
+        gpu = driver_sees_gpu() or context.execution.ray_address is not None
         device = "cuda" if gpu else "cpu"
-    engine_args = check_engine_args(options, device, config.seed)
+    engine_args = check_engine_args(options, device, context.campaign_seed)
     tokenizer_dir = path
     tokenizer = engine_args.get("tokenizer")
     if isinstance(tokenizer, str):
@@ -502,7 +500,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         env=env,
         sampling_extra=sampling_extra,
         stream_grading=stream_grading,
-        kill_mid_feed=None if kill_mid_feed is None else str(config.resolve_path(kill_mid_feed)),
+        kill_mid_feed=None if kill_mid_feed is None else str(context.resolve_path(kill_mid_feed)),
         bench_lengths=bench_lengths,
         engine_cpus=engine_cpus,
     )
@@ -535,7 +533,7 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         swappable=True,
         # Every batch queued at a worker runs at once, in its own thread: the feed puts all of
         # their requests into the one engine (and grading overlaps generation).
-        actor_concurrency=feed_concurrency(config),
+        actor_concurrency=feed_concurrency(context.execution),
         execution_options=EXECUTION_OPTIONS | {"engine_cpus"},
         devices_per_worker=float(num_gpus),
         generating=True,

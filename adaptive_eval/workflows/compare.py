@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval.campaign import Campaign
+from adaptive_eval.campaign import Campaign, build_campaign
 from adaptive_eval.comparison import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.headline import trials_text
@@ -50,7 +50,7 @@ def run_compare(
 ) -> dict[str, Any]:
     """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
     progress, the config's dispatch mode); write summary.json and the reports."""
-    campaign, judge = compare_campaign(config, candidate, margin, settle_all)
+    campaign, judge = compare_campaign(build_campaign(config), candidate, margin, settle_all)
     return run_campaign(
         config,
         run_dir,

@@ -115,11 +115,11 @@ def _two_model_view(
     prior = np.stack([before["prior"][i], now["prior"][j]])
     counts = np.stack([before["counts"][i], now["counts"][j]]).astype(np.int64)
     trials = counts.sum(axis=2)
-    state = RunState(prior, campaign.weights, bayes_prior=campaign.config.policy.bayes_prior)
+    state = RunState(prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior)
     state.add_plan(trials)
     state.apply_counts(counts)
     name = str(now["names"][j])
-    policy = campaign.config.policy
+    policy = campaign.settings.policy
     settings = ViewSettings(
         (f"{name} (last night)", f"{name} (tonight)"),
         np.full(2, int(trials.max())),

@@ -3,6 +3,7 @@ report.html from its store, without Ray (a compare folder with its verdicts)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,10 @@ def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
     steering = compare_steering(run_dir)
     if steering is not None:  # a compare folder: the same steered campaign and its verdicts
         candidate = str(steering["candidate"])
-        if "margin" not in steering:
-            config = config.model_copy(update={"compare": None})
-        campaign, judge = compare_campaign(config, candidate, steering.get("margin"))
+        if "margin" not in steering:  # recorded without one: the config's compare.margin neither
+            settings = dataclasses.replace(campaign.settings, compare=None)
+            campaign = dataclasses.replace(campaign, settings=settings)
+        campaign, judge = compare_campaign(campaign, candidate, steering.get("margin"))
         finish = comparison_finish(candidate, judge)
 
     with RunLock(run_dir):
