@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval import stats
+from adaptive_eval import registry, stats
 from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.campaign_checks import (
     build_stopping,
@@ -291,6 +291,7 @@ def describe_rules(campaign: Campaign) -> dict[str, Any]:
     )
     return {
         "rules": names,
+        "plugins": plugin_records(campaign),
         "error_control": policy.error_control,
         "confidence": policy.confidence,
         "pair_alpha": pair_alpha,
@@ -301,6 +302,23 @@ def describe_rules(campaign: Campaign) -> dict[str, Any]:
         "prior_in_test": prior_in_test,
         "warning": warning,
     }
+
+
+def plugin_records(campaign: Campaign) -> list[dict[str, Any]]:
+    """Each registered plug-in that decides (pair rules, stopping rules, the allocator) with the
+    parameters it was built with, defaults included (:func:`adaptive_eval.registry.resolved`);
+    rules the campaign builds itself (compare's gate, the composite stop) are not listed."""
+    stopping = campaign.stopping
+    parts = [*campaign.pair_rules, *getattr(stopping, "rules", (stopping,)), campaign.allocator]
+    records = []
+    for part in parts:
+        try:
+            found = registry.resolved(part)
+        except LookupError:
+            continue
+        params = {key: list(v) if isinstance(v, tuple) else v for key, v in found.items}
+        records.append({"kind": found.kind, "name": found.name, "params": params})
+    return records
 
 
 def _build_prior(

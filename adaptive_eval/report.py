@@ -161,9 +161,22 @@ def _decision_lines(rules: dict[str, Any]) -> list[str]:
         f"Prior in the test: {rules.get('prior_in_test', '')}",
         "",
     ]
+    plugins = rules.get("plugins") or []
+    if plugins:
+        lines += [
+            "Built with (every parameter, defaults included): "
+            + "; ".join(md.text(plugin_text(p)) for p in plugins),
+            "",
+        ]
     if rules.get("warning"):
         lines += [f"> **Warning:** {rules['warning']}", ""]
     return lines
+
+
+def plugin_text(plugin: dict[str, Any]) -> str:
+    """``pair rule group_sequential(looks=8, ...)``: a plug-in and its parameters."""
+    params = ", ".join(f"{key}={value}" for key, value in plugin["params"].items())
+    return f"{plugin['kind']} {plugin['name']}({params})"
 
 
 def render_console(summary: dict[str, Any]) -> str:

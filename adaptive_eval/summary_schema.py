@@ -128,8 +128,18 @@ class ComputeSaved(_Closed):
     gpu_fraction: float | None
 
 
+class PluginRecord(_Closed):
+    """A registered plug-in the campaign decides with, and every parameter it was built with
+    (defaults included)."""
+
+    kind: str
+    name: str
+    params: dict[str, Any]
+
+
 class DecisionRules(_Closed):
     rules: list[str] = Field(default_factory=list)
+    plugins: list[PluginRecord] = Field(default_factory=list)
     error_control: str | None = None
     confidence: float | None = None
     pair_alpha: float | None = None

@@ -173,3 +173,16 @@ def test_a_newer_version_is_refused_naming_it(run_files: dict[str, dict[str, Any
     newer = {**run_files["run"], "schema_version": summary_schema.SCHEMA_VERSION + 1}
     with pytest.raises(ValueError, match=f"schema_version = {summary_schema.SCHEMA_VERSION + 1}"):
         summary_schema.upgrade(newer)
+
+
+def test_the_summary_names_every_plugin_with_its_resolved_parameters(
+    run_files: dict[str, dict[str, Any]],
+) -> None:
+    plugins = {
+        (p["kind"], p["name"]): p["params"] for p in run_files["run"]["decision_rules"]["plugins"]
+    }
+    rule = plugins[("pair rule", "group_sequential")]
+    # Defaults included: the config named no parameter of the rule or the allocator.
+    assert rule["inflation"] == 1.1 and rule["horizons"] == 3 and rule["spending"] == "hsd"
+    assert plugins[("allocation policy", "track_and_stop")]["questions"] == "neyman"
+    assert ("stopping rule", "pairs_settled") in plugins
