@@ -6,6 +6,7 @@ The flaky-server tests need neither vllm nor a GPU; backoffs are milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -368,7 +369,7 @@ def test_real_vllm_server(vllm_server: str, endpoint: str) -> None:
     worker.setup = type(worker.setup)(
         **{
             **worker.setup.__dict__,
-            "sampling": worker.setup.sampling.model_copy(update={"max_tokens": 12}),
+            "sampling": dataclasses.replace(worker.setup.sampling, max_tokens=12),
         }
     )
     result = worker.run(BATCH)
