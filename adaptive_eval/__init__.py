@@ -1,8 +1,8 @@
 """adaptive-eval: sequential adaptive sampling for Bayesian LLM evaluation.
 
 The public API is small on purpose: the statistics kernels live in
-:mod:`adaptive_eval.stats`, campaigns are built from YAML by :mod:`adaptive_eval.campaign`
-and run by :class:`adaptive_eval.controller.Controller`.
+:mod:`adaptive_eval.stats`, campaigns are built from YAML by :mod:`adaptive_eval.campaign.build`
+and run by :class:`adaptive_eval.control.controller.Controller`.
 
 ``bayes`` is loaded on first use, so that the console script's watcher (and its Ctrl-C
 handling) starts before numpy and scipy load.

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from adaptive_eval import interrupts
+from adaptive_eval.base import interrupts
+from adaptive_eval.base.errors import AdaptiveEvalError, InputError, printable, traceback_text
 from adaptive_eval.commands import (
     cmd_compare,
     cmd_completions,
@@ -30,7 +31,6 @@ from adaptive_eval.commands import (
     cmd_validate,
     cmd_verify,
 )
-from adaptive_eval.errors import AdaptiveEvalError, InputError, printable, traceback_text
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -307,7 +307,7 @@ def _run_dir(args: argparse.Namespace) -> str | None:
 def _say(prefix: str, message: object) -> None:
     """One line on stderr: credentials redacted, control characters (ANSI escapes) shown as
     escapes, never sent raw."""
-    from adaptive_eval.redact import scrub
+    from adaptive_eval.base.redact import scrub
 
     text = printable(scrub(str(message)))
     if len(text) > MAX_LINE:  # one line a person reads, whatever a value from a file holds
@@ -316,8 +316,8 @@ def _say(prefix: str, message: object) -> None:
 
 
 def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
-    from adaptive_eval.errorlog import write_error_log
-    from adaptive_eval.redact import scrub
+    from adaptive_eval.base.errorlog import write_error_log
+    from adaptive_eval.base.redact import scrub
 
     summary = scrub(f"{type(error).__name__}: {error}").splitlines()[0][:300]
     header = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} adaptive-eval " + scrub(
@@ -334,7 +334,7 @@ def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
 def _storage_failure(error: OSError | sqlite3.Error, args: argparse.Namespace) -> int | None:
     """Exit code after naming a storage failure (full disk, read-only file system) in one
     line; None when ``error`` is not one (it is then an unexpected error)."""
-    from adaptive_eval.storage import storage_error
+    from adaptive_eval.files import storage_error
 
     run_dir = _run_dir(args)
     name = getattr(error, "filename", None) if isinstance(error, OSError) else None
@@ -414,9 +414,9 @@ def _quiet_stdout() -> None:
 
 
 def _stop_ray() -> None:
-    if "adaptive_eval.cluster" not in sys.modules:
+    if "adaptive_eval.control.cluster" not in sys.modules:
         return  # this command never started Ray
-    from adaptive_eval.cluster import stop_ray
+    from adaptive_eval.control.cluster import stop_ray
 
     try:
         stop_ray()

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 
 if TYPE_CHECKING:
-    from adaptive_eval.campaign import Campaign
+    from adaptive_eval.campaign.build import Campaign
     from adaptive_eval.settings import BudgetSettings
 
 
@@ -29,7 +29,7 @@ VALIDATE_PROBE_S = 3.0
 
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.report import render_console
+    from adaptive_eval.outputs.report import render_console
     from adaptive_eval.workflows.run import run_campaign
 
     config = load_config(args.config, args.set)
@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -> str:
     """What a command prints at its end: summary.json with --json, the one-line headline (the
     pages' first line) with --quiet, else the full console text ``full(summary)``."""
-    from adaptive_eval.headline import headline
+    from adaptive_eval.outputs.headline import headline
 
     if args.json:
         return json.dumps(summary, indent=2)
@@ -53,12 +53,12 @@ def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from adaptive_eval.campaign import build_campaign, describe_stopping
-    from adaptive_eval.cluster import check_engines, check_local_placement
-    from adaptive_eval.cluster_address import address_problem
+    from adaptive_eval.base.ray_address import address_problem
+    from adaptive_eval.base.redact import scrub
+    from adaptive_eval.campaign.build import build_campaign, describe_stopping
     from adaptive_eval.config import load_config
-    from adaptive_eval.preflight import check_before_sampling
-    from adaptive_eval.redact import scrub
+    from adaptive_eval.control.cluster import check_engines, check_local_placement
+    from adaptive_eval.control.preflight import check_before_sampling
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
@@ -173,7 +173,7 @@ def _auto_address_problem() -> str | None:
     import os
     import tempfile
 
-    from adaptive_eval.cluster_address import address_problem
+    from adaptive_eval.base.ray_address import address_problem
 
     found = os.environ.get("RAY_ADDRESS")
     if not found:
@@ -216,7 +216,7 @@ def _score_line(campaign: Campaign) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
-    from adaptive_eval.report import render_console
+    from adaptive_eval.outputs.report import render_console
     from adaptive_eval.workflows.report import report_run
 
     run_dir = Path(args.run_dir)
@@ -225,7 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise InputError("no config.yaml: not a run directory", source=str(run_dir))
     summary = report_run(load_config(config_path), run_dir)
     if args.html:
-        from adaptive_eval.report_html import FILENAME
+        from adaptive_eval.outputs.report_html import FILENAME
 
         print(run_dir / FILENAME)
         return 0
@@ -469,7 +469,7 @@ def parse_ints(text: str, what: str) -> list[int]:
 def npz_out(text: str) -> Path:
     """The npz file an ``--out`` names (``.npz`` added as numpy would), checked before the run
     is read: not a folder, under a folder."""
-    from adaptive_eval.storage import nearest_existing
+    from adaptive_eval.files import nearest_existing
 
     path = Path(text)
     if path.is_dir():

@@ -4,7 +4,7 @@ One concept, kept whole (~700 lines): the schema is one tree of pydantic models 
 descriptions are the config's documentation; splitting it would scatter that reference.
 
 Every model rejects unknown keys (``extra="forbid"``). A validation error becomes an
-:class:`~adaptive_eval.errors.InputError` naming the file, the dotted field path and the value.
+:class:`~adaptive_eval.base.errors.InputError` naming the file, the dotted field path and the value.
 Paths in a config are resolved relative to the config file.
 """
 
@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.redact import redact, redacted_fields, remember, without_secrets
 from adaptive_eval.inputfiles import MAX_CONFIG_BYTES, check, read_bytes
-from adaptive_eval.redact import redact, redacted_fields, remember, without_secrets
 from adaptive_eval.settings import (
     BudgetSettings,
     CampaignSettings,

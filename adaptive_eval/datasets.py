@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 
 #: The most read of each kind of input (far above real use; a value past it is a mistake).
 MAX_CONFIG_BYTES = 4 << 20

@@ -15,7 +15,7 @@ from typing import IO, Any, ClassVar
 
 import structlog
 
-from adaptive_eval.redact import scrub
+from adaptive_eval.base.redact import scrub
 
 
 class _JsonlTee:

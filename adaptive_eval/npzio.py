@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.inputfiles import MAX_ARRAY_BYTES, check, size_text
 
 #: Members above this size must not pack more than MAX_PACKING to one (a zip bomb does).

@@ -45,7 +45,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")

@@ -18,7 +18,7 @@ Signals: Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the command from the termin
 group; the watcher ignores them. SIGTERM and SIGHUP sent to the watcher are passed on; a command
 that has not ended :data:`STOP_GRACE_S` seconds later (stuck in native code, where no Python
 handler runs) is killed. Every ending is one line and, for a signal, exit code 128 + its number
-(:mod:`adaptive_eval.interrupts`). ``python -m adaptive_eval.cli`` and
+(:mod:`adaptive_eval.base.interrupts`). ``python -m adaptive_eval.cli`` and
 :func:`adaptive_eval.cli.main` run in-process, unwatched. Standard library only.
 """
 
@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from adaptive_eval import interrupts
+from adaptive_eval.base import interrupts
 
 WATCHED = frozenset({"run", "compare", "nightly"})
 #: Set in the command's environment to the watcher's pid: the process is the watched one (no
@@ -213,7 +213,7 @@ def _folder(argv: list[str]) -> Path | None:
 
 
 def _killed(signum: int, argv: list[str], command: str) -> int:
-    from adaptive_eval.storage import is_read_only
+    from adaptive_eval.files import is_read_only
 
     try:
         name = signal.Signals(signum).name

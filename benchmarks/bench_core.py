@@ -35,7 +35,7 @@ def summary(label: str, values: list[float], unit: str) -> None:
 
 
 def bench_ingest(repeats: int = 7) -> None:
-    from adaptive_eval.state import RunState
+    from adaptive_eval.decide.state import RunState
 
     num_models, num_questions, num_categories = 20, 30, 8
     rng = np.random.default_rng(0)
@@ -59,11 +59,11 @@ def bench_ingest(repeats: int = 7) -> None:
 
 
 def bench_decide(repeats: int = 200) -> None:
-    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import parse_config
-    from adaptive_eval.controller import Controller
+    from adaptive_eval.control.controller import Controller
     from adaptive_eval.logs import SilentLog
-    from adaptive_eval.runner import _NoDispatch
+    from adaptive_eval.loop.runner import _NoDispatch
 
     designs = (
         ("group_sequential", "track_and_stop"),
@@ -113,15 +113,15 @@ def bench_decide(repeats: int = 200) -> None:
 
 def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     """Run a campaign in-process through Ray; return its summary and the loop's seconds."""
-    from adaptive_eval.campaign import build_campaign
-    from adaptive_eval.cluster import init_ray
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import parse_config
-    from adaptive_eval.controller import Controller
+    from adaptive_eval.control.cluster import init_ray
+    from adaptive_eval.control.controller import Controller
+    from adaptive_eval.control.run_result import RunFacts, finished_run
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
-    from adaptive_eval.run_result import RunFacts, finished_run
-    from adaptive_eval.rundir import open_run_dir
-    from adaptive_eval.summary import build_summary
+    from adaptive_eval.loop.rundir import open_run_dir
+    from adaptive_eval.outputs.summary import build_summary
 
     config = parse_config(data, source=str(tmp / "c.yaml"))
     campaign = build_campaign(config)

@@ -249,7 +249,7 @@ def build_model(args: argparse.Namespace) -> tuple[Path, float]:
 
 
 def plan_parts(config_path: Path) -> tuple[Any, Any]:
-    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import load_config
 
     plan = build_campaign(load_config(config_path)).plans[0]
@@ -260,7 +260,7 @@ def plan_parts(config_path: Path) -> tuple[Any, Any]:
 def bench_requests(setup: Any, trials: int) -> list[Any]:
     """Every question x ``trials`` request of the campaign, seeded as the campaign seeds them."""
     from adaptive_eval.backends.generation_worker import TrialRequest
-    from adaptive_eval.types import trial_seed
+    from adaptive_eval.base.types import trial_seed
 
     return [
         TrialRequest(q, t, trial_seed(setup.campaign_seed, setup.model_name, qid, t))

@@ -56,15 +56,15 @@ def config(
 
 def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     """Run a campaign in-process through Ray (failed batches re-run, as in a real run)."""
-    from adaptive_eval.campaign import build_campaign
-    from adaptive_eval.cluster import init_ray
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import parse_config
-    from adaptive_eval.controller import Controller
+    from adaptive_eval.control.cluster import init_ray
+    from adaptive_eval.control.controller import Controller
+    from adaptive_eval.control.run_result import RunFacts, finished_run
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
-    from adaptive_eval.run_result import RunFacts, finished_run
-    from adaptive_eval.rundir import open_run_dir
-    from adaptive_eval.summary import build_summary
+    from adaptive_eval.loop.rundir import open_run_dir
+    from adaptive_eval.outputs.summary import build_summary
 
     config = parse_config(data, source=str(tmp / "c.yaml"))
     campaign = build_campaign(config)

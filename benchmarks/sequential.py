@@ -3,7 +3,8 @@
     python benchmarks/sequential.py --replicates 300 --out runs/bench-sequential
 
 For each campaign of the suite and each design (pair rule x allocator), ``replicates`` seeded
-campaigns run through :func:`adaptive_eval.simulate.simulate` (the controller's loop with the
+campaigns run through :func:`adaptive_eval.control.simulate.simulate` (the controller's loop with
+the
 real rules, stopping and allocators; outcomes drawn per round). Reported per design:
 
 * ``run_wrong``: share of campaigns whose final ranking has at least one wrong decided pair
@@ -36,9 +37,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import norm
 
-from adaptive_eval.policy import any_of
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.simulate import (
+from adaptive_eval.control.simulate import (
     SimPolicy,
     SimResult,
     Truth,
@@ -46,6 +45,8 @@ from adaptive_eval.simulate import (
     simulate,
     wrong_calls,
 )
+from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as program
 from adaptive_eval.stats import sequential as seq
 

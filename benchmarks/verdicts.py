@@ -4,8 +4,10 @@
     python benchmarks/verdicts.py --confidence 0.99 --replicates 4000 --out v99.json
 
 Each campaign is built from a config exactly as ``run`` and ``compare`` build it
-(:func:`adaptive_eval.campaign.build_campaign`, :func:`adaptive_eval.comparison.compare_campaign`)
-and run by :func:`adaptive_eval.simulate.simulate_campaign`: the campaign's own decision core
+(:func:`adaptive_eval.campaign.build.build_campaign`,
+:func:`adaptive_eval.campaign.checkpoint.compare_campaign`)
+and run by :func:`adaptive_eval.control.simulate.simulate_campaign`: the campaign's own decision
+core
 (the controller's, ``tests/test_core_parity.py``) with outcomes drawn from a known truth. Per
 case, ``truths`` different per-question rate profiles are drawn (Beta around the stated mean,
 the candidate shifted by exactly the stated difference on every question), and the seeded
@@ -39,10 +41,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from adaptive_eval.campaign import build_campaign
-from adaptive_eval.comparison import compare_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.simulate import Truth, simulate_campaign
+from adaptive_eval.control.simulate import Truth, simulate_campaign
 from adaptive_eval.stats import sequential as seq
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "real"

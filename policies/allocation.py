@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from adaptive_eval.policy import CampaignView, Goals, even_plan
+from adaptive_eval.base.types import PairDecision
+from adaptive_eval.decide.contracts import CampaignView, Goals, even_plan
 from adaptive_eval.registry import allocators
 from adaptive_eval.stats import allocation as lower_bound
-from adaptive_eval.types import PairDecision
 
 #: Share of what a model lacks of its trial target that one round may give it. Targets come
 #: from variance estimates that are conservative on few trials and shrink as trials come in,

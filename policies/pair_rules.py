@@ -49,7 +49,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from adaptive_eval.policy import (
+from adaptive_eval.base.types import PairDecision
+from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,
     MemorylessRule,
@@ -61,7 +62,6 @@ from adaptive_eval.policy import (
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.stats import z_threshold
-from adaptive_eval.types import PairDecision
 
 #: A pair rule's own confidence (None: the campaign's ``policy.confidence``).
 Confidence = Annotated[float | None, Field(gt=0.5, lt=1)]

@@ -1,4 +1,4 @@
-"""Campaign stopping rules. Compose with ``adaptive_eval.policy.any_of`` / ``all_of``."""
+"""Campaign stopping rules. Compose with ``adaptive_eval.decide.contracts.any_of`` / ``all_of``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from adaptive_eval.policy import CampaignView, StoppingRule
+from adaptive_eval.base.types import PairDecision, Stop, StopReason
+from adaptive_eval.decide.contracts import CampaignView, StoppingRule
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats.intervals import IntervalDesign, trials_to_reach
-from adaptive_eval.types import PairDecision, Stop, StopReason
 
 
 @stopping_rules.register("pairs_settled")

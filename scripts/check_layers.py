@@ -21,26 +21,13 @@ PACKAGES = ("adaptive_eval", "policies")
 
 #: Bottom to top. A prefix ending in "." names a package and everything in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "foundation: statistics and value types",
-        (
-            "adaptive_eval.stats.",
-            "adaptive_eval.types",
-            "adaptive_eval.errors",
-            "adaptive_eval.markdown",
-            "adaptive_eval.redact",
-            "adaptive_eval.accounting",
-            "adaptive_eval.interrupts",
-            "adaptive_eval.errorlog",
-            "adaptive_eval.cluster_address",
-        ),
-    ),
+    ("foundation: statistics and value types", ("adaptive_eval.stats.", "adaptive_eval.base.")),
     (
         "config, store and registry",
         (
             "adaptive_eval.config",
             "adaptive_eval.settings",
-            "adaptive_eval.storage",
+            "adaptive_eval.files",
             "adaptive_eval.store.",
             "adaptive_eval.inputfiles",
             "adaptive_eval.registry",
@@ -50,12 +37,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
-        "policies, backends and grading",
+        "decisions, policies, backends and grading",
         (
-            "adaptive_eval.policy",
-            "adaptive_eval.decision",
-            "adaptive_eval.state",
-            "adaptive_eval.noninferiority",
+            "adaptive_eval.decide.",
             "adaptive_eval.grading.",
             "adaptive_eval.backends.",
             "policies.",
@@ -63,40 +47,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "campaign, controller and dispatch",
-        (
-            "adaptive_eval.campaign",
-            "adaptive_eval.campaign_checks",
-            "adaptive_eval.comparison",
-            "adaptive_eval.library",
-            "adaptive_eval.controller",
-            "adaptive_eval.run_result",
-            "adaptive_eval.round_events",
-            "adaptive_eval.simulate",
-            "adaptive_eval.dispatch.",
-            "adaptive_eval.cluster",
-            "adaptive_eval.preflight",
-        ),
+        ("adaptive_eval.campaign.", "adaptive_eval.control.", "adaptive_eval.dispatch."),
     ),
-    (
-        "the run loop",
-        (
-            "adaptive_eval.runner",
-            "adaptive_eval.rundir",
-            "adaptive_eval.progress",
-        ),
-    ),
+    ("the run loop", ("adaptive_eval.loop.",)),
     (
         "presentation shared by every output",
-        ("adaptive_eval.presentation", "adaptive_eval.headline"),
+        (
+            "adaptive_eval.outputs",
+            "adaptive_eval.outputs.presentation",
+            "adaptive_eval.outputs.headline",
+        ),
     ),
     (
         "outputs: summary.json, report.md, report.html",
         (
-            "adaptive_eval.summary",
-            "adaptive_eval.summary_schema",
-            "adaptive_eval.report",
-            "adaptive_eval.report_html",
-            "adaptive_eval.provenance",
+            "adaptive_eval.outputs.summary",
+            "adaptive_eval.outputs.summary_schema",
+            "adaptive_eval.outputs.report",
+            "adaptive_eval.outputs.report_html",
+            "adaptive_eval.outputs.provenance",
         ),
     ),
     ("workflows", ("adaptive_eval.workflows.",)),

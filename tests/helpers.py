@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import CampaignConfig, load_config
-from adaptive_eval.controller import Controller
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.state import RunState
 from adaptive_eval.dispatch import InlineDispatcher, LaunchRequest, dispatch_modes
-from adaptive_eval.policy import CampaignView
-from adaptive_eval.rundir import open_run_dir
-from adaptive_eval.state import RunState
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
 
 #: The recorded trials' identity and outcome, as the ledger comparisons read them.

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from adaptive_eval.cli import main
-from adaptive_eval.storage import atomic_write
+from adaptive_eval.files import atomic_write
 
 OUTPUTS = ("summary.json", "report.md", "report.html")
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.errors import ExhaustedError, InputError
+from adaptive_eval.base.types import Batch, WorkItem, trial_seed
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.errors import ExhaustedError, InputError
-from adaptive_eval.types import Batch, WorkItem, trial_seed
 
 
 def campaign_for(tmp_path: Path, entry: dict, **overrides: object):

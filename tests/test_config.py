@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, write_scenario
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 

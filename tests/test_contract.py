@@ -12,7 +12,7 @@ from helpers import mimic_success, write_scenario
 
 import adaptive_eval
 from adaptive_eval import stats
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import build_parser
 from adaptive_eval.config import parse_config
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules

@@ -17,11 +17,11 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval.campaign import build_campaign
-from adaptive_eval.errors import InputError
-from adaptive_eval.rundir import open_run_dir
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import StopReason
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import StopReason
 from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -171,7 +171,7 @@ def test_replay_of_a_fixed_n_run_reports_savings(tmp_path: Path) -> None:
 
 
 def test_duplicate_batch_is_not_counted_twice(tmp_path: Path, config_path: Path) -> None:
-    from adaptive_eval.types import Batch, WorkItem
+    from adaptive_eval.base.types import Batch, WorkItem
 
     campaign = build_campaign(load(config_path))
     store, _, _ = open_run_dir(campaign, tmp_path / "run")
@@ -186,7 +186,7 @@ def test_duplicate_batch_is_not_counted_twice(tmp_path: Path, config_path: Path)
 def test_a_batch_delivered_twice_counts_once(tmp_path: Path, config_path: Path) -> None:
     from helpers import NullLog
 
-    from adaptive_eval.controller import Controller
+    from adaptive_eval.control.controller import Controller
     from adaptive_eval.dispatch import InlineDispatcher
 
     campaign = build_campaign(load(config_path))
@@ -224,7 +224,7 @@ def test_execution_only_entry_options_may_change_on_resume(
 
 
 def test_token_savings_are_not_inflated_by_trials_without_counts() -> None:
-    from adaptive_eval.accounting import compute_savings
+    from adaptive_eval.base.accounting import compute_savings
 
     trials = np.full((2, 3), 10)
     tokens_sum = np.array([[1000, 1000, 1000], [0, 0, 0]])
@@ -270,9 +270,9 @@ def test_incomplete_batches_are_detected_not_waited_on_forever(
 ) -> None:
     from helpers import NullLog
 
-    from adaptive_eval.controller import Controller
+    from adaptive_eval.base.errors import BackendError
+    from adaptive_eval.control.controller import Controller
     from adaptive_eval.dispatch import InlineDispatcher
-    from adaptive_eval.errors import BackendError
 
     class Lossy(InlineDispatcher):
         def poll(self, timeout: float):

@@ -21,7 +21,7 @@ from adaptive_eval.backends.cores import (
     pin_current_thread,
 )
 from adaptive_eval.backends.vllm_setup import VllmSettings, claim_engine_cpus
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
 
 CORES = (0, 1, 2, 3)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.datasets import (
     ARITH20,
     DEFAULT_INSTRUCTION,
@@ -16,7 +17,6 @@ from adaptive_eval.datasets import (
     load_dataset,
     render_prompt,
 )
-from adaptive_eval.errors import InputError
 from adaptive_eval.grading import math_equal
 
 

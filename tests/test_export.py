@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.store import TrialStore
 

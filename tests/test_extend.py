@@ -18,11 +18,11 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval.campaign import build_campaign
-from adaptive_eval.errors import InputError
-from adaptive_eval.rundir import open_run_dir
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import StopReason
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import StopReason
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from adaptive_eval.backends.feed import EngineDied, Feed, FeedJob, UnmatchedOutput
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
 
 
 class StepEngine:

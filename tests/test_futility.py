@@ -21,15 +21,21 @@ from helpers import (
 )
 from scipy.stats import binomtest
 
-from adaptive_eval.campaign import build_campaign, fingerprint_of
-from adaptive_eval.errors import InputError
-from adaptive_eval.policy import NO_MEMORY, CampaignView, any_of, decide_pairs, settle_pairs
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import StopReason, Verdict
+from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
+from adaptive_eval.decide.contracts import (
+    NO_MEMORY,
+    CampaignView,
+    any_of,
+    decide_pairs,
+    settle_pairs,
+)
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.rundir import open_run_dir
-from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import StopReason, Verdict
 
 # -- closed forms against Monte Carlo -----------------------------------------------------------
 

@@ -23,12 +23,12 @@ from adaptive_eval.backends.generation_worker import (
     TrialRequest,
     expand_batch,
 )
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.errors import BackendError, InputError
+from adaptive_eval.base.types import Batch, WorkItem, trial_seed
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20, load_dataset
-from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import GeneratedSample
-from adaptive_eval.types import Batch, WorkItem, trial_seed
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.datasets import Question
-from adaptive_eval.errors import InputError
 from adaptive_eval.grading import (
     GeneratedSample,
     Graded,

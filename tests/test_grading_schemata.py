@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.grading.schemata import SCHEMATA, MissingSignalError, Schema, Thresholds
 from adaptive_eval.grading.signals import Signals
 

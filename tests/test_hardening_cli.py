@@ -26,12 +26,13 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval import cluster, rundir
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.errors import ClusterError, InputError
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
+from adaptive_eval.control import cluster
 from adaptive_eval.datasets import ARITH20
-from adaptive_eval.errors import ClusterError, InputError
+from adaptive_eval.loop import rundir
 from adaptive_eval.workflows import run as runner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -319,7 +320,7 @@ def test_ray_output_goes_to_the_run_log_and_the_console_keeps_the_terminal(
     script = f"""
 import os, sys
 from pathlib import Path
-from adaptive_eval.cluster import ray_output_to
+from adaptive_eval.control.cluster import ray_output_to
 with ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
     os.write(2, b"[E core_worker.cc] noise\\n")
     os.write(1, b"(WorkerActor pid=1) noise\\n")
@@ -394,7 +395,7 @@ def test_quiet_prints_only_the_one_line_result(
     assert len(out.splitlines()) == 1 and out.startswith("Ranking: 3 models in "), out
     assert err == ""
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    from adaptive_eval.headline import headline
+    from adaptive_eval.outputs.headline import headline
 
     assert out.strip() == headline(summary).line
     help_text = subprocess.run(
@@ -413,9 +414,9 @@ def test_a_pair_is_logged_as_decided_once_however_often_it_becomes_adjacent(
     and came back), and report.html drew 6 "decided" dots for 5 decided pairs."""
     from helpers import NullLog
 
-    from adaptive_eval.decision import CoreState, RoundDecision
-    from adaptive_eval.round_events import RoundEvents
-    from adaptive_eval.types import PairDecision
+    from adaptive_eval.base.types import PairDecision
+    from adaptive_eval.control.round_events import RoundEvents
+    from adaptive_eval.decide.core import CoreState, RoundDecision
 
     campaign = build_campaign(load(scenario_config))
     store, _, _ = rundir.open_run_dir(campaign, tmp_path / "run")

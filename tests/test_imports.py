@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from helpers import load, run_inline, write_config
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.cli import main
-from adaptive_eval.errors import InputError
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.imports import import_files, parse_map
 
@@ -179,7 +179,7 @@ def test_an_inspect_log_too_big_to_parse_is_refused_before_reading(
     """Issue 29, item 4.5: 12 members of 60 MB (each under the member limit) were parsed."""
     import zipfile
 
-    from adaptive_eval.errors import InputError
+    from adaptive_eval.base.errors import InputError
     from adaptive_eval.workflows import imports
 
     monkeypatch.setattr(imports, "MAX_LOG_UNPACKED", 1 << 20)

@@ -10,13 +10,13 @@ import pytest
 from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
 from helpers import ledger as read_ledger
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.types import Batch
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.controller import Controller
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.library import TrialLibrary, attach
 from adaptive_eval.dispatch import InlineDispatcher
-from adaptive_eval.library import TrialLibrary, attach
-from adaptive_eval.rundir import open_run_dir
-from adaptive_eval.types import Batch
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from adaptive_eval.backends import model_files
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.types import Batch, Trial, WorkItem, trial_seed
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
+from adaptive_eval.control.library import TrialLibrary
 from adaptive_eval.datasets import ARITH20
-from adaptive_eval.library import TrialLibrary
-from adaptive_eval.provenance import markdown
-from adaptive_eval.types import Batch, Trial, WorkItem, trial_seed
+from adaptive_eval.outputs.provenance import markdown
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 QUESTIONS = 3

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.controller import Controller
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.library import attach
 from adaptive_eval.dispatch import InlineDispatcher
-from adaptive_eval.library import attach
-from adaptive_eval.rundir import open_run_dir
+from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.nightly import run_nightly
 from adaptive_eval.workflows.report import report_run

@@ -23,12 +23,12 @@ from helpers import TEST_DISPATCH, run_inline
 from adaptive_eval._testing import CPU_VLLM_ENV, free_port, vllm_import_error
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.backends.openai import OpenAIWorker
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, WorkItem, trial_seed
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20, load_dataset
-from adaptive_eval.errors import BackendError
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import Batch, WorkItem, trial_seed
 
 QUESTIONS = load_dataset(ARITH20)
 ANSWERS = {q.problem: q.answer for q in QUESTIONS.questions}
@@ -462,8 +462,8 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
     """Issue 29, section 1: a server's weights cannot be hashed. The model it reports serving
     (and its system fingerprint) is kept with every trial and listed in the provenance; a
     revision the user states is part of the model's identity (library cells, fingerprint)."""
-    from adaptive_eval.campaign import build_campaign
-    from adaptive_eval.provenance import collect
+    from adaptive_eval.campaign.build import build_campaign
+    from adaptive_eval.outputs.provenance import collect
 
     with FlakyServer(script=[], answers=ANSWERS) as server:
         cfg = config(server.url, limit=2, revision="2026-11-01")
@@ -476,7 +476,7 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
     assert model["served"] == [server.model] == ["flaky"]  # what the server said, not our name
     # What it said when the campaign was planned: its /models card (no /version here).
     assert model["server"] == "card not reported; version none"  # it lists "flaky", not "srv"
-    from adaptive_eval.provenance import markdown
+    from adaptive_eval.outputs.provenance import markdown
 
     text = "\n".join(markdown(collect(tmp_path / "run")))
     assert "server's model card at planning: card not reported; version none" in text
@@ -488,8 +488,8 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
 def night_against_the_library(tmp_path: Path, url: str, **options: Any) -> tuple[int, list[str]]:
     """One night of the ``srv`` model against a library: (trials it would reuse of one per
     question, the library's change lines); then the night records one trial per question."""
-    from adaptive_eval.library import TrialLibrary
-    from adaptive_eval.types import Trial
+    from adaptive_eval.base.types import Trial
+    from adaptive_eval.control.library import TrialLibrary
 
     campaign = build_campaign(config(url, limit=3, **options))
     library = TrialLibrary(tmp_path / "lib", campaign, "night")
@@ -576,7 +576,7 @@ def test_hostile_server_cards_are_bounded_and_escaped() -> None:
 def test_an_older_run_without_the_servers_report_still_resumes(tmp_path: Path) -> None:
     """A run recorded before the server's report joined the identity resumes (its server then
     is unknown); a report of it states the identity it recorded, with a note."""
-    from adaptive_eval.rundir import _identity_changes
+    from adaptive_eval.loop.rundir import _identity_changes
 
     with FlakyServer(model="srv", card=VLLM_CARD) as server:
         identity = build_campaign(config(server.url)).identity

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval import rundir
 from adaptive_eval.cli import main
+from adaptive_eval.loop import rundir
+from adaptive_eval.outputs.summary import SCHEMA_VERSION
 from adaptive_eval.store import TrialStore
-from adaptive_eval.summary import SCHEMA_VERSION
 from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -155,7 +155,7 @@ def test_export_to_every_eval_ever_validates_against_its_schema(
 
 
 def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Path]) -> None:
-    from adaptive_eval.report import render_console, write_outputs
+    from adaptive_eval.outputs.report import render_console, write_outputs
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -175,8 +175,8 @@ def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Pa
 
 
 def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) -> None:
-    from adaptive_eval.headline import headline
-    from adaptive_eval.report import render_console, render_markdown
+    from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.report import render_console, render_markdown
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -201,8 +201,8 @@ def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) 
 
 
 def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, Path]) -> None:
-    from adaptive_eval.headline import headline
-    from adaptive_eval.report import render_console
+    from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.report import render_console
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -222,7 +222,7 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
     """The walk-through of issue 29: ``run configs/demo.yaml --set budget.trials=3000
     --quiet`` printed "Ranking: ... saved 88.6% of the fixed-N run's 26,400 trials ..." and
     nothing saying that the budget, not the rules, had ended it."""
-    from adaptive_eval.headline import Tone, headline
+    from adaptive_eval.outputs.headline import Tone, headline
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -244,7 +244,7 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
 
 
 def test_a_verdict_tells_the_regression_first() -> None:
-    from adaptive_eval.headline import headline
+    from adaptive_eval.outputs.headline import headline
 
     verdicts = [
         {"incumbent": "LLM_9", "decision": "undecided", "trials": 10},
@@ -309,7 +309,7 @@ def test_console_lines_are_sentences_and_routine_slowness_stays_in_the_file(
 def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Path]) -> None:
     import re
 
-    from adaptive_eval.report_html import plural
+    from adaptive_eval.outputs.report_html import plural
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -325,7 +325,7 @@ def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Pat
 def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     run: tuple[Path, Path],
 ) -> None:
-    from adaptive_eval.report import write_outputs
+    from adaptive_eval.outputs.report import write_outputs
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
@@ -361,7 +361,7 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     # One sign convention, the candidate's: a worse candidate's z and boundary are negative
     # whichever way the test computed them (the two-sided rule gave +4.29 where --margin gave
     # -3.91 beside a boundary of +3.31).
-    from adaptive_eval.presentation import candidate_side
+    from adaptive_eval.outputs.presentation import candidate_side
 
     assert candidate_side({"z": 4.29, "boundary": 3.31, "decision": "worse"}) == (-4.29, -3.31)
     assert candidate_side({"z": -3.91, "boundary": 3.31, "decision": "fail"}) == (-3.91, -3.31)
@@ -377,9 +377,9 @@ def test_report_reads_a_run_whose_inputs_changed_since_and_a_resume_refuses_it(
     """A checkpoint replaced at its path (or vLLM upgraded) after a night: `report` of that
     night still reads its recorded trials and states the inputs it recorded, saying they
     changed; resuming it (sampling more) is refused."""
-    from adaptive_eval.campaign import build_campaign
-    from adaptive_eval.errors import InputError
-    from adaptive_eval.rundir import open_run_dir
+    from adaptive_eval.base.errors import InputError
+    from adaptive_eval.campaign.build import build_campaign
+    from adaptive_eval.loop.rundir import open_run_dir
 
     config, run_dir = run
     before = report_run(load(config), run_dir)["provenance"]["models"][0]["sha256"]

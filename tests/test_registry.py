@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.grading import graders, schemata
 from adaptive_eval.registry import (
     Registry,

@@ -207,7 +207,7 @@ def test_the_page_leads_with_a_one_line_ranking_verdict(run_dir: Path) -> None:
 def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     """Issue 22, workflow 10: the demo's plot had 6 "a pair decided" dots for 5 decided pairs
     (a pair logged again when it became adjacent again), one round late."""
-    from adaptive_eval.report_html import RunData, compute_plot
+    from adaptive_eval.outputs.report_html import RunData, compute_plot
 
     per_round = np.array([10, 10, 20, 20, 20])
     pairs = [
@@ -236,7 +236,7 @@ def test_the_forest_plot_warns_nothing_and_survives_an_interval_short_of_its_sco
     with "'xerr' must not contain negative values"."""
     import warnings
 
-    from adaptive_eval.report_html import forest_plot
+    from adaptive_eval.outputs.report_html import forest_plot
 
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["models"][0]["score_low"] = summary["models"][0]["score"] + 0.01
@@ -246,7 +246,7 @@ def test_the_forest_plot_warns_nothing_and_survives_an_interval_short_of_its_sco
 
 
 def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> None:
-    from adaptive_eval.report_html import rank_groups
+    from adaptive_eval.outputs.report_html import rank_groups
 
     summary = json.loads((run_dir / "summary.json").read_text())
     svg = _figure_svg((run_dir / "report.html").read_text(), "forest")
@@ -267,7 +267,7 @@ def test_trials_are_in_rank_order(run_dir: Path) -> None:
 
 
 def test_heatmap_is_sorted_and_sparsely_labelled() -> None:
-    from adaptive_eval.report_html import HEATMAP_LABELS, RunData, heatmap_plot
+    from adaptive_eval.outputs.report_html import HEATMAP_LABELS, RunData, heatmap_plot
 
     questions = [f"q{i:03d}" for i in range(120)]
     trials = np.tile(np.arange(120), (2, 1))  # the last question is the most sampled

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval.campaign import build_campaign
-from adaptive_eval.controller import Controller
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
+from adaptive_eval.decide.contracts import adjacent_only
 from adaptive_eval.logs import SilentLog
-from adaptive_eval.policy import adjacent_only
-from adaptive_eval.run_result import FinishedRun, RunFacts, finished_run
-from adaptive_eval.runner import _NoDispatch
+from adaptive_eval.loop.runner import _NoDispatch
+from adaptive_eval.outputs.summary import build_summary
 from adaptive_eval.store import TrialStore
-from adaptive_eval.summary import build_summary
 from adaptive_eval.workflows.report import report_run
 
 

@@ -20,14 +20,15 @@ from helpers import (
 from scipy import optimize
 from scipy.stats import dirichlet_multinomial, multinomial, norm
 
-from adaptive_eval.campaign import build_campaign, fingerprint_of
-from adaptive_eval.errors import InputError
-from adaptive_eval.policy import any_of
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import StopReason
+from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.control.simulate import SimPolicy, Truth, simulate
+from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.decide.state import RunState
+from adaptive_eval.loop.rundir import open_run_dir
+from adaptive_eval.outputs.report import render_console, render_markdown
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.report import render_console, render_markdown
-from adaptive_eval.rundir import open_run_dir
-from adaptive_eval.simulate import SimPolicy, Truth, simulate
-from adaptive_eval.state import RunState
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import (
     IntervalDesign,
@@ -42,7 +43,6 @@ from adaptive_eval.stats.posterior import (
 )
 from adaptive_eval.stats.sequential import empirical_estimate
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import StopReason
 from adaptive_eval.workflows.report import report_run
 
 # -- the empirical-Bayes prior ----------------------------------------------------------------
@@ -426,7 +426,7 @@ def test_a_width_campaigns_default_baseline_is_the_fixed_n_of_its_width(
     """Issue 29 (3.1): a width campaign reported "saved -227.1%" against the default N = 80
     where the goal needed 336 per question; without baseline.fixed_n its baseline is the fixed
     N of the width (as validate states it), and a campaign that stops early saves against it."""
-    from adaptive_eval.campaign import width_fixed_n
+    from adaptive_eval.campaign.build import width_fixed_n
 
     data = base_config(
         "s.npz", stopping=[{"name": "ci_width", "half_width": 0.03}], max_trials_per_question=400

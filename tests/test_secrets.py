@@ -26,13 +26,13 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval import rundir
 from adaptive_eval._testing.flaky_server import FlakyServer
-from adaptive_eval.campaign import build_campaign, fingerprint_of
+from adaptive_eval.base.redact import REDACTED
+from adaptive_eval.campaign.build import build_campaign, fingerprint_of
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
 from adaptive_eval.datasets import ARITH20
-from adaptive_eval.redact import REDACTED
+from adaptive_eval.loop import rundir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows import run as runner
 
@@ -141,7 +141,7 @@ def test_any_key_that_looks_like_a_credential_is_redacted_not_a_word_list(
     ],
 )
 def test_credential_keys_are_judged_by_their_words(key: str, secret: bool) -> None:
-    from adaptive_eval.redact import is_secret_key
+    from adaptive_eval.base.redact import is_secret_key
 
     assert is_secret_key(key) is secret
 

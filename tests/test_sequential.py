@@ -14,14 +14,14 @@ import pytest
 from helpers import count_view
 from scipy.stats import binomtest, norm
 
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import Verdict
 from adaptive_eval.config import parse_config
-from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView, any_of, decide_pairs, settle_pairs
+from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
+from adaptive_eval.decide.contracts import CampaignView, any_of, decide_pairs, settle_pairs
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
-from adaptive_eval.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.stats import sequential as seq
-from adaptive_eval.types import Verdict
 
 # -- boundaries -------------------------------------------------------------------------------
 
@@ -417,7 +417,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
     from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
 
     from adaptive_eval.config import load_config
-    from adaptive_eval.report import render_markdown
+    from adaptive_eval.outputs.report import render_markdown
     from adaptive_eval.workflows.report import report_run
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.8], questions=10))

@@ -32,9 +32,10 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval import cluster, interrupts
+from adaptive_eval.base import interrupts
+from adaptive_eval.base.ray_address import address_problem
 from adaptive_eval.cli import main
-from adaptive_eval.cluster_address import address_problem
+from adaptive_eval.control import cluster
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import pytest
 from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.workflows.run import run_campaign
 
 ledger = partial(read_ledger, columns="model, question, trial, category")
@@ -44,7 +44,7 @@ def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> No
 
 
 def test_unknown_simulated_option_is_named(tmp_path: Path) -> None:
-    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.campaign.build import build_campaign
 
     write_scenario(
         tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]

@@ -21,9 +21,9 @@ import pytest
 from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, BatchResult, Trial, WorkItem
 from adaptive_eval.dispatch.actors import SlotActor
-from adaptive_eval.errors import BackendError
-from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem
 
 WAIT_S = 10.0
 
@@ -324,7 +324,7 @@ def test_a_dispatched_slot_runs_several_batches_of_its_model_at_once(
 ) -> None:
     import ray
 
-    from adaptive_eval.campaign import build_campaign
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.dispatch import Dispatcher
 
     campaign = build_campaign(

@@ -25,11 +25,11 @@ import pytest
 
 from adaptive_eval._testing import CPU_VLLM_ENV, vllm_import_error
 from adaptive_eval.backends.cores import LOCK_DIR_ENV
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.base.types import Batch, Trial, WorkItem, trial_seed
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import Batch, Trial, WorkItem, trial_seed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from adaptive_eval.campaign import build_campaign
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.rundir import open_run_dir
+from adaptive_eval.loop.rundir import open_run_dir
 
 
 def write_big_run(

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from adaptive_eval.base.types import Batch, BatchResult, Trial, trial_seed
 from adaptive_eval.settings import ExecutionSettings, GenerationSettings
-from adaptive_eval.types import Batch, BatchResult, Trial, trial_seed
 
 
 class Worker(Protocol):

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
 
 
 class FeedEngine(Protocol):

@@ -9,7 +9,7 @@ In the worker (:class:`GenerationWorker`): a batch is expanded into one :class:`
 trial, each with its own seed ``trial_seed(campaign seed, model name, question id, trial)``, so a
 trial's completion does not depend on which other trials shared its batch; the backend generates a
 :class:`~adaptive_eval.grading.GeneratedSample` per request; each sample is graded inside the
-worker and becomes a :class:`~adaptive_eval.types.Trial` carrying the category, answer, reason,
+worker and becomes a :class:`~adaptive_eval.base.types.Trial` carrying the category, answer, reason,
 completion text, token counts and a JSON-able ``signals`` dict.
 
 Nothing here imports vllm, httpx or torch.
@@ -24,9 +24,9 @@ from difflib import get_close_matches
 from typing import Any
 
 from adaptive_eval.backends.base import BackendContext
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.datasets import Dataset, Question, load_dataset, render_prompt
-from adaptive_eval.errors import InputError
 from adaptive_eval.grading import Grader, build_grader
 from adaptive_eval.settings import ExecutionSettings, GenerationSettings, SamplingSettings
 

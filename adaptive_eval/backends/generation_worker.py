@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaptive_eval.backends.generation import GenerationSetup, make_grader
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, BatchResult, Trial, trial_seed
 from adaptive_eval.grading import GeneratedSample, Graded, Grader, bits_per_token
-from adaptive_eval.types import Batch, BatchResult, Trial, trial_seed
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.store.file_hashes import FileHashCache
 
 #: Top-level folders of a model folder that vLLM never reads: a download tool's bookkeeping

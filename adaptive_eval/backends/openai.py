@@ -12,7 +12,8 @@ is the worker's, shared by every batch queued at it, so it stays full across bat
 Failures: 429, 5xx, 408, dropped connections and timeouts are retried with exponential backoff
 (``backoff * 2**attempt`` seconds, capped at ``backoff_max``, honouring ``Retry-After``), up to
 ``max_retries`` times; a request that still fails, or any other error status, raises
-:class:`~adaptive_eval.errors.BackendError`, so the whole batch is re-dispatched later and nothing
+:class:`~adaptive_eval.base.errors.BackendError`, so the whole batch is re-dispatched later and
+nothing
 of it is recorded (never a silent wrong answer). So does a response with more than one choice
 (``n=1`` is asked for). Every retry is counted by reason; the dispatcher collects the counts after
 each batch (``request_retries`` events, ``dispatch.request_retries`` in summary.json).
@@ -55,10 +56,10 @@ from adaptive_eval.backends.generation_worker import (
     Window,
 )
 from adaptive_eval.backends.served_identity import TIMEOUT_S, server_identity
+from adaptive_eval.base.errors import BackendError, InputError
+from adaptive_eval.base.redact import REDACTED
 from adaptive_eval.config import ModelEntry
-from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import GeneratedSample, Graded
-from adaptive_eval.redact import REDACTED
 from adaptive_eval.registry import backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"

@@ -22,11 +22,11 @@ from adaptive_eval.backends.base import (
     result_from_arrays,
 )
 from adaptive_eval.backends.simulated import select_models
+from adaptive_eval.base.errors import ExhaustedError, InputError
+from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config import ModelEntry, file_sha256
-from adaptive_eval.errors import ExhaustedError, InputError
 from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.registry import backends
-from adaptive_eval.types import Batch, BatchResult
 
 
 class ReplayWorker:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from adaptive_eval.errors import printable
+from adaptive_eval.base.errors import printable
 
 #: The fields of a ``/models`` entry that are part of the identity (``created`` is not: vLLM
 #: sets it to the time of the request).

@@ -35,11 +35,11 @@ from adaptive_eval.backends.base import (
     result_from_arrays,
     uniform_from_seeds,
 )
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config import LatencyModel, ModelEntry, file_sha256
-from adaptive_eval.errors import InputError
 from adaptive_eval.npzio import NpzFile
 from adaptive_eval.registry import backends
-from adaptive_eval.types import Batch, BatchResult
 
 PROB_TOLERANCE = 1e-6
 OptionsT = TypeVar("OptionsT", bound=BaseModel)

@@ -88,12 +88,12 @@ from adaptive_eval.backends.vllm_setup import (
     find_chat_template,
     import_vllm,
 )
+from adaptive_eval.base.errors import BackendError, InputError
+from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config import ModelEntry
-from adaptive_eval.errors import BackendError, InputError
 from adaptive_eval.grading import Graded
 from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
 from adaptive_eval.registry import backends
-from adaptive_eval.types import Batch, BatchResult
 
 
 class VllmWorker(GenerationWorker):

@@ -10,7 +10,7 @@ from typing import Any
 from adaptive_eval.backends.generation import GenerationSetup
 from adaptive_eval.backends.generation_worker import Generated, TrialRequest
 from adaptive_eval.backends.vllm_setup import VllmSettings
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
 from adaptive_eval.grading import GeneratedSample
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from adaptive_eval.backends.cores import CoreClaim, claim_cores, claim_listed, parse_cpu_list
 from adaptive_eval.backends.generation import COMMON_OPTIONS, Options
-from adaptive_eval.errors import BackendError
+from adaptive_eval.base.errors import BackendError
 
 INSTALL_HINT = (
     "pip install 'adaptive-eval[gpu]' (GPU machines) or "

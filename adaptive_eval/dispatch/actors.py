@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from adaptive_eval.backends.base import Worker
-from adaptive_eval.errors import BackendError
-from adaptive_eval.types import Batch, BatchResult
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, BatchResult
 
 #: Seconds the workers get to close their engines at the end of a run, before their actors are
 #: ended regardless.

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.dispatch.actors import WorkerActor
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.errors import BackendError
 from adaptive_eval.logs import EventSink, no_events
-from adaptive_eval.types import Batch, BatchResult
 
 
 class InlineDispatcher:

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from adaptive_eval import cluster
 from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.base.errors import ClusterError
+from adaptive_eval.base.types import Batch, BatchResult
+from adaptive_eval.control import cluster
 from adaptive_eval.dispatch.inline import InlineDispatcher
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.errors import ClusterError
 from adaptive_eval.logs import EventSink, no_events
 from adaptive_eval.registry import Registry
-from adaptive_eval.types import Batch, BatchResult
 
 
 class Workers(Protocol):

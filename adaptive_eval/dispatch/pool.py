@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.cluster import (
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import Batch, BatchResult
+from adaptive_eval.control.cluster import (
     check_placement,
     cluster_capacity,
     cluster_is_local,
@@ -32,9 +34,7 @@ from adaptive_eval.dispatch.actors import (
     WorkerActor,
 )
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.errors import BackendError
 from adaptive_eval.logs import EventSink, no_events
-from adaptive_eval.types import Batch, BatchResult
 
 RESTART_PROBE_INTERVAL_S = 0.5
 #: Where a cluster we did not start runs its workers niced, the dispatcher warns once.

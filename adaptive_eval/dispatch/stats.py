@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from adaptive_eval.base.types import Batch
 from adaptive_eval.logs import EventSink
-from adaptive_eval.types import Batch
 
 
 @dataclass

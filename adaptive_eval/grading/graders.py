@@ -27,8 +27,8 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.datasets import Question
-from adaptive_eval.errors import InputError
 from adaptive_eval.grading.answers import extract_boxed, is_grader_failure, math_equal
 from adaptive_eval.grading.schemata import Schema, Thresholds, get_schema
 from adaptive_eval.grading.signals import (

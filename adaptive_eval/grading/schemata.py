@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.grading.signals import Signals
 from adaptive_eval.registry import Registry
 

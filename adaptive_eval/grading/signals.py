@@ -65,7 +65,7 @@ class Signals:
     verifier: tuple[float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (for :attr:`adaptive_eval.types.Trial.signals`)."""
+        """Plain JSON-able dict (for :attr:`adaptive_eval.base.types.Trial.signals`)."""
         out = asdict(self)
         if self.verifier is not None:
             out["verifier"] = list(self.verifier)

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.datasets import Question
-from adaptive_eval.errors import InputError
 from adaptive_eval.grading.signals import GeneratedSample
 
 LETTERS = ("A", "B", "C")

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from adaptive_eval.base.types import BatchResult, Trial
 from adaptive_eval.store import chain
 from adaptive_eval.store.file import ChainState, StoreError
 from adaptive_eval.store.queries import TrialQueries
-from adaptive_eval.types import BatchResult, Trial
 
 
 @contextlib.contextmanager

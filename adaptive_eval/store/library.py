@@ -1,7 +1,7 @@
 """The trial library's SQLite file: cells, their reusable trials, and each model name's last
 identity.
 
-What a cell is and when a trial is reused is :mod:`adaptive_eval.library`'s business; this
+What a cell is and when a trial is reused is :mod:`adaptive_eval.control.library`'s business; this
 module only keeps the rows, so that the library's SQL lives with the rest of the project's.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from adaptive_eval.types import Trial
+from adaptive_eval.base.types import Trial
 
 FILENAME = "library.sqlite"
 SCHEMA = """

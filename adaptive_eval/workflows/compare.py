@@ -1,6 +1,7 @@
 """``adaptive-eval compare CONFIG --candidate NAME --out DIR``: a checkpoint against incumbents.
 
-The campaign, its judge and its exit codes are :mod:`adaptive_eval.comparison`'s; this runs it
+The campaign, its judge and its exit codes are :mod:`adaptive_eval.campaign.checkpoint`'s; this
+runs it
 as ``run`` runs a campaign (run-folder lock, ``ray.log``, progress) and renders its verdict.
 """
 
@@ -9,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval.campaign import Campaign, build_campaign
-from adaptive_eval.comparison import Judge, compare_campaign, comparison
+from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.checkpoint import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.headline import trials_text
-from adaptive_eval.presentation import COMPARE_EXIT_MEANING
-from adaptive_eval.run_result import FinishedRun
+from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.outputs.headline import trials_text
+from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.workflows.run import Finish, run_campaign
 
 

@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.files import atomic_output
 from adaptive_eval.inputfiles import MAX_MEMBER_BYTES, MAX_TEXT_BYTES, check, size_text
-from adaptive_eval.storage import atomic_output
 
 FORMATS = ("lm-eval", "inspect")
 DEFAULT_MAP: dict[float | str, int] = {1.0: 1, 0.0: 0, "C": 1, "I": 0}

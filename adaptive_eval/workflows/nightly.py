@@ -15,7 +15,7 @@ library cells, and the night names it in one line), new questions (a changed dat
 below what the campaign's rules want. A night then checks itself against the previous night:
 
 - ``score_drop``: a model (by name) whose score went down, decided by the campaign's own
-  decision core (:meth:`~adaptive_eval.decision.DecisionCore.decide_round`, its pair rules, from
+  decision core (:meth:`~adaptive_eval.decide.core.DecisionCore.decide_round`, its pair rules, from
   a fresh state) on a two-model view: last night's posterior of the model against tonight's.
   Scores are the unbiased estimate the rules decide on (Bayes@N is kept beside it: it moves with
   the trials a night drew);
@@ -43,20 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval import markdown as md
-from adaptive_eval import summary_schema
-from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.base import markdown as md
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import Verdict
+from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.decision import CoreState
-from adaptive_eval.errors import InputError
-from adaptive_eval.policy import CampaignView
-from adaptive_eval.preflight import check_before_sampling
-from adaptive_eval.presentation import bayes_at_n, score, spread
-from adaptive_eval.report import write_outputs
-from adaptive_eval.state import RunState, ViewSettings
-from adaptive_eval.storage import atomic_output, atomic_write, foreign_entries
+from adaptive_eval.control.preflight import check_before_sampling
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import CoreState
+from adaptive_eval.decide.state import RunState, ViewSettings
+from adaptive_eval.files import atomic_output, atomic_write, foreign_entries
+from adaptive_eval.outputs import summary_schema
+from adaptive_eval.outputs.presentation import bayes_at_n, score, spread
+from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.store import RunLock, TrialStore
-from adaptive_eval.types import Verdict
 from adaptive_eval.workflows.run import run_campaign
 
 EXIT_ALERT = 3

@@ -7,12 +7,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval import runner
-from adaptive_eval.campaign import build_campaign
-from adaptive_eval.comparison import compare_campaign
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.errors import InputError
-from adaptive_eval.rundir import earlier_outputs
+from adaptive_eval.loop import runner
+from adaptive_eval.loop.rundir import earlier_outputs
 from adaptive_eval.store import RunLock, TrialStore
 from adaptive_eval.workflows.compare import comparison_finish
 from adaptive_eval.workflows.run import Finish, concluder

@@ -2,7 +2,7 @@
 
 Every input is checked (config, files, engines, whether the workers fit the cluster) before
 anything is written to the run folder; the folder is then locked for the run's lifetime, the
-run loop (:mod:`adaptive_eval.runner`) drives the controller to its stop, and summary.json,
+run loop (:mod:`adaptive_eval.loop.runner`) drives the controller to its stop, and summary.json,
 report.md and report.html are written from the final state.
 """
 
@@ -12,15 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval import cluster, runner
-from adaptive_eval.campaign import Campaign, build_campaign
+from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.preflight import check_before_sampling
-from adaptive_eval.report import write_outputs
-from adaptive_eval.run_result import FinishedRun
-from adaptive_eval.rundir import prepare_run_dir
+from adaptive_eval.control import cluster
+from adaptive_eval.control.preflight import check_before_sampling
+from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.loop import runner
+from adaptive_eval.loop.rundir import prepare_run_dir
+from adaptive_eval.outputs.report import write_outputs
+from adaptive_eval.outputs.summary import build_summary
 from adaptive_eval.store import TrialStore
-from adaptive_eval.summary import build_summary
 
 #: ``finish(campaign, run)``: what a command adds to summary.json (compare's verdicts).
 Finish = Callable[[Campaign, FinishedRun], dict[str, Any]]

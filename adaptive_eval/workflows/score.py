@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.errors import InputError
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.npzio import NpzFile, check_categories
 
 #: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old

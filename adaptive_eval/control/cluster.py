@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval import interrupts
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.campaign import Campaign
-from adaptive_eval.cluster_address import address_problem
-from adaptive_eval.errors import ClusterError, InputError
+from adaptive_eval.base import interrupts
+from adaptive_eval.base.errors import ClusterError, InputError
+from adaptive_eval.base.ray_address import address_problem
+from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.logs import EventSink, no_events
 
 #: Attempts at starting a local Ray cluster, and the pause before each retry (seconds). Ray

@@ -1,6 +1,6 @@
 """Checks made before the first trial, beyond the config's schema and its input files.
 
-:func:`adaptive_eval.campaign.build_campaign` checks the config and every file it names;
+:func:`adaptive_eval.campaign.build.build_campaign` checks the config and every file it names;
 :func:`check_before_sampling` adds what only matters once a campaign is to run: the trial library
 (a file that is not one, a folder that cannot hold one) and credentials a run folder's copy of the
 config no longer holds. ``validate`` and ``run`` (``compare``, ``nightly``) both call it, so a
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaptive_eval.campaign import Campaign
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.redact import REDACTED
+from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.dispatch.launch import launcher
-from adaptive_eval.errors import InputError
-from adaptive_eval.redact import REDACTED
+from adaptive_eval.files import is_read_only, nearest_existing
 from adaptive_eval.settings import CampaignSettings
-from adaptive_eval.storage import is_read_only, nearest_existing
 from adaptive_eval.store import SQLiteError
 from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_names
 

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.policy import CampaignView, PairMemory, RuleMemory, pair_key
+from adaptive_eval.base.types import PairDecision, Verdict
+from adaptive_eval.decide.contracts import CampaignView, PairMemory, RuleMemory, pair_key
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
-from adaptive_eval.types import PairDecision, Verdict
 
 #: The gate's variance inflation (see the module docstring).
 VARIANCE_INFLATION = seq.VARIANCE_INFLATION

@@ -15,15 +15,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from adaptive_eval.accounting import Savings, compute_savings
-from adaptive_eval.campaign import Campaign
-from adaptive_eval.errors import BackendError
-from adaptive_eval.policy import CampaignView
-from adaptive_eval.round_events import RoundEvents
-from adaptive_eval.state import RunState, expand_counts, missing_items
-from adaptive_eval.stats.sequential import boundary_tables_built
-from adaptive_eval.store import TrialStore
-from adaptive_eval.types import (
+from adaptive_eval.base.accounting import Savings, compute_savings
+from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.types import (
     Batch,
     BatchResult,
     PairDecision,
@@ -32,6 +26,12 @@ from adaptive_eval.types import (
     WorkItem,
     pack_batches,
 )
+from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.round_events import RoundEvents
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.state import RunState, expand_counts, missing_items
+from adaptive_eval.stats.sequential import boundary_tables_built
+from adaptive_eval.store import TrialStore
 
 
 class DispatchPort(Protocol):

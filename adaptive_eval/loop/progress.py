@@ -9,7 +9,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from adaptive_eval.controller import Controller
+from adaptive_eval.control.controller import Controller
 from adaptive_eval.logs import ConsoleLines
 
 

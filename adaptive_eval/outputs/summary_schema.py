@@ -18,7 +18,7 @@ field list of each version and fails when one disappears without a new version):
 :func:`upgrade` reads every earlier version into the current shape (what nightly and the
 exports read from folders written before); :func:`read_summary` validates it.
 
-    python -m adaptive_eval.summary_schema > docs/summary.schema.json   # after a change
+    python -m adaptive_eval.outputs.summary_schema > docs/summary.schema.json   # after a change
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The run's applied state: count tensor, per-cell ledgers and the round plans.
 
-Only :class:`RunState` mutates; policies see the frozen :class:`~adaptive_eval.policy.CampaignView`
+Only :class:`RunState` mutates; policies see the frozen
+:class:`~adaptive_eval.decide.contracts.CampaignView`
 it produces. A round is applied whole, in round order, which makes every decision a function of
 the recorded trials alone.
 """
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from adaptive_eval import stats
-from adaptive_eval.policy import CampaignView
+from adaptive_eval.base.types import WorkItem
+from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.stats import sequential
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals, score_intervals
 from adaptive_eval.store import RoundCounts
-from adaptive_eval.types import WorkItem
 
 #: The reported Bayes@N score's prior (``policy.bayes_prior``): ``empirical`` fits a Dirichlet
 #: per model to its own counts (:func:`adaptive_eval.stats.posterior.empirical_bayes_prior`);

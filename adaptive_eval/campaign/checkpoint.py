@@ -13,7 +13,8 @@ on the campaign's view. Only models still in an undecided pair with
 the candidate (and the candidate) get trials.
 
 With a non-inferiority ``margin`` (``--margin``, or ``compare.margin`` in the config) each
-comparison is instead the one-sided test of :mod:`adaptive_eval.noninferiority`: ``pass`` (not
+comparison is instead the one-sided test of :mod:`adaptive_eval.decide.noninferiority`: ``pass``
+(not
 worse than the incumbent by more than the margin) or ``fail`` (a regression), error-controlled
 like the pair rules; the run stops once every comparison passed or any failed.
 
@@ -36,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.campaign import Campaign, budget_rule, fingerprint_of
-from adaptive_eval.errors import InputError
-from adaptive_eval.noninferiority import FAIL, NonInferiority, look_schedule
-from adaptive_eval.policy import (
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import PairDecision, Stop, StopReason, Verdict
+from adaptive_eval.campaign.build import Campaign, budget_rule, fingerprint_of
+from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,
     Goals,
@@ -53,7 +54,7 @@ from adaptive_eval.policy import (
     even_plan,
     pair_key,
 )
-from adaptive_eval.types import PairDecision, Stop, StopReason, Verdict
+from adaptive_eval.decide.noninferiority import FAIL, NonInferiority, look_schedule
 
 #: Verdicts that fix the exit code at 3 (a regression) once one is reached.
 REGRESSIONS = frozenset({"worse", FAIL})
@@ -335,7 +336,7 @@ def comparison(
     the end of the run and ``trials_at_decision`` their trials when the verdict was reached
     (the rounds' ``plans`` up to it); they differ when the run went on for other pairs.
     ``stopped`` says why sampling ended (the run's stop); ``meanings`` words the exit code
-    (:data:`adaptive_eval.presentation.COMPARE_EXIT_MEANING`, which the pages share)."""
+    (:data:`adaptive_eval.outputs.presentation.COMPARE_EXIT_MEANING`, which the pages share)."""
     index = campaign.names.index(candidate)
     found = judge(decisions)
     rows = []

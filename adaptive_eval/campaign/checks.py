@@ -1,8 +1,8 @@
 """The checks a campaign's inputs pass before anything runs: contents and names, scales and
 goals a campaign could never meet, paths, budgets and sections a backend would ignore.
 
-Each raises an :class:`~adaptive_eval.errors.InputError` naming the file, the field and the
-value; :func:`adaptive_eval.campaign.build_campaign` calls them in order.
+Each raises an :class:`~adaptive_eval.base.errors.InputError` naming the file, the field and the
+value; :func:`adaptive_eval.campaign.build.build_campaign` calls them in order.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.config import CampaignConfig, PluginSpec
-from adaptive_eval.errors import InputError
+from adaptive_eval.decide.contracts import StoppingRule, all_of, any_of
 from adaptive_eval.inputfiles import not_a_device
-from adaptive_eval.policy import StoppingRule, all_of, any_of
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 

@@ -3,7 +3,8 @@ to its stop.
 
 :func:`execute` runs (or resumes) a campaign whose folder is locked; :func:`reread` rebuilds a
 finished run's state from its store without Ray. Both end by handing the campaign, the run's
-frozen snapshot (:class:`~adaptive_eval.run_result.FinishedRun`, never the live controller) and
+frozen snapshot (:class:`~adaptive_eval.control.run_result.FinishedRun`, never the live controller)
+and
 its open store to the caller's ``conclude`` (the workflow, which writes the summary and the
 reports), so the loop knows nothing of the outputs.
 """
@@ -15,9 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval.campaign import Campaign
-from adaptive_eval.cluster import RAY_LOG, ray_output_to
-from adaptive_eval.controller import Controller
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
+from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.cluster import RAY_LOG, ray_output_to
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
     DispatchStats,
     LaunchRequest,
@@ -26,13 +30,10 @@ from adaptive_eval.dispatch import (
     dispatch_summary,
     launcher,
 )
-from adaptive_eval.errors import InputError
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
-from adaptive_eval.progress import Progress
-from adaptive_eval.run_result import FinishedRun, RunFacts, finished_run
-from adaptive_eval.rundir import kept_from_run, open_run_dir
+from adaptive_eval.loop.progress import Progress
+from adaptive_eval.loop.rundir import kept_from_run, open_run_dir
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import Batch, BatchResult, Stop, StopReason
 
 #: ``conclude(campaign, run, store)``: the caller's summary (and outputs) from the run's frozen
 #: snapshot, made while the folder is locked and its store open (provenance and the HTML
@@ -135,7 +136,7 @@ def _run_opened(
             return launch(request)
 
         dispatcher = StartOnDemand(start_workers)
-        from adaptive_eval.library import attach
+        from adaptive_eval.control.library import attach
 
         port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
         controller = Controller(campaign, store, port, log, on_progress=progress)

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adaptive_eval import markdown as md
-from adaptive_eval import summary_schema
-from adaptive_eval.headline import markdown_lines as headline_markdown
-from adaptive_eval.presentation import (
+from adaptive_eval.base import markdown as md
+from adaptive_eval.files import atomic_write
+from adaptive_eval.outputs import summary_schema
+from adaptive_eval.outputs.headline import markdown_lines as headline_markdown
+from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     candidate_side,
     decision_text,
@@ -25,7 +26,6 @@ from adaptive_eval.presentation import (
     undecided_note,
     width_goal_line,
 )
-from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
@@ -111,7 +111,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "",
         ]
     if summary.get("provenance"):
-        from adaptive_eval.provenance import markdown
+        from adaptive_eval.outputs.provenance import markdown
 
         lines += markdown(summary["provenance"], md.text, md.code)
     return "\n".join(lines)
@@ -246,8 +246,8 @@ def write_outputs(
     """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
     ``store``: the run's store where the caller holds it open; ``history``: a nightly run's
     nights, for report.html's history plot."""
-    from adaptive_eval.provenance import collect
-    from adaptive_eval.report_html import write_html
+    from adaptive_eval.outputs.provenance import collect
+    from adaptive_eval.outputs.report_html import write_html
 
     summary.setdefault("finished", summary.get("stop_reason") is not None)
     summary["provenance"] = collect(run_dir, store)

@@ -15,11 +15,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.campaign import Campaign
-from adaptive_eval.errors import InputError
-from adaptive_eval.redact import without_secrets
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.redact import without_secrets
+from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.files import atomic_write, foreign_entries, storage_error
 from adaptive_eval.settings import RunRecord
-from adaptive_eval.storage import atomic_write, foreign_entries, storage_error
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 
 #: The packages that shape results; their versions are kept in the run's store.

@@ -4,7 +4,7 @@ Read back from the run folder alone (``config.yaml`` as copied at the start, wit
 and the store's recorded identity, which holds the content hash of every input file and the
 engine of every generating model), so ``adaptive-eval report DIR`` can state it for any run,
 finished or not. The package versions are the run's own, recorded in its store when it started
-(:func:`adaptive_eval.rundir.record_packages`; a resume under other versions adds them to
+(:func:`adaptive_eval.loop.rundir.record_packages`; a resume under other versions adds them to
 ``packages_later``); ``report_build`` is the environment that wrote the report, stated apart
 from them. A run recorded before versions were kept has ``packages: null``.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from adaptive_eval import rundir
+from adaptive_eval.loop import rundir
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
@@ -145,7 +145,7 @@ def markdown(
     code: Callable[[object], str] = lambda value: f"`{value}`",
 ) -> list[str]:
     """The provenance section of report.md. ``text`` and ``code`` place names and paths from
-    the user's files (:mod:`adaptive_eval.markdown`); report.html keeps the defaults (plain
+    the user's files (:mod:`adaptive_eval.base.markdown`); report.html keeps the defaults (plain
     text, backtick spans), escapes the lines and turns the spans into ``<code>``."""
     lines = ["## Provenance", ""]
     lines.append(

@@ -38,10 +38,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.campaign import Campaign
+from adaptive_eval.base.types import Batch, BatchResult, Trial, WorkItem, trial_seed
+from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.store import TrialStore
 from adaptive_eval.store.library import LibraryFile, library_path
-from adaptive_eval.types import Batch, BatchResult, Trial, WorkItem, trial_seed
 
 #: Longest value shown whole in a change line (longer ones: their first characters).
 SHOWN = 16

@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from adaptive_eval.presentation import saving
+from adaptive_eval.outputs.presentation import saving
 
 
 class Kind(enum.Enum):
@@ -229,7 +229,7 @@ def _alert(nightly: dict[str, Any], summary: dict[str, Any]) -> Headline | None:
 
 def markdown_lines(summary: dict[str, Any]) -> list[str]:
     """The headline for report.md: bold label, text, then one bullet per detail."""
-    from adaptive_eval import markdown as md
+    from adaptive_eval.base import markdown as md
 
     found = headline(summary)
     return [

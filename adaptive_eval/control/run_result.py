@@ -1,6 +1,7 @@
 """What a run ends with: a frozen snapshot that every output is rendered from.
 
-The run loop (:mod:`adaptive_eval.runner`) drives a live :class:`~adaptive_eval.controller.
+The run loop (:mod:`adaptive_eval.loop.runner`) drives a live
+:class:`~adaptive_eval.control.controller.
 Controller`; when it stops (or when ``report`` has rebuilt a recorded run), the loop takes one
 :class:`FinishedRun` from it and hands only that to the workflow's outputs (summary.json,
 report.md, report.html, compare's verdicts, nightly's alerts). Nothing downstream reads the
@@ -14,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adaptive_eval.accounting import Savings
-from adaptive_eval.controller import Controller
-from adaptive_eval.decision import CoreState
-from adaptive_eval.policy import CampaignView
-from adaptive_eval.types import PairDecision, Stop
+from adaptive_eval.base.accounting import Savings
+from adaptive_eval.base.types import PairDecision, Stop
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import CoreState
 
 
 @dataclass(frozen=True)

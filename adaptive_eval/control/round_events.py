@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptive_eval.decision import RoundDecision
+from adaptive_eval.base.types import Verdict
+from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.store import TrialStore
-from adaptive_eval.types import Verdict
 
 #: Why a ``pair_decision`` event is logged in its round: the pair was decided in it, or was
 #: decided earlier and has just become adjacent in the ranking (``decided_at_round`` says when).

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.headline import baseline_text, headline, saved_fraction
-from adaptive_eval.presentation import (
+from adaptive_eval.files import atomic_write
+from adaptive_eval.outputs.headline import baseline_text, headline, saved_fraction
+from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     candidate_side,
     decision_text,
@@ -43,7 +44,6 @@ from adaptive_eval.presentation import (
     stop_text,
     undecided_count,
 )
-from adaptive_eval.storage import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -354,7 +354,7 @@ def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
 
-    from adaptive_eval.presentation import score, spread
+    from adaptive_eval.outputs.presentation import score, spread
 
     half = float(norm.ppf((1 + confidence) / 2))
     fig, ax = _figure(7, 3.6)
@@ -564,7 +564,7 @@ def render(
             f"{svg}</figure>"
         )
     if provenance is not None:
-        from adaptive_eval.provenance import markdown
+        from adaptive_eval.outputs.provenance import markdown
 
         items = "".join(
             f"<li>{_inline_code(line[2:])}</li>"

@@ -2,7 +2,7 @@
 
 The loop is the controller's, minus I/O: rounds are planned ``rounds_in_flight`` ahead of the
 posterior, applied whole in order, and after each applied round the campaign's decision core
-(:class:`~adaptive_eval.decision.DecisionCore`, the controller's own) decides what happens next;
+(:class:`~adaptive_eval.decide.core.DecisionCore`, the controller's own) decides what happens next;
 ``tests/test_core_parity.py`` drives both on the same outcomes and finds them equal round by
 round. Outcomes are drawn per round as multinomial counts from the true category
 probabilities, so thousands of seeded campaigns run in minutes (``benchmarks/sequential.py``).
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adaptive_eval.campaign import Campaign
-from adaptive_eval.decision import DecisionCore, Limits
-from adaptive_eval.policy import Allocator, CampaignView, PairRule, StoppingRule
-from adaptive_eval.state import RunState, ViewSettings
-from adaptive_eval.types import PairDecision, Stop, Verdict
+from adaptive_eval.base.types import PairDecision, Stop, Verdict
+from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
+from adaptive_eval.decide.core import DecisionCore, Limits
+from adaptive_eval.decide.state import RunState, ViewSettings
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def replay_sampler(outcomes: np.ndarray, num_categories: int) -> Sampler:
 
 def core_of(policy: SimPolicy) -> DecisionCore:
     """The campaign's decision core for ``policy``, with fresh rules: the same core the
-    controller runs (:class:`~adaptive_eval.decision.DecisionCore`)."""
+    controller runs (:class:`~adaptive_eval.decide.core.DecisionCore`)."""
     limits = Limits(
         policy.round_trials, policy.rounds_in_flight, policy.max_trials, policy.trial_budget
     )
@@ -137,7 +137,7 @@ def simulate_campaign(
     campaign: Campaign, truth: Truth, rng: np.random.Generator, sampler: Sampler | None = None
 ) -> SimResult:
     """One campaign to its stop exactly as built for users: the campaign's own decision core
-    (:meth:`~adaptive_eval.campaign.Campaign.decision_core`: its pair rules, stopping rules,
+    (:meth:`~adaptive_eval.campaign.build.Campaign.decision_core`: its pair rules, stopping rules,
     allocator, limits and budget), prior and view settings, with outcomes drawn from ``truth``
     (or served by ``sampler``) instead of its backends. Build a fresh campaign for each
     independent run (its sequential rules keep state)."""

@@ -2,8 +2,10 @@
 
 Every loop that decides calls it and nothing else decides: the controller (which keeps only
 I/O: poll, record, durability, events, resume), the in-process simulator that measures error
-rates (:mod:`adaptive_eval.simulate`), compare's gate (a pair selector) and the forecast. After
-round ``r`` is applied, on the frozen :class:`~adaptive_eval.policy.CampaignView` of the evidence:
+rates (:mod:`adaptive_eval.control.simulate`), compare's gate (a pair selector) and the forecast.
+After
+round ``r`` is applied, on the frozen :class:`~adaptive_eval.decide.contracts.CampaignView` of the
+evidence:
 
 1. :meth:`DecisionCore.decide`: the pair rules settle the selected pairs (the adjacent pairs of
    the ordering, or the candidate against each incumbent), then the stopping rules say stop or
@@ -12,7 +14,8 @@ round ``r`` is applied, on the frozen :class:`~adaptive_eval.policy.CampaignView
 2. :meth:`DecisionCore.next_plan`: while the campaign goes on, the stopping rules name the
    models they still need (and every model below ``min_trials`` is needed), the allocator plans
    their trials, and the plan is clipped to each model's capacity and to the trial budget
-   (:func:`~adaptive_eval.policy.cap_plan`). An empty plan with no round in flight ends the
+   (:func:`~adaptive_eval.decide.contracts.cap_plan`). An empty plan with no round in flight ends
+   the
    campaign: ``EXHAUSTED`` when replayed cells ran out, else ``MAX_TRIALS``.
 
 The core is pure: :meth:`DecisionCore.decide_round` and :meth:`DecisionCore.plan` map an
@@ -30,7 +33,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from adaptive_eval.policy import (
+from adaptive_eval.base.types import PairDecision, Stop, StopReason
+from adaptive_eval.decide.contracts import (
     Allocator,
     CampaignView,
     PairRule,
@@ -41,7 +45,6 @@ from adaptive_eval.policy import (
     cap_plan,
     settle_pairs,
 )
-from adaptive_eval.types import PairDecision, Stop, StopReason
 
 #: Stops that more data cannot undo.
 LATCHED_STOPS = frozenset({StopReason.MAX_TRIALS, StopReason.EXHAUSTED, StopReason.INTERRUPTED})

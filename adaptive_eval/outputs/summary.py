@@ -1,7 +1,8 @@
 """summary.json: the contract other tools read, built from a campaign's final state.
 
 ``schema_version`` is its first field. The document's shape, its versions and the published
-JSON Schema are :mod:`adaptive_eval.summary_schema`'s; :func:`adaptive_eval.report.write_outputs`
+JSON Schema are :mod:`adaptive_eval.outputs.summary_schema`'s;
+:func:`adaptive_eval.outputs.report.write_outputs`
 validates every summary against it before writing.
 """
 
@@ -12,14 +13,14 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval import stats
-from adaptive_eval.accounting import Savings
-from adaptive_eval.campaign import Campaign, describe_rules
-from adaptive_eval.policy import adjacent_only
-from adaptive_eval.presentation import SCORE_STATISTIC, bayes_description
-from adaptive_eval.run_result import FinishedRun
+from adaptive_eval.base.accounting import Savings
+from adaptive_eval.base.types import PairDecision, Stop
+from adaptive_eval.campaign.build import Campaign, describe_rules
+from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.decide.contracts import adjacent_only
+from adaptive_eval.outputs.presentation import SCORE_STATISTIC, bayes_description
+from adaptive_eval.outputs.summary_schema import SCHEMA_VERSION
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
-from adaptive_eval.summary_schema import SCHEMA_VERSION
-from adaptive_eval.types import PairDecision, Stop
 
 
 def summarize(
@@ -209,7 +210,7 @@ def build_summary(
 def _mark_open_boundaries(summary: dict[str, Any], campaign: Campaign, run: FinishedRun) -> None:
     """Each undecided pair gets ``boundary_at_cap``: the boundary it would have to cross with
     both models at the cap (report.html drew no mark for undecided pairs)."""
-    from adaptive_eval.comparison import boundary_at_cap
+    from adaptive_eval.campaign.checkpoint import boundary_at_cap
 
     index = {name: i for i, name in enumerate(campaign.names)}
     for pair in summary["pairs"]:

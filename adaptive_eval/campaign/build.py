@@ -15,7 +15,8 @@ import numpy as np
 
 from adaptive_eval import registry, stats
 from adaptive_eval.backends.base import BackendContext, BackendPlan
-from adaptive_eval.campaign_checks import (
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.checks import (
     build_stopping,
     check_contents,
     check_paths,
@@ -26,11 +27,7 @@ from adaptive_eval.campaign_checks import (
     plugin_spec,
 )
 from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256
-from adaptive_eval.decision import DecisionCore, Limits
-from adaptive_eval.errors import InputError
-from adaptive_eval.noninferiority import VARIANCE_INFLATION
-from adaptive_eval.npzio import NpzFile, check_categories
-from adaptive_eval.policy import (
+from adaptive_eval.decide.contracts import (
     Allocator,
     PairRule,
     PairSelector,
@@ -38,9 +35,12 @@ from adaptive_eval.policy import (
     adjacent_pairs,
     any_of,
 )
+from adaptive_eval.decide.core import DecisionCore, Limits
+from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
+from adaptive_eval.decide.state import ViewSettings
+from adaptive_eval.npzio import NpzFile, check_categories
 from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
 from adaptive_eval.settings import BudgetSettings, CampaignSettings
-from adaptive_eval.state import ViewSettings
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign, trials_for_width
 
 DEFAULT_FIXED_N = 80
@@ -151,7 +151,7 @@ class Campaign:
         return len(self.weights)
 
     def decision_core(self) -> DecisionCore:
-        """The campaign's decision rules as one core (:mod:`adaptive_eval.decision`)."""
+        """The campaign's decision rules as one core (:mod:`adaptive_eval.decide.core`)."""
         settings = self.settings
         limits = Limits(
             round_trials=settings.policy.round_trials,

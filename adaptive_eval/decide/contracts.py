@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from adaptive_eval import stats
+from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.stats import sequential
 from adaptive_eval.stats.intervals import (
     IntervalDesign,
@@ -36,7 +37,6 @@ from adaptive_eval.stats.intervals import (
     score_intervals,
     wald_intervals,
 )
-from adaptive_eval.types import PairDecision, Stop
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from adaptive_eval.errors import AdaptiveEvalError, InputError
+from adaptive_eval.base.errors import AdaptiveEvalError, InputError
 
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_ONLY = frozenset({errno.EROFS})
