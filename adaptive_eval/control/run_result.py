@@ -20,6 +20,7 @@ from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
+from adaptive_eval.decide.state import frozen_copy
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,11 @@ class FinishedRun:
 
 def finished_run(controller: Controller, campaign_id: str, facts: RunFacts) -> FinishedRun:
     """The snapshot of ``controller`` now (its plans copied and made read-only)."""
-    plans = []
-    for plan in controller.state.plans:
-        copy = np.array(plan, copy=True)
-        copy.flags.writeable = False
-        plans.append(copy)
     return FinishedRun(
         campaign_id,
         controller.view(),
         controller.core.state,
-        tuple(plans),
+        tuple(frozen_copy(plan) for plan in controller.state.plans),
         controller.savings(),
         facts,
     )

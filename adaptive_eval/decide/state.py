@@ -46,8 +46,8 @@ class RunState:
         self.pooled_variance = pooled_variance
         num_models, num_questions, num_categories = (int(n) for n in prior.shape)
         self._shape = (num_models, num_questions, num_categories)
-        self.prior = _frozen(prior)
-        self.weights = _frozen(weights)
+        self.prior = frozen_copy(prior)
+        self.weights = frozen_copy(weights)
         self.counts = np.zeros(prior.shape, dtype=np.int64)
         self.trials = np.zeros((num_models, num_questions), dtype=np.int64)
         self.tokens_sum = np.zeros((num_models, num_questions), dtype=np.int64)
@@ -172,9 +172,9 @@ class RunState:
             gpu_s = np.where(self.trials > 0, self.gpu_s_sum / np.maximum(self.trials, 1), np.nan)
         return CampaignView(
             names=names,
-            counts=_frozen(self.counts),
-            trials=_frozen(self.trials),
-            planned=_frozen(self.planned),
+            counts=frozen_copy(self.counts),
+            trials=frozen_copy(self.trials),
+            planned=frozen_copy(self.planned),
             capacity=capacity,
             confidence=confidence,
             min_trials=min_trials,
@@ -182,11 +182,11 @@ class RunState:
             trials_used=self.trials_used,
             tokens_used=self.tokens_used,
             elapsed_s=elapsed_s,
-            estimate=_frozen(theta),
-            estimate_se=_frozen(se),
-            cell_variance=_frozen(variance),
-            cell_tokens=_frozen(tokens),
-            cell_gpu_s=_frozen(gpu_s),
+            estimate=frozen_copy(theta),
+            estimate_se=frozen_copy(se),
+            cell_variance=frozen_copy(variance),
+            cell_tokens=frozen_copy(tokens),
+            cell_gpu_s=frozen_copy(gpu_s),
             rope=rope,
             error_control=error_control,
             futility=futility,
@@ -222,8 +222,9 @@ class ViewSettings:
         )
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
-    """A read-only copy: a view is a snapshot, untouched by the rounds applied after it."""
+def frozen_copy(array: np.ndarray) -> np.ndarray:
+    """A read-only copy: a snapshot (a view, a finished run) untouched by what changes the
+    array after it."""
     copy = array.copy()
     copy.flags.writeable = False
     return copy
