@@ -195,7 +195,7 @@ def launch_test_inline(request: LaunchRequest) -> Any:
     """A dispatch mode of the tests' own, registered as a third party would: it records each
     launch (an empty :data:`LAUNCHES` says the workers never started) and runs the workers in
     this process (:class:`InlineCluster`)."""
-    LAUNCHES.append({"quiet": request.quiet, "ray_address": request.ray_address})
+    LAUNCHES.append({"quiet": request.quiet, "ray_address": request.execution.ray_address})
     return InlineCluster(request.plans, request.offsets, on_event=request.on_event)
 
 

@@ -25,6 +25,7 @@ from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import DispatchStats
 from adaptive_eval.logs import EventSink, no_events
 from adaptive_eval.registry import Registry
+from adaptive_eval.settings import ExecutionSettings
 
 
 class Workers(Protocol):
@@ -45,16 +46,13 @@ class Workers(Protocol):
 @dataclass(frozen=True)
 class LaunchRequest:
     """What a dispatch mode needs to start a campaign's workers: the backends' worker plans and
-    their trial offsets, the execution settings, and where events go (``ray_log``: the file
-    Ray's own output goes to, named in a failed start's message)."""
+    their trial offsets, the campaign's execution settings, whether the run is quiet, and where
+    events go (``ray_log``: the file Ray's own output goes to, named in a failed start's
+    message)."""
 
     plans: Sequence[BackendPlan]
     offsets: Sequence[int]
-    ray_address: str | None = None
-    num_cpus: int | None = None
-    in_flight_per_worker: int = 2
-    max_batch_retries: int = 2
-    gpu_slots: int | None = None
+    execution: ExecutionSettings
     quiet: bool = False
     ray_log: Path | None = None
     on_event: EventSink = field(default=no_events)
@@ -75,9 +73,13 @@ def launcher(name: str, *, source: str | None = None) -> Launcher:
 @dispatch_modes.register("ray")
 def launch_ray(request: LaunchRequest) -> Workers:
     """Start (or join) the Ray cluster, then one actor per worker."""
+    execution = request.execution
     try:
         cluster.init_ray(
-            request.ray_address, request.num_cpus, quiet=request.quiet, on_event=request.on_event
+            execution.ray_address,
+            execution.num_cpus,
+            quiet=request.quiet,
+            on_event=request.on_event,
         )
     except ClusterError as error:
         where = f"; Ray's output is in {request.ray_log}" if request.ray_log else ""
@@ -88,9 +90,9 @@ def launch_ray(request: LaunchRequest) -> Workers:
     return Dispatcher(
         request.plans,
         request.offsets,
-        in_flight_per_worker=request.in_flight_per_worker,
-        max_batch_retries=request.max_batch_retries,
-        shared_slots=request.gpu_slots,
+        in_flight_per_worker=execution.in_flight_per_worker,
+        max_batch_retries=execution.max_batch_retries,
+        shared_slots=execution.gpu_slots,
         on_event=request.on_event,
     )
 

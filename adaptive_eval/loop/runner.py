@@ -113,11 +113,7 @@ def _run_opened(
         request = LaunchRequest(
             campaign.plans,
             campaign.offsets,
-            ray_address=execution.ray_address,
-            num_cpus=execution.num_cpus,
-            in_flight_per_worker=execution.in_flight_per_worker,
-            max_batch_retries=execution.max_batch_retries,
-            gpu_slots=execution.gpu_slots,
+            execution,
             quiet=quiet,
             ray_log=run_dir / RAY_LOG,
             on_event=on_event,
