@@ -63,3 +63,18 @@ def test_every_config_gives_the_same_summary_with_and_without_ray(
     on_ray = _run(config, tmp_path / "ray")
     inline = _run(config, tmp_path / "inline", "--set", "execution.dispatch=inline")
     assert inline == on_ray
+
+
+def test_an_unknown_dispatch_mode_is_one_line_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adaptive_eval.cli import main
+
+    out = tmp_path / "run"
+    config = str(REPO / "configs" / "demo.yaml")
+    code = main(["run", config, "--out", str(out), "--set", "execution.dispatch=bogus"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "execution.dispatch: unknown dispatch mode 'bogus' (known: " in err
+    assert "inline" in err and "ray" in err and "Traceback" not in err
+    assert not out.exists()
