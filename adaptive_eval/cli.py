@@ -23,6 +23,7 @@ from adaptive_eval.commands import (
     cmd_compare,
     cmd_completions,
     cmd_export,
+    cmd_forecast,
     cmd_import,
     cmd_nightly,
     cmd_report,
@@ -123,6 +124,40 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("config", help="campaign config (YAML)")
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     validate.set_defaults(func=cmd_validate)
+
+    forecast = sub.add_parser(
+        "forecast",
+        help="forecast trials, tokens, GPU time and the pairs a campaign will settle, before "
+        "it samples",
+    )
+    forecast.add_argument("config", help="campaign config (YAML)")
+    forecast.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="RUN_DIR",
+        help="evidence: a previous run (or night) of the same campaign",
+    )
+    forecast.add_argument(
+        "--pilot",
+        type=int,
+        metavar="K",
+        help="evidence: sample K trials per question of every model into --out first (the "
+        "run's own first trials: `run` on that folder reuses them)",
+    )
+    forecast.add_argument(
+        "--out", help="the run folder: forecast.json is written there (required with --pilot)"
+    )
+    forecast.add_argument(
+        "--simulations",
+        type=_at_least(10),
+        default=40,
+        help="simulated campaigns (default 40; more: tighter percentiles, slower)",
+    )
+    forecast.add_argument("--seed", type=int, default=0, help="seed of the simulations")
+    forecast.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    forecast.add_argument("--json", action="store_true", help="print forecast.json to stdout")
+    forecast.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    forecast.set_defaults(func=cmd_forecast)
 
     report = sub.add_parser(
         "report", help="rebuild summary.json, report.md and report.html from a run's store"
@@ -354,7 +389,17 @@ def _fail(error: AdaptiveEvalError) -> int:
 
 
 #: Arguments that name files or folders, checked before any command reads them.
-PATH_ARGUMENTS = ("config", "run_dir", "out", "history", "file", "files", "prior", "candidate")
+PATH_ARGUMENTS = (
+    "config",
+    "run_dir",
+    "out",
+    "from_dir",
+    "history",
+    "file",
+    "files",
+    "prior",
+    "candidate",
+)
 
 
 def check_path_arguments(args: argparse.Namespace) -> None:

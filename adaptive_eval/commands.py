@@ -30,9 +30,11 @@ VALIDATE_PROBE_S = 3.0
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
+    from adaptive_eval.workflows.forecast import pilot_overrides
     from adaptive_eval.workflows.run import run_campaign
 
-    config = load_config(args.config, args.set)
+    # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
+    config = load_config(args.config, [*args.set, *pilot_overrides(Path(args.out))])
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
     print(_result_text(summary, args, render_console))
     if not args.json:  # a model the trial library knew otherwise: one line each
@@ -419,6 +421,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(_result_text(summary, args, lambda s: render(s["comparison"])))
     code: int = result["exit_code"]
     return code
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    from adaptive_eval.config import load_config
+    from adaptive_eval.workflows.forecast import ForecastRequest, render, run_forecast
+
+    if args.pilot is not None and args.out is None:
+        raise InputError(
+            "--pilot samples into the run folder: give --out DIR (then `run` there reuses it)",
+            field="--pilot",
+        )
+    config = load_config(args.config, args.set)
+    out = None if args.out is None else Path(args.out)
+    request = ForecastRequest(
+        from_dir=None if args.from_dir is None else Path(args.from_dir),
+        pilot=args.pilot,
+        out=out,
+        simulations=args.simulations,
+        seed=args.seed,
+    )
+    found = run_forecast(config, request, quiet=args.quiet)
+    print(json.dumps(found.record(), indent=2) if args.json else render(found, out))
+    return 0
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:

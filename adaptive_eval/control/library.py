@@ -105,6 +105,33 @@ def _hash(description: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
+def library_trials(campaign: Campaign, most: int) -> list[tuple[int, int, int, int, int, float]]:
+    """What the config's library holds for the campaign's cells, read only: per cell its first
+    trials (index 0, 1, ... while the stored seed is the trial's own), at most ``most`` each, as
+    ``(model, question, trial, category, tokens or -1, gpu_s or 0)``. Nothing is written (a
+    forecast must not record identities: the run's change notes would then miss a change)."""
+    path = campaign.settings.library
+    if path is None or not library_path(path).exists():
+        return []
+    file = LibraryFile(library_path(path))
+    seed = campaign.settings.seed
+    out = []
+    try:
+        for model, description in enumerate(cell_descriptions(campaign)):
+            name = campaign.names[model]
+            for question, qid in enumerate(campaign.question_ids):
+                rows = file.trials(_hash({**description, "question": qid}), 0, most - 1)
+                for trial in range(most):
+                    row = rows.get(trial)
+                    if row is None or row.seed != trial_seed(seed, name, qid, trial):
+                        break
+                    tokens = -1 if row.tokens is None else row.tokens
+                    out.append((model, question, trial, row.category, tokens, row.gpu_s or 0.0))
+    finally:
+        file.close()
+    return out
+
+
 class TrialLibrary:
     """The SQLite file of reusable trials for one campaign's cells."""
 

@@ -18,7 +18,7 @@ import numpy as np
 from adaptive_eval.base.types import PairDecision, Stop, Verdict
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
-from adaptive_eval.decide.core import DecisionCore, Limits
+from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
 from adaptive_eval.decide.state import RunState, ViewSettings
 
 
@@ -78,6 +78,9 @@ class SimResult:
         return int(self.trials.sum())
 
 
+#: Sees each applied round: the view after it and the core's decision on it.
+Watch = Callable[[CampaignView, RoundDecision], None]
+
 #: Draws one round: (plan (L, M), trials planned before it (L, M), rng) -> (L, M, K) counts.
 Sampler = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
 
@@ -134,7 +137,11 @@ def simulate(
 
 
 def simulate_campaign(
-    campaign: Campaign, truth: Truth, rng: np.random.Generator, sampler: Sampler | None = None
+    campaign: Campaign,
+    truth: Truth,
+    rng: np.random.Generator,
+    sampler: Sampler | None = None,
+    watch: Watch | None = None,
 ) -> SimResult:
     """One campaign to its stop exactly as built for users: the campaign's own decision core
     (:meth:`~adaptive_eval.campaign.build.Campaign.decision_core`: its pair rules, stopping rules,
@@ -144,7 +151,9 @@ def simulate_campaign(
     state = RunState(
         campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
     )
-    return run_core(campaign.decision_core(), state, campaign.view_settings(), truth, rng, sampler)
+    return run_core(
+        campaign.decision_core(), state, campaign.view_settings(), truth, rng, sampler, watch
+    )
 
 
 def run_core(
@@ -154,10 +163,13 @@ def run_core(
     truth: Truth,
     rng: np.random.Generator,
     sampler: Sampler | None = None,
+    watch: Watch | None = None,
 ) -> SimResult:
     """The controller's loop with its I/O replaced by ``sampler`` (default: multinomial draws
     from ``truth``): rounds are planned ``rounds_in_flight`` ahead of the posterior, applied
     whole in order, and after each applied round the decision core decides and plans.
+    ``watch`` sees the view and the core's decision after every applied round (the forecast
+    keeps each simulated campaign's path: trials, settled pairs, widths).
     """
 
     def view() -> CampaignView:
@@ -178,7 +190,9 @@ def run_core(
             state.apply_counts(rng.multinomial(plan, truth.probs))
         else:
             state.apply_counts(sampler(plan, state.trials, rng))
-        core.decide(view())
+        outcome = core.decide(view())
+        if watch is not None:
+            watch(view(), outcome)
         plan_ahead()
     theta, se, _ = state.estimate()
     mu, _ = state.moments()

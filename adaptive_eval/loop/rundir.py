@@ -62,17 +62,17 @@ def record_packages(store: TrialStore) -> None:
         store.set_meta(packages_later=[*later, now])
 
 
-def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
         for key in sorted(set(old) | set(new)):
-            out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+            out += differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [
             d
             for i, (a, b) in enumerate(zip(old, new, strict=True))
-            for d in _differences(a, b, f"{path}[{i}]")
+            for d in differences(a, b, f"{path}[{i}]")
         ]
     return [] if old == new else [f"{path}: {json.dumps(old)} -> {json.dumps(new)}"]
 
@@ -199,6 +199,7 @@ RUN_FILES = (
     *("summary.json", "config.yaml", "events.jsonl", "report.md", "report.html"),
     *(TrialStore.FILENAME, "lock", "ray.log", "error.log", "recovery"),
     *("posterior.npz", "alert.json", "alert.md"),  # a nightly run's
+    *("forecast.json", "pilot.json"),  # a forecast's, and a pilot's
 )
 
 
@@ -316,7 +317,7 @@ def _identity_changes(stored: Any, identity: dict[str, Any], leg: bool = True) -
     """What differs between a stored identity and this campaign's, less what may change
     (``leg``: on a run or resume; a report states the identity the run recorded)."""
     # A run recorded before credentials left the identity still holds them: not a change.
-    changes = _differences(without_secrets(stored), identity)
+    changes = differences(without_secrets(stored), identity)
     # Runs recorded before the limits left the identity still hold them there: not a change.
     # Runs recorded before an OpenAI-compatible server's report joined the identity lack it:
     # what that server served then is unknown, so a resume takes its report now (the library,

@@ -21,6 +21,7 @@ from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.cluster import RAY_LOG, ray_output_to
 from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.pilot import run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
     DispatchStats,
@@ -48,12 +49,15 @@ def execute(
     *,
     console: IO[str] | None,
     quiet: bool,
-) -> dict[str, Any]:
+    pilot: int | None = None,
+) -> dict[str, Any] | None:
     """Run (or resume) ``campaign`` in ``run_dir``, which the caller has prepared and locked.
 
     Ray's own output goes to ``run_dir/ray.log`` for the run's lifetime; the workers (the
     config's dispatch mode, :mod:`adaptive_eval.dispatch.launch`) start only when the first
-    batch needs sampling.
+    batch needs sampling. ``pilot``: record only the run's first ``pilot`` trials per question
+    (:mod:`adaptive_eval.control.pilot`) and return ``None`` without outputs, unless the
+    campaign finished within them.
     """
     store, campaign_id, resumed = open_run_dir(campaign, run_dir, recover=True)
     try:
@@ -67,6 +71,7 @@ def execute(
                 terminal,
                 quiet,
                 conclude,
+                pilot,
             )
     finally:
         store.close()
@@ -81,7 +86,8 @@ def _run_opened(
     terminal: IO[str],
     quiet: bool,
     conclude: Conclude,
-) -> dict[str, Any]:
+    pilot: int | None,
+) -> dict[str, Any] | None:
     settings = campaign.settings
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
@@ -136,8 +142,12 @@ def _run_opened(
 
         port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
         controller = Controller(campaign, store, port, log, on_progress=progress)
+        finished = True
         try:
-            controller.run()
+            if pilot is None:
+                controller.run()
+            else:
+                finished = run_pilot(controller, pilot)
         finally:
             port.shutdown()
             progress.close(controller.finished(), int(store.get_meta("library_reused") or 0))
@@ -145,6 +155,9 @@ def _run_opened(
         # A resume that samples nothing (a finished run run again) used to zero the block.
         dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)
         store.set_meta(dispatch=dispatch, resumed=resumed)
+        if not finished:
+            log.info("pilot_done", trials=store.count_trials(), per_question=pilot)
+            return None
         facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=dispatch)
         summary = conclude(campaign, finished_run(controller, campaign_id, facts), store)
         log.info(

@@ -44,6 +44,22 @@ def run_campaign(
     """
     if campaign is None:
         campaign = build_campaign(config)  # every input is validated before Ray starts
+    summary = sample(campaign, run_dir, console=console, quiet=quiet, finish=finish)
+    assert summary is not None  # only a pilot ends without one
+    return summary
+
+
+def sample(
+    campaign: Campaign,
+    run_dir: Path,
+    *,
+    console: IO[str] | None = None,
+    quiet: bool = False,
+    finish: Finish | None = None,
+    pilot: int | None = None,
+) -> dict[str, Any] | None:
+    """Check the inputs against the cluster, lock ``run_dir`` and run the campaign there to its
+    stop (or, with ``pilot``, through its first ``pilot`` trials per question: ``None``)."""
     check_before_sampling(campaign)
     cluster.check_engines(campaign)
     cluster.check_local_placement(campaign)
@@ -55,6 +71,7 @@ def run_campaign(
             concluder(run_dir, finish),
             console=console,
             quiet=quiet,
+            pilot=pilot,
         )
     finally:
         lock.release()

@@ -1,0 +1,614 @@
+"""What a campaign will settle and what it will cost, before it samples: the campaign's own
+decision core run forward many times on a posterior predictive of what is known.
+
+Every simulated campaign is :func:`~adaptive_eval.control.simulate.simulate_campaign`: the very
+pair rules, stopping rules, allocator and limits that ``run`` executes; nothing here decides.
+What differs from a run is only where outcomes come from:
+
+1. **The truth is drawn.** Per simulation ``s`` and cell ``(i, a)`` (model, question)::
+
+       p_ia ~ Dirichlet(alpha_i + n_ia),
+
+   ``n_ia`` the recorded category counts of the evidence (a pilot, an earlier run of the same
+   campaign, the config's prior trials) and ``alpha_i`` the empirical-Bayes Dirichlet of model
+   ``i`` fitted to them (:func:`~adaptive_eval.stats.posterior.empirical_bayes_prior`: centred on
+   the model's pooled frequencies, strength by marginal likelihood). A benchmark whose questions
+   are mostly always or never solved gets a weak ``alpha`` and truths near 0 and 1, as it should;
+   a model with no evidence gets the uniform Dirichlet (a prior guess, said so).
+2. **Recorded trials come first.** A pilot's trials are the run's own first trials
+   (:attr:`Evidence.replayed`): each simulated campaign is served them in order before it draws
+   anything, exactly as the run will reuse them.
+3. **Costs follow the outcomes.** A new trial of cell ``(i, a)`` in category ``k`` costs
+   ``c_ik r_ia`` tokens (and GPU-seconds): ``c_ik`` the model's mean in that category (wrong
+   answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk toward
+   1 by :data:`COST_SHRINK` pseudo-trials; the per-trial scatter adds a normal term of variance
+   ``sum n_ia v_i``. Wall time is trials times the evidence's own seconds per trial, where the
+   evidence was timed.
+
+Each simulation runs to the campaign's natural stop with no trial, token or wall-clock budget,
+keeping its path (trials, tokens, GPU-seconds, pairs settled and width goals met after every
+round); a budget ``B`` stops a run at the first round its spending reaches ``B`` and the core only
+clips the last plan, so the same paths give the configured budget's forecast and the whole
+budget-decision curve. Ranges are the 10th, 50th and 90th percentiles over the simulations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval.base.types import PairDecision
+from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import RoundDecision
+from adaptive_eval.settings import BudgetSettings
+from adaptive_eval.stats.posterior import empirical_bayes_prior
+
+#: forecast.json's format; a renamed or removed field is a new number.
+FORECAST_FORMAT = 1
+#: Pseudo-trials (at the model's mean) that shrink a cell's observed cost ratio toward 1.
+COST_SHRINK = 2.0
+#: The predictive range reported: 10th, 50th and 90th percentiles.
+QUANTILES = (0.1, 0.5, 0.9)
+#: Simulated campaigns per forecast unless asked otherwise.
+DEFAULT_SIMULATIONS = 40
+#: Points of the budget-decision curve (besides the configured budget).
+CURVE_POINTS = 12
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Recorded trials of the campaign's cells, per cell in trial order and ``-1``-padded.
+
+    ``replayed``: these are the run's own first trials (a pilot in its folder): every simulated
+    campaign is served them before it draws. Otherwise (an earlier run) they only inform the
+    predictive. ``elapsed_s``: the wall time that recorded them, where known (it times the
+    forecast's wall clock).
+    """
+
+    categories: np.ndarray  # (L, M, N) int64, -1 past a cell's recorded trials
+    tokens: np.ndarray  # (L, M, N) int64, -1 where unknown
+    gpu_s: np.ndarray  # (L, M, N) float64, 0 where unknown
+    replayed: bool
+    source: str  # pilot | run | library | prior
+    detail: str
+    elapsed_s: float | None = None
+
+    @classmethod
+    def none(cls, shape: tuple[int, int], detail: str) -> Evidence:
+        """No recorded trial: the forecast is the config's prior guess."""
+        empty = np.full((*shape, 0), -1, dtype=np.int64)
+        return cls(empty, empty.copy(), np.zeros(empty.shape), False, "prior", detail)
+
+    @classmethod
+    def from_trials(
+        cls,
+        shape: tuple[int, int],
+        model: np.ndarray,
+        question: np.ndarray,
+        trial: np.ndarray,
+        category: np.ndarray,
+        tokens: np.ndarray,
+        gpu_s: np.ndarray,
+        **kwargs: Any,
+    ) -> Evidence:
+        """From trial columns (campaign indices); trial indices must be 0..n-1 per cell."""
+        depth = int(trial.max()) + 1 if len(trial) else 0
+        categories = np.full((*shape, depth), -1, dtype=np.int64)
+        costs = np.full((*shape, depth), -1, dtype=np.int64)
+        seconds = np.zeros((*shape, depth), dtype=np.float64)
+        categories[model, question, trial] = category
+        costs[model, question, trial] = tokens
+        seconds[model, question, trial] = gpu_s
+        recorded = (categories >= 0).sum(axis=2)
+        if ((categories >= 0) != (np.arange(depth) < recorded[..., None])).any():
+            raise ValueError("recorded trials must be the first trials of each cell (0..n-1)")
+        return cls(categories, costs, seconds, **kwargs)
+
+    @property
+    def recorded(self) -> np.ndarray:
+        """(L, M) recorded trials per cell."""
+        return np.asarray((self.categories >= 0).sum(axis=2), dtype=np.int64)
+
+    @property
+    def trials(self) -> int:
+        return int(self.recorded.sum())
+
+    def counts(self, num_categories: int) -> np.ndarray:
+        """(L, M, K) recorded category counts."""
+        hits = self.categories[..., None] == np.arange(num_categories)
+        return np.asarray(hits.sum(axis=2), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Expected cost of one new trial of cell ``(i, a)`` in category ``k``:
+    ``mean[i, k] * ratio[i, a]``; ``variance[i]``: one trial's scatter around it."""
+
+    mean: np.ndarray  # (L, K)
+    ratio: np.ndarray  # (L, M)
+    variance: np.ndarray  # (L,)
+
+    def expected(self, counts: np.ndarray) -> float:
+        """Expected cost of trials with these (L, M, K) category counts."""
+        return float((counts * self.mean[:, None, :] * self.ratio[..., None]).sum())
+
+    def scatter(self, trials: np.ndarray) -> float:
+        """Variance of the cost of these (L, M) trials around :meth:`expected`."""
+        return float((trials * self.variance[:, None]).sum())
+
+
+def fit_cost(
+    values: np.ndarray, categories: np.ndarray, known: np.ndarray, num_categories: int
+) -> CostModel | None:
+    """:class:`CostModel` from recorded per-trial costs (``known`` marks the recorded ones);
+    ``None`` unless every model has at least one known cost."""
+    num_models, num_questions = categories.shape[:2]
+    mean = np.zeros((num_models, num_categories))
+    variance = np.zeros(num_models)
+    ratio = np.ones((num_models, num_questions))
+    for model in range(num_models):
+        mask = known[model]
+        if not mask.any():
+            return None
+        cost = values[model][mask].astype(np.float64)
+        cats = categories[model][mask]
+        overall = float(cost.mean())
+        for k in range(num_categories):
+            in_k = cats == k
+            mean[model, k] = float(cost[in_k].mean()) if in_k.any() else overall
+        expected = np.where(known[model], mean[model][np.maximum(categories[model], 0)], 0.0)
+        seen = np.where(known[model], values[model].astype(np.float64), 0.0)
+        # Per cell: observed over expected, each shrunk by COST_SHRINK trials at the mean.
+        ratio[model] = (seen.sum(axis=1) + COST_SHRINK * overall) / (
+            expected.sum(axis=1) + COST_SHRINK * overall
+        )
+        fitted = expected * ratio[model][:, None]
+        residual = (seen - fitted)[mask]
+        variance[model] = float((residual**2).mean())
+    return CostModel(mean, ratio, variance)
+
+
+@dataclass(frozen=True)
+class SimPath:
+    """One simulated campaign, round by round (cumulative after each applied round)."""
+
+    trials: np.ndarray  # (R,)
+    tokens: np.ndarray | None  # (R,) expected, new trials plus the replayed ones' recorded
+    gpu_s: np.ndarray | None
+    settled: np.ndarray  # (R,) pairs settled
+    widths_met: np.ndarray | None  # (R,) models whose width goal is met
+    settled_at: dict[tuple[str, str], tuple[int, float]]  # pair -> (round, trials/question)
+    token_sd: float  # sd of the scatter of the final tokens around the expectation
+    gpu_sd: float
+    stop: str
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every simulation of one forecast shares (inherited by forked workers)."""
+
+    campaign: Campaign
+    evidence: Evidence
+    alpha: np.ndarray  # (L, M, K) predictive Dirichlet (prior part)
+    counts: np.ndarray  # (L, M, K) evidence counts
+    tokens: CostModel | None
+    gpu_s: CostModel | None
+    seed: int
+
+
+_JOB: _Job | None = None
+
+
+def _replay_table(evidence: Evidence, num_categories: int) -> np.ndarray:
+    """(L, M, N + 1, K) category counts among each cell's first n recorded trials."""
+    hits = (evidence.categories[..., None] == np.arange(num_categories)).astype(np.int64)
+    zero = np.zeros((*hits.shape[:2], 1, num_categories), dtype=np.int64)
+    return np.concatenate([zero, np.cumsum(hits, axis=2)], axis=2)
+
+
+def _simulate_one(index: int) -> SimPath:
+    job = _JOB
+    assert job is not None
+    campaign, evidence = job.campaign, job.evidence
+    rng = np.random.default_rng([job.seed, index])
+    gamma = rng.gamma(job.alpha + job.counts)
+    probs = gamma / np.maximum(gamma.sum(axis=2, keepdims=True), 1e-300)
+    # A cell whose every gamma draw underflowed: its mean category.
+    empty = gamma.sum(axis=2) <= 0
+    if empty.any():
+        mean = job.alpha + job.counts
+        probs[empty] = (mean / mean.sum(axis=2, keepdims=True))[empty]
+    num_categories = campaign.num_categories
+    table = _replay_table(evidence, num_categories)
+    recorded = evidence.recorded if evidence.replayed else np.zeros_like(evidence.recorded)
+    rows, cols = np.indices(recorded.shape)
+
+    def served(trials: np.ndarray) -> np.ndarray:
+        return np.asarray(table[rows, cols, np.minimum(trials, recorded)], dtype=np.int64)
+
+    def draw(plan: np.ndarray, before: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        replay = served(before + plan) - served(before)
+        fresh = plan - replay.sum(axis=2)
+        drawn: np.ndarray = replay + rng.multinomial(fresh, probs)
+        return drawn
+
+    sampler: Sampler = draw
+    design = campaign.interval_design
+    names = campaign.names
+    sunk_tokens = _sunk(evidence.tokens, evidence, recorded)
+    sunk_gpu = _sunk(evidence.gpu_s, evidence, recorded)
+    trials: list[int] = []
+    tokens: list[float] = []
+    gpu: list[float] = []
+    settled: list[int] = []
+    widths: list[int] = []
+    settled_at: dict[tuple[str, str], tuple[int, float]] = {}
+
+    def watch(view: CampaignView, outcome: RoundDecision) -> None:
+        new = view.counts - served(view.trials)
+        trials.append(view.trials_used)
+        if job.tokens is not None:
+            tokens.append(sunk_tokens + job.tokens.expected(new))
+        if job.gpu_s is not None:
+            gpu.append(sunk_gpu + job.gpu_s.expected(new))
+        decided = [d for d in outcome.decisions if d.settled]
+        settled.append(len(decided))
+        for d in decided:
+            key = pair_key(names, d)
+            if key not in settled_at:
+                per_question = (view.trials[d.a].mean() + view.trials[d.b].mean()) / 2
+                settled_at[key] = (len(trials) - 1, float(per_question))
+        if design.half_width is not None:
+            found = view.score_intervals(design)
+            width = np.where(np.isfinite(found.boundary), found.half_width, np.inf)
+            widths.append(int((width <= design.half_width).sum()))
+
+    result = simulate_campaign(campaign, Truth(probs, campaign.weights), rng, sampler, watch)
+    fresh = result.trials - np.minimum(result.trials, recorded)
+    return SimPath(
+        np.asarray(trials, dtype=np.int64),
+        None if job.tokens is None else np.asarray(tokens),
+        None if job.gpu_s is None else np.asarray(gpu),
+        np.asarray(settled, dtype=np.int64),
+        np.asarray(widths, dtype=np.int64) if design.half_width is not None else None,
+        settled_at,
+        0.0 if job.tokens is None else math.sqrt(job.tokens.scatter(fresh)),
+        0.0 if job.gpu_s is None else math.sqrt(job.gpu_s.scatter(fresh)),
+        "" if result.stop is None else result.stop.reason.value,
+    )
+
+
+def _sunk(values: np.ndarray, evidence: Evidence, recorded: np.ndarray) -> float:
+    """The recorded cost of the trials a run reuses (its replayed evidence)."""
+    if not evidence.replayed or values.size == 0:
+        return 0.0
+    mask = np.arange(values.shape[2]) < recorded[..., None]
+    return float(np.where(mask, np.maximum(values, 0), 0).sum())
+
+
+def pair_key(names: Sequence[str], decision: PairDecision) -> tuple[str, str]:
+    """A pair by its models' names, in a fixed order."""
+    a, b = names[decision.a], names[decision.b]
+    return (a, b) if a <= b else (b, a)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A predictive range: the 10th, 50th and 90th percentiles over the simulations."""
+
+    p10: float
+    p50: float
+    p90: float
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray) -> Range:
+        low, mid, high = np.quantile(np.asarray(values, dtype=np.float64), QUANTILES)
+        return cls(float(low), float(mid), float(high))
+
+    def holds(self, value: float) -> bool:
+        return self.p10 <= value <= self.p90
+
+    def record(self) -> dict[str, float]:
+        return {"p10": self.p10, "p50": self.p50, "p90": self.p90}
+
+
+@dataclass(frozen=True)
+class PairForecast:
+    a: str
+    b: str
+    settled: float  # probability of being settled by the cap
+    settled_in_budget: float | None  # ... by the configured budget
+    trials_per_question: Range | None  # where it settles (None: never in the simulations)
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """What a trial budget buys: pairs settled (and width goals met) at the last round within
+    it, over the simulations."""
+
+    trials: int
+    settled: Range
+    settled_mean: float
+    widths_met: Range | None
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The forecast of one campaign (what forecast.json holds)."""
+
+    campaign: str
+    fingerprint: str
+    evidence: Evidence
+    simulations: int
+    seed: int
+    num_pairs: int
+    num_models: int
+    budget: dict[str, float | None]
+    trials: Range
+    tokens: Range | None
+    gpu_s: Range | None
+    wall_s: Range | None
+    settled: Range
+    widths_met: Range | None
+    pairs: tuple[PairForecast, ...]
+    curve: tuple[CurvePoint, ...]
+    unknown: tuple[str, ...]  # what cannot be forecast, said once each
+    stops: dict[str, int] = field(default_factory=dict)  # why each simulation stopped
+
+    def record(self) -> dict[str, Any]:
+        """forecast.json."""
+
+        def rng(value: Range | None) -> dict[str, float] | None:
+            return None if value is None else value.record()
+
+        return {
+            "format": FORECAST_FORMAT,
+            "campaign": self.campaign,
+            "fingerprint": self.fingerprint,
+            "evidence": {
+                "source": self.evidence.source,
+                "detail": self.evidence.detail,
+                "trials": self.evidence.trials,
+                "replayed": self.evidence.replayed,
+            },
+            "simulations": self.simulations,
+            "seed": self.seed,
+            "budget": self.budget,
+            "pairs_total": self.num_pairs,
+            "models": self.num_models,
+            "trials": rng(self.trials),
+            "tokens": rng(self.tokens),
+            "gpu_s": rng(self.gpu_s),
+            "wall_s": rng(self.wall_s),
+            "pairs_settled": rng(self.settled),
+            "width_goals_met": rng(self.widths_met),
+            "stops": self.stops,
+            "unknown": list(self.unknown),
+            "pairs": [
+                {
+                    "a": p.a,
+                    "b": p.b,
+                    "settled": p.settled,
+                    "settled_in_budget": p.settled_in_budget,
+                    "trials_per_question": rng(p.trials_per_question),
+                }
+                for p in self.pairs
+            ],
+            "curve": [
+                {
+                    "trials": c.trials,
+                    "pairs_settled": c.settled.record(),
+                    "pairs_settled_mean": c.settled_mean,
+                    "width_goals_met": rng(c.widths_met),
+                }
+                for c in self.curve
+            ],
+        }
+
+
+def forecast(
+    campaign: Campaign,
+    evidence: Evidence,
+    budget: BudgetSettings,
+    *,
+    simulations: int = DEFAULT_SIMULATIONS,
+    seed: int = 0,
+    processes: int | None = None,
+) -> Forecast:
+    """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
+    ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
+    at most 8)."""
+    global _JOB
+    num_categories = campaign.num_categories
+    counts = evidence.counts(num_categories) + np.rint(np.maximum(campaign.prior - 1, 0)).astype(
+        np.int64
+    )
+    alpha = empirical_bayes_prior(counts)
+    known_tokens = evidence.tokens >= 0
+    known_gpu = evidence.gpu_s > 0
+    unknown = []
+    token_model = gpu_model = None
+    if evidence.source == "prior":
+        unknown.append("tokens, GPU-seconds and wall time: no recorded trial to measure them on")
+    else:
+        token_model = fit_cost(evidence.tokens, evidence.categories, known_tokens, num_categories)
+        gpu_model = fit_cost(evidence.gpu_s, evidence.categories, known_gpu, num_categories)
+        if token_model is None:
+            unknown.append(f"tokens: {_missing(campaign, known_tokens)} no token counts")
+        if gpu_model is None:
+            unknown.append(f"GPU-seconds: {_missing(campaign, known_gpu)} no GPU time")
+        if evidence.elapsed_s is None or evidence.trials == 0:
+            unknown.append("wall time: the evidence was not timed")
+    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed)
+    try:
+        paths = _run_all(simulations, processes)
+    finally:
+        _JOB = None
+    return summarise(campaign, evidence, budget, paths, seed, tuple(unknown))
+
+
+def _missing(campaign: Campaign, known: np.ndarray) -> str:
+    """Who recorded nothing: "the backends recorded", or "models A, B recorded"."""
+    lacking = [campaign.names[i] for i in range(campaign.num_models) if not known[i].any()]
+    if len(lacking) == campaign.num_models:
+        return "the backends recorded"
+    shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+    return f"models {shown} recorded"
+
+
+def _run_all(simulations: int, processes: int | None) -> list[SimPath]:
+    # The first simulation runs here: it builds the boundary tables the others share (a
+    # forked worker inherits them instead of rebuilding each one).
+    paths = [_simulate_one(0)]
+    rest = list(range(1, simulations))
+    workers = min(processes or min(os.cpu_count() or 1, 8), len(rest))
+    if workers <= 1:
+        return paths + [_simulate_one(i) for i in rest]
+    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+        paths += list(pool.map(_simulate_one, rest, chunksize=max(1, len(rest) // (4 * workers))))
+    return paths
+
+
+def _at_budget(path: SimPath, budget: BudgetSettings, seconds_per_trial: float | None) -> int:
+    """The index of the round at which ``budget`` stops this path (its last round if none)."""
+    last = len(path.trials) - 1
+    crossed = [last]
+    if budget.trials is not None:
+        crossed.append(_first_at_least(path.trials, budget.trials, last))
+    if budget.tokens is not None and path.tokens is not None:
+        crossed.append(_first_at_least(path.tokens, budget.tokens, last))
+    if budget.wall_clock_s is not None and seconds_per_trial is not None:
+        crossed.append(_first_at_least(path.trials * seconds_per_trial, budget.wall_clock_s, last))
+    return min(crossed)
+
+
+def _first_at_least(values: np.ndarray, limit: float, last: int) -> int:
+    index = int(np.searchsorted(values, limit, side="left"))
+    return min(index, last)
+
+
+def summarise(
+    campaign: Campaign,
+    evidence: Evidence,
+    budget: BudgetSettings,
+    paths: list[SimPath],
+    seed: int,
+    unknown: tuple[str, ...],
+) -> Forecast:
+    """The forecast's ranges, pairs and curve from the simulated paths."""
+    rng = np.random.default_rng([seed, len(paths), 7])
+    per_trial = (
+        evidence.elapsed_s / evidence.trials
+        if evidence.elapsed_s is not None and evidence.trials > 0
+        else None
+    )
+    stops = [_at_budget(p, budget, per_trial) for p in paths]
+
+    def at_stop(track: str, scatter: str | None, limit: float | None) -> Range | None:
+        """The range of a path quantity where the budget stops each path (with its scatter)."""
+        found = []
+        for p, r in zip(paths, stops, strict=True):
+            values = getattr(p, track)
+            if values is None:
+                return None
+            noise = getattr(p, scatter) * float(rng.standard_normal()) if scatter else 0.0
+            value = max(float(values[r]) + noise, 0.0)
+            found.append(value if limit is None else min(value, limit))
+        return Range.of(found)
+
+    trials = at_stop("trials", None, budget.trials)
+    assert trials is not None
+    wall = None
+    if per_trial is not None:
+        wall = Range(trials.p10 * per_trial, trials.p50 * per_trial, trials.p90 * per_trial)
+    settled = at_stop("settled", None, None)
+    assert settled is not None
+    tokens = at_stop("tokens", "token_sd", budget.tokens)
+    gpu = at_stop("gpu_s", "gpu_sd", None)
+    widths = at_stop("widths_met", None, None)
+    num_pairs = campaign.num_models - 1  # the adjacent pairs, or the candidate's
+    pairs = _pairs(paths, stops, budget)
+    curve = _curve(paths, budget)
+    stop_counts: dict[str, int] = {}
+    for p, r in zip(paths, stops, strict=True):
+        reason = p.stop if r == len(p.trials) - 1 else "budget"
+        stop_counts[reason] = stop_counts.get(reason, 0) + 1
+    return Forecast(
+        campaign.settings.name,
+        campaign.fingerprint,
+        evidence,
+        len(paths),
+        seed,
+        num_pairs,
+        campaign.num_models,
+        {"trials": budget.trials, "tokens": budget.tokens, "wall_clock_s": budget.wall_clock_s},
+        trials,
+        tokens,
+        gpu,
+        wall,
+        settled,
+        widths,
+        pairs,
+        curve,
+        unknown,
+        stop_counts,
+    )
+
+
+def _pairs(
+    paths: list[SimPath], stops: list[int], budget: BudgetSettings
+) -> tuple[PairForecast, ...]:
+    """Per pair settled in any simulation: how often, by the budget, and where."""
+    keys: dict[tuple[str, str], None] = {}
+    for p in paths:
+        keys.update(dict.fromkeys(p.settled_at))
+    out = []
+    budgeted = any(v is not None for v in (budget.trials, budget.tokens, budget.wall_clock_s))
+    for key in sorted(keys):
+        rounds = [p.settled_at.get(key) for p in paths]
+        settled = float(np.mean([r is not None for r in rounds]))
+        in_budget = float(
+            np.mean([r is not None and r[0] <= s for r, s in zip(rounds, stops, strict=True)])
+        )
+        per_question = [r[1] for r in rounds if r is not None]
+        out.append(
+            PairForecast(
+                key[0],
+                key[1],
+                settled,
+                in_budget if budgeted else None,
+                Range.of(per_question) if per_question else None,
+            )
+        )
+    out.sort(key=lambda p: -p.settled)
+    return tuple(out)
+
+
+def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ...]:
+    """Pairs settled (and widths met) against trial budgets from the smallest first round to
+    the largest run, on a geometric grid, plus the configured budget."""
+    low = max(1, min(int(p.trials[0]) for p in paths))
+    high = max(int(p.trials[-1]) for p in paths)
+    grid = {round(x) for x in np.geomspace(low, max(high, low + 1), CURVE_POINTS)}
+    if budget.trials is not None and budget.trials < high:
+        grid.add(int(budget.trials))
+    points = []
+    for trials in sorted(grid):
+        where = [max(int(np.searchsorted(p.trials, trials, side="right")) - 1, -1) for p in paths]
+        settled = [0 if r < 0 else int(p.settled[r]) for p, r in zip(paths, where, strict=True)]
+        widths = None
+        if all(p.widths_met is not None for p in paths):
+            widths = Range.of(
+                [0 if r < 0 else int(p.widths_met[r]) for p, r in zip(paths, where, strict=True)]  # type: ignore[index]
+            )
+        points.append(CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths))
+    return tuple(points)

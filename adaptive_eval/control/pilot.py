@@ -1,0 +1,72 @@
+"""A pilot: the first ``K`` trials per question of every model, recorded as the run's own.
+
+A pilot is the start of the very run that ``run`` later continues in the same folder: the
+campaign's decision core plans its rounds (with ``policy.min_trials_per_question`` raised to
+``K``, which the folder's ``pilot.json`` keeps for the rest of the run), and
+:class:`PilotCore` only stops planning once every cell has ``K`` trials planned (or its
+model's cap). The rounds in flight then finish and are recorded, so nothing sampled is thrown
+away and nothing is sampled twice; ``run`` on the folder resumes from them exactly as from an
+interrupted run, so a run after a pilot of ``K`` equals a run with ``min_trials_per_question: K``
+trial for trial.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adaptive_eval.base.types import Stop
+from adaptive_eval.control.controller import Controller
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import DecisionCore, RoundDecision
+
+#: The smallest pilot that estimates anything (a per-question variance needs two trials).
+MIN_PILOT = 2
+
+
+class PilotCore:
+    """The campaign's decision core, holding back every plan once each cell has ``trials``
+    trials planned (its model's cap, if lower). It decides exactly as the core does."""
+
+    def __init__(self, core: DecisionCore, trials: int) -> None:
+        self.core = core
+        self.trials = trials
+        self.limits = core.limits
+        self.done = False
+
+    @property
+    def decisions(self) -> tuple:  # type: ignore[type-arg]
+        return self.core.decisions
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.core.stop
+
+    def decide(self, view: CampaignView) -> RoundDecision:
+        return self.core.decide(view)
+
+    def interrupt(self, stop: Stop | None) -> None:
+        self.core.interrupt(stop)
+
+    def next_plan(self, view: CampaignView, in_flight: int) -> np.ndarray | None:
+        wanted = np.minimum(self.trials, view.capacity)[:, None]
+        if (view.planned >= wanted).all():
+            self.done = True
+            return None
+        return self.core.next_plan(view, in_flight)
+
+
+def run_pilot(controller: Controller, trials: int) -> bool:
+    """Drive ``controller`` until every cell has ``trials`` trials recorded (or the campaign
+    stops first); returns whether the campaign finished during the pilot."""
+    pilot = PilotCore(controller.core, trials)
+    controller.core = pilot  # type: ignore[assignment]
+    controller.resume()
+    while controller.step():
+        if pilot.done and not controller.rounds:
+            break
+    controller.core = pilot.core
+    finished = controller.finished()
+    controller.store.set_meta(elapsed_s=controller.elapsed_s)
+    if finished:
+        controller.store.set_meta(finished=True)
+    return finished

@@ -1,0 +1,373 @@
+"""``adaptive-eval forecast CONFIG``: what the campaign will settle and cost, before it samples.
+
+Evidence, in this order of preference (:mod:`adaptive_eval.control.forecast` says how it is
+used):
+
+- ``--from RUN_DIR``: the trials of a previous run (or night) of the same campaign: same models,
+  dataset, sampling, grader and rubric categories (the identities the trial library keys on;
+  the policy, budget and seed may differ). Given the run's own folder (``--out``), the forecast
+  is of the rest of that run, its recorded trials served first.
+- the trial library the config names, whose trials the run will reuse;
+- ``--pilot K``: the run's first ``K`` trials per question of every model, sampled now into the
+  run folder ``--out`` (:mod:`adaptive_eval.control.pilot`); ``pilot.json`` there raises
+  ``policy.min_trials_per_question`` to ``K`` for the rest of the run, so ``run`` on the folder
+  reuses every pilot trial;
+- with none, the config's own prior, said plainly to be a prior guess.
+
+The forecast is written to ``--out``'s ``forecast.json`` (when given): the run that follows in
+that folder reports forecast against actual.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.config import CampaignConfig
+from adaptive_eval.control.forecast import (
+    DEFAULT_SIMULATIONS,
+    Evidence,
+    Forecast,
+    Range,
+    forecast,
+)
+from adaptive_eval.control.library import library_trials
+from adaptive_eval.control.pilot import MIN_PILOT
+from adaptive_eval.files import atomic_write
+from adaptive_eval.loop.rundir import differences
+from adaptive_eval.store import TrialStore
+
+FORECAST_FILE = "forecast.json"
+PILOT_FILE = "pilot.json"
+#: Identity sections that make two runs the same campaign for evidence: the cells' trials.
+SAME_TRIALS = ("config.models", "config.dataset", "config.sampling", "config.grader", "files")
+
+
+@dataclass(frozen=True)
+class ForecastRequest:
+    """What ``forecast`` was asked."""
+
+    from_dir: Path | None = None
+    pilot: int | None = None
+    out: Path | None = None
+    simulations: int = DEFAULT_SIMULATIONS
+    seed: int = 0
+
+
+def pilot_overrides(run_dir: Path) -> list[str]:
+    """The ``--set`` overrides a pilot recorded in ``run_dir`` asks of every later leg."""
+    path = run_dir / PILOT_FILE
+    if not path.exists():
+        return []
+    try:
+        trials = int(json.loads(path.read_text())["trials_per_question"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputError(f"cannot be read ({error})", source=str(path)) from None
+    return [f"policy.min_trials_per_question={trials}"]
+
+
+def with_pilot(config: CampaignConfig, trials: int) -> CampaignConfig:
+    """``config`` with ``min_trials_per_question`` at least ``trials``."""
+    policy = config.policy
+    if policy.min_trials_per_question >= trials:
+        return config
+    raised = policy.model_copy(update={"min_trials_per_question": trials})
+    return config.model_copy(update={"policy": raised})
+
+
+def without_budget(config: CampaignConfig) -> CampaignConfig:
+    """``config`` with no trial, token or wall-clock budget (the forecast applies it)."""
+    empty = type(config.budget)()
+    return config.model_copy(update={"budget": empty})
+
+
+def run_forecast(
+    config: CampaignConfig,
+    request: ForecastRequest,
+    *,
+    console: IO[str] | None = None,
+    quiet: bool = True,
+) -> Forecast:
+    """Gather the evidence (sampling a pilot if asked), forecast, write ``forecast.json``."""
+    source = config.source
+    pilot = request.pilot
+    if pilot is not None:
+        config = _check_pilot(config, pilot, source)
+    if request.out is not None and pilot is None:
+        recorded = pilot_overrides(request.out)
+        if recorded:
+            config = with_pilot(config, int(recorded[0].split("=")[1]))
+    campaign = build_campaign(config)
+    if pilot is not None:
+        assert request.out is not None
+        _sample_pilot(config, campaign, request.out, pilot, console, quiet)
+    evidence = gather_evidence(campaign, request)
+    unbudgeted = build_campaign(without_budget(config))
+    found = forecast(
+        unbudgeted,
+        evidence,
+        campaign.settings.budget,
+        simulations=request.simulations,
+        seed=request.seed,
+    )
+    if request.out is not None:
+        request.out.mkdir(parents=True, exist_ok=True)
+        record = found.record()
+        record["fingerprint"] = campaign.fingerprint
+        atomic_write(request.out / FORECAST_FILE, json.dumps(record, indent=2) + "\n")
+    return found
+
+
+def _check_pilot(config: CampaignConfig, pilot: int, source: str) -> CampaignConfig:
+    if pilot < MIN_PILOT:
+        raise InputError(
+            f"a pilot of {pilot} trial(s) per question estimates nothing; give at least "
+            f"{MIN_PILOT}",
+            source="--pilot",
+        )
+    cap = config.policy.max_trials_per_question
+    if pilot > cap:
+        raise InputError(
+            f"a pilot of {pilot} trials per question exceeds policy.max_trials_per_question={cap}",
+            source="--pilot",
+        )
+    return with_pilot(config, pilot)
+
+
+def _sample_pilot(
+    config: CampaignConfig,
+    campaign: Campaign,
+    run_dir: Path,
+    pilot: int,
+    console: IO[str] | None,
+    quiet: bool,
+) -> None:
+    from adaptive_eval.workflows.run import sample
+
+    cost = pilot * campaign.num_models * campaign.num_questions
+    budget = campaign.settings.budget.trials
+    if budget is not None and budget < cost:
+        raise InputError(
+            f"budget.trials={budget} is below the pilot's own cost: {pilot} trials per question "
+            f"x {campaign.num_questions} questions x {campaign.num_models} models = {cost}",
+            source=config.source,
+            field="budget.trials",
+        )
+    earlier = pilot_overrides(run_dir) if run_dir.exists() else []
+    if earlier and earlier != [f"policy.min_trials_per_question={pilot}"]:
+        raise InputError(
+            f"holds a pilot of {earlier[0].split('=')[1]} trials per question; give that "
+            "--pilot, or a new --out",
+            source=str(run_dir),
+        )
+    sample(campaign, run_dir, console=console, quiet=quiet, pilot=pilot)
+    atomic_write(run_dir / PILOT_FILE, json.dumps({"trials_per_question": pilot}) + "\n")
+
+
+def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
+    """The best evidence available for ``campaign`` (see the module's docstring)."""
+    shape = (campaign.num_models, campaign.num_questions)
+    own = request.out if request.out is not None and _holds_run(request.out) else None
+    if request.from_dir is not None:
+        same = own is not None and request.from_dir.resolve() == own.resolve()
+        return evidence_from_run(campaign, request.from_dir, replayed=same)
+    if own is not None:
+        return evidence_from_run(campaign, own, replayed=True)
+    held = library_trials(campaign, campaign.settings.policy.max_trials_per_question)
+    if held:
+        columns = np.asarray(held, dtype=np.float64).T
+        ints = columns[:5].astype(np.int64)
+        return Evidence.from_trials(
+            shape,
+            ints[0],
+            ints[1],
+            ints[2],
+            ints[3],
+            ints[4],
+            columns[5],
+            replayed=True,
+            source="library",
+            detail=f"{len(held)} trials of the trial library {campaign.settings.library}",
+        )
+    return Evidence.none(
+        shape,
+        "no evidence (no --from, --pilot or trial library): a prior guess from the config's "
+        "prior, uniform on every question; run a pilot for a forecast worth planning on",
+    )
+
+
+def _holds_run(folder: Path) -> bool:
+    return (folder / TrialStore.FILENAME).exists()
+
+
+def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> Evidence:
+    """The trials recorded in ``run_dir``, mapped onto ``campaign``'s models and questions;
+    refused, naming the difference, when that run is another campaign."""
+    if not _holds_run(run_dir):
+        raise InputError("holds no recorded run (no trials.sqlite)", source=str(run_dir))
+    store = TrialStore(run_dir)
+    try:
+        identity = store.get_meta("identity") or {}
+        names = list(store.get_meta("models") or [])
+        questions = list(store.get_meta("questions") or [])
+        elapsed = store.get_meta("elapsed_s")
+        arrays = store.trial_arrays()
+    finally:
+        store.close()
+    _check_same_campaign(campaign, run_dir, identity, names, questions)
+    model_index = np.asarray([campaign.names.index(n) for n in names], dtype=np.int64)
+    question_index = np.asarray([campaign.question_ids.index(q) for q in questions], dtype=np.int64)
+    model = model_index[arrays.model] if len(arrays.model) else arrays.model
+    question = question_index[arrays.question] if len(arrays.question) else arrays.question
+    what = "the run's own recorded trials" if replayed else "an earlier run of this campaign"
+    return Evidence.from_trials(
+        (campaign.num_models, campaign.num_questions),
+        model,
+        question,
+        arrays.trial,
+        arrays.category,
+        arrays.tokens,
+        arrays.gpu_s,
+        replayed=replayed,
+        source="pilot" if replayed else "run",
+        detail=f"{len(arrays.trial)} trials in {run_dir} ({what})",
+        elapsed_s=float(elapsed) if elapsed else None,
+    )
+
+
+def _check_same_campaign(
+    campaign: Campaign,
+    run_dir: Path,
+    identity: dict[str, Any],
+    names: list[str],
+    questions: list[str],
+) -> None:
+    missing = [n for n in campaign.names if n not in names]
+    extra = [n for n in names if n not in campaign.names]
+    problems = []
+    if missing or extra:
+        problems.append(f"models: it ran {_few(names)}, this campaign has {_few(campaign.names)}")
+    if sorted(questions) != sorted(campaign.question_ids):
+        problems.append(
+            f"questions: it has {len(questions)}, this campaign {campaign.num_questions} "
+            "(another dataset or limit)"
+        )
+    stored_categories = len(identity.get("config", {}).get("rubric", {}).get("weights", []))
+    if stored_categories and stored_categories != campaign.num_categories:
+        problems.append(
+            f"rubric categories: {stored_categories} there, {campaign.num_categories} here"
+        )
+    for change in differences(identity, campaign.identity):
+        if change.startswith(SAME_TRIALS):
+            problems.append(change)
+    if problems:
+        raise InputError(
+            "is another campaign's run, not evidence for this one: "
+            + "; ".join(problems[:4])
+            + (f"; and {len(problems) - 4} more" if len(problems) > 4 else ""),
+            source=str(run_dir),
+            field="--from",
+        )
+
+
+def _few(names: Any) -> str:
+    names = list(names)
+    shown = ", ".join(names[:4])
+    return f"{len(names)} ({shown}{', ...' if len(names) > 4 else ''})"
+
+
+# -- what the forecast says ---------------------------------------------------------------------
+
+
+def _amount(value: float, unit: str) -> str:
+    if unit == "s":
+        if value >= 7200:
+            return f"{value / 3600:.1f} h"
+        if value >= 120:
+            return f"{value / 60:.0f} min"
+        return f"{value:.0f} s"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    return f"{value:,.0f}"
+
+
+def range_text(found: Range, unit: str = "") -> str:
+    return (
+        f"{_amount(found.p50, unit)} (10-90%: {_amount(found.p10, unit)} to "
+        f"{_amount(found.p90, unit)})"
+    )
+
+
+def render(found: Forecast, out: Path | None = None) -> str:
+    """The forecast as the console shows it."""
+    record = found.record()
+    lines = [
+        f"forecast for {found.campaign}, from {found.evidence.detail}; "
+        f"{found.simulations} simulated campaigns:",
+        f"  trials:        {range_text(found.trials)}",
+    ]
+    if found.evidence.replayed and found.evidence.trials:
+        lines.append(f"    of which already recorded: {found.evidence.trials:,}")
+    for label, value, unit in (
+        ("tokens", found.tokens, ""),
+        ("GPU-seconds", found.gpu_s, "s"),
+        ("wall time", found.wall_s, "s"),
+    ):
+        if value is not None:
+            lines.append(f"  {label + ':':<14} {range_text(value, unit)}")
+    lines.append(
+        f"  pairs settled: {found.settled.p50:.0f} of {found.num_pairs} "
+        f"(10-90%: {found.settled.p10:.0f} to {found.settled.p90:.0f})"
+    )
+    if found.widths_met is not None:
+        lines.append(
+            f"  width goals met: {found.widths_met.p50:.0f} of {found.num_models} models "
+            f"(10-90%: {found.widths_met.p10:.0f} to {found.widths_met.p90:.0f})"
+        )
+    budget = {k: v for k, v in record["budget"].items() if v is not None}
+    if budget:
+        shown = ", ".join(f"{k} {v:g}" for k, v in budget.items())
+        lines.append(f"  under the budget ({shown}); stops: {_stops(found)}")
+    else:
+        lines.append(f"  stops: {_stops(found)}")
+    if found.pairs:
+        lines.append("  pairs most likely settled (probability by the cap; trials/question):")
+        for pair in found.pairs[:8]:
+            where = (
+                ""
+                if pair.trials_per_question is None
+                else f"; ~{pair.trials_per_question.p50:.0f} per question"
+            )
+            budget_part = (
+                ""
+                if pair.settled_in_budget is None
+                else f", {pair.settled_in_budget:.0%} in the budget"
+            )
+            lines.append(f"    {pair.a} vs {pair.b}: {pair.settled:.0%}{budget_part}{where}")
+    lines.append("  budget -> pairs settled (median, 10-90%):")
+    for point in found.curve:
+        lines.append(
+            f"    {point.trials:>12,} trials: {point.settled.p50:.0f} "
+            f"({point.settled.p10:.0f}-{point.settled.p90:.0f})"
+        )
+    for note in found.unknown:
+        lines.append(f"  not forecast: {note}")
+    if found.evidence.source == "prior":
+        lines.append("  this is a PRIOR GUESS: no trial of these models informs it")
+    if out is not None:
+        lines.append(f"  written to {out / FORECAST_FILE}")
+    return "\n".join(lines)
+
+
+def _stops(found: Forecast) -> str:
+    total = max(1, found.simulations)
+    return ", ".join(
+        f"{reason} {count / total:.0%}"
+        for reason, count in sorted(found.stops.items(), key=lambda kv: -kv[1])
+    )

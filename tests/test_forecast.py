@@ -1,0 +1,233 @@
+"""The forecast: the campaign's own decision core simulated forward from what is known.
+
+Oracles: a forecast whose evidence is every trial the run will use is no forecast at all but the
+run itself (every simulation replays it), so its ranges collapse onto the run's own figures; a
+pilot followed by ``run`` is checked trial for trial against a run with
+``min_trials_per_question: K``; costs are checked against the means they were drawn from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import (
+    TEST_DISPATCH,
+    base_config,
+    ledger,
+    load,
+    mimic_success,
+    one_error_line,
+    write_config,
+    write_scenario,
+)
+
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.cli import main
+from adaptive_eval.control.forecast import Evidence, Range, fit_cost, forecast
+from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.settings import BudgetSettings
+
+SCORES = [0.3, 0.45, 0.5, 0.7]
+NO_BUDGET = BudgetSettings(None, None, None)
+
+
+def _config(tmp_path: Path, name: str = "c.yaml", **policy: object) -> Path:
+    scenario = write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
+    data = base_config(str(scenario), **policy)
+    return write_config(tmp_path / name, data)
+
+
+def _tape(probs: np.ndarray, depth: int, seed: int) -> np.ndarray:
+    """(L, M, depth) categories drawn from ``probs``."""
+    rng = np.random.default_rng(seed)
+    cumulative = probs.cumsum(axis=2)
+    draws = rng.random((*probs.shape[:2], depth))
+    return (draws[..., None] > cumulative[:, :, None, :]).sum(axis=3)
+
+
+def _evidence(tape: np.ndarray, tokens: np.ndarray | None = None, **kw: object) -> Evidence:
+    num_models, num_questions, _ = tape.shape
+    m, q, t = np.indices(tape.shape).reshape(3, -1)
+    costs = np.full(m.shape, -1) if tokens is None else tokens.reshape(-1)
+    return Evidence.from_trials(
+        (num_models, num_questions),
+        m,
+        q,
+        t,
+        tape.reshape(-1),
+        costs,
+        np.zeros(m.shape),
+        **{"replayed": True, "source": "pilot", "detail": "test", **kw},  # type: ignore[arg-type]
+    )
+
+
+def test_evidence_refuses_trials_that_are_not_each_cells_first() -> None:
+    with pytest.raises(ValueError, match="first trials"):
+        Evidence.from_trials(
+            (1, 1),
+            np.array([0]),
+            np.array([0]),
+            np.array([1]),
+            np.array([1]),
+            np.array([-1]),
+            np.array([0.0]),
+            replayed=True,
+            source="pilot",
+            detail="",
+        )
+
+
+def test_a_forecast_from_every_trial_of_the_run_is_the_run_itself(tmp_path: Path) -> None:
+    campaign = build_campaign(load(_config(tmp_path)))
+    scenario = np.load(tmp_path / "s.npz")
+    cap = campaign.settings.policy.max_trials_per_question
+    tape = _tape(scenario["probs"], cap, seed=3)
+    real = simulate_campaign(
+        build_campaign(load(_config(tmp_path))),
+        Truth(scenario["probs"], campaign.weights),
+        np.random.default_rng(0),
+        replay_sampler(tape, 2),
+    )
+    found = forecast(campaign, _evidence(tape), NO_BUDGET, simulations=10, processes=1)
+    settled = sum(d.settled for d in real.decisions)
+    assert found.trials == Range(real.total_trials, real.total_trials, real.total_trials)
+    assert found.settled == Range(settled, settled, settled)
+
+
+def test_forecast_ranges_bracket_the_runs_they_forecast(tmp_path: Path) -> None:
+    """From a pilot of 4, the realised trials of seeded runs of the true campaign mostly fall
+    inside the forecast's 10-90% range (a coarse check; benchmarks/forecast.py measures it)."""
+    config = load(_config(tmp_path), ["policy.min_trials_per_question=4"])
+    probs = np.load(tmp_path / "s.npz")["probs"]
+    inside = []
+    for seed in range(6):
+        tape = _tape(probs, 40, seed)
+        campaign = build_campaign(config)
+        found = forecast(
+            campaign, _evidence(tape[..., :4]), NO_BUDGET, simulations=20, seed=seed, processes=1
+        )
+        real = simulate_campaign(
+            build_campaign(config),
+            Truth(probs, campaign.weights),
+            np.random.default_rng(seed),
+            replay_sampler(tape, 2),
+        )
+        assert found.trials.p10 <= found.trials.p50 <= found.trials.p90
+        assert found.trials.p10 >= 4 * probs.shape[0] * probs.shape[1]  # the pilot is in it
+        inside.append(found.trials.p10 * 0.8 <= real.total_trials <= found.trials.p90 * 1.25)
+    assert sum(inside) >= 5
+
+
+def test_the_budget_curve_rises_and_a_budget_caps_the_forecast(tmp_path: Path) -> None:
+    campaign = build_campaign(load(_config(tmp_path)))
+    probs = np.load(tmp_path / "s.npz")["probs"]
+    evidence = _evidence(_tape(probs, 3, 1))
+    free = forecast(campaign, evidence, NO_BUDGET, simulations=12, processes=1)
+    cap = int(free.trials.p50 * 0.7)
+    found = forecast(campaign, evidence, BudgetSettings(cap, None, None), simulations=12)
+    medians = [p.settled_mean for p in found.curve]
+    assert medians == sorted(medians)
+    assert found.trials.p90 <= cap < free.trials.p50
+    assert cap in [p.trials for p in found.curve]
+    assert found.settled.p50 <= free.settled.p50
+    assert found.stops.get("budget", 0) >= 6
+    assert all(p.settled_in_budget is not None for p in found.pairs)
+    assert all(p.settled_in_budget <= p.settled for p in found.pairs)  # type: ignore[operator]
+
+
+def test_costs_follow_each_models_category_means() -> None:
+    rng = np.random.default_rng(0)
+    categories = rng.integers(0, 2, size=(2, 50, 8))
+    means = np.array([[1000.0, 200.0], [400.0, 400.0]])  # wrong answers run long for model 0
+    values = rng.normal(means[np.arange(2)[:, None, None], categories], 20.0)
+    model = fit_cost(values, categories, np.ones(categories.shape, bool), 2)
+    assert model is not None
+    assert np.allclose(model.mean, means, rtol=0.02)
+    assert np.abs(model.ratio - 1).mean() < 0.02
+    new = np.zeros((2, 50, 2))
+    new[0, :, 0] = 1  # one wrong trial of model 0 per question
+    assert model.expected(new) == pytest.approx(50 * 1000, rel=0.03)
+    unknown = np.ones(categories.shape, bool)
+    unknown[1] = False
+    assert fit_cost(values, categories, unknown, 2) is None
+
+
+def test_pilot_then_run_equals_a_run_with_that_min_trials(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    piloted, plain = tmp_path / "piloted", tmp_path / "plain"
+    args = ["forecast", str(config), "--pilot", "4", "--out", str(piloted), "--simulations", "10"]
+    assert main([*args, *TEST_DISPATCH]) == 0
+    said = capsys.readouterr().out
+    assert "pairs settled" in said and "already recorded: 192" in said
+    assert len(ledger(piloted)) >= 4 * 4 * 12
+    record = json.loads((piloted / "forecast.json").read_text())
+    assert record["evidence"]["trials"] == len(ledger(piloted))
+    assert main(["run", str(config), "--out", str(piloted), "--quiet", *TEST_DISPATCH]) == 0
+    overrides = ["--set", "policy.min_trials_per_question=4"]
+    assert (
+        main(["run", str(config), "--out", str(plain), "--quiet", *overrides, *TEST_DISPATCH]) == 0
+    )
+    columns = "model, question, trial, seed, category, tokens, round"
+    assert ledger(piloted, columns) == ledger(plain, columns)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--pilot", "1", "--out", "{out}"], "--pilot: a pilot of 1 trial(s) per question"),
+        (["--pilot", "3"], "--pilot: --pilot samples into the run folder"),
+        (["--pilot", "41", "--out", "{out}"], "exceeds policy.max_trials_per_question=40"),
+        (
+            ["--pilot", "4", "--out", "{out}", "--set", "budget.trials=100"],
+            "budget.trials: budget.trials=100 is below the pilot's own cost",
+        ),
+    ],
+)
+def test_a_bad_pilot_is_one_line_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    config = _config(tmp_path)
+    out = tmp_path / "out"
+    argv = [a.replace("{out}", str(out)) for a in args]
+    assert main(["forecast", str(config), *argv, *TEST_DISPATCH]) == 2
+    assert said in one_error_line(capsys.readouterr().err)
+    assert not (out / "trials.sqlite").exists()
+
+
+def test_from_another_campaigns_run_is_refused_naming_the_difference(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(run_dir), "--quiet", *TEST_DISPATCH]) == 0
+    capsys.readouterr()
+    other = write_scenario(tmp_path / "other.npz", mimic_success([0.2, 0.4, 0.6], questions=12))
+    data = base_config(str(other))
+    other_config = write_config(tmp_path / "other.yaml", data)
+    assert main(["forecast", str(other_config), "--from", str(run_dir)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "is another campaign's run" in line and "models: it ran 4" in line
+    # The same campaign with another policy and seed is evidence.
+    assert main(["forecast", str(config), "--from", str(run_dir), "--set", "seed=9"]) == 0
+    said = capsys.readouterr().out
+    assert "an earlier run of this campaign" in said
+    assert said.count("not forecast: tokens") == 0  # the simulated backend counts tokens
+
+
+def test_a_forecast_with_no_evidence_says_it_is_a_prior_guess_and_never_a_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    assert main(["forecast", str(config), "--simulations", "10", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["evidence"]["source"] == "prior"
+    assert record["tokens"] is None and record["gpu_s"] is None
+    assert len(record["unknown"]) == 1
+    assert main(["forecast", str(config), "--simulations", "10"]) == 0
+    said = capsys.readouterr().out
+    assert "PRIOR GUESS" in said and said.count("not forecast") == 1
