@@ -61,6 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.control.cluster import check_engines, check_local_placement
     from adaptive_eval.control.preflight import check_before_sampling
+    from adaptive_eval.workflows.forecast import short_forecast
 
     config = load_config(args.config, args.set)
     campaign = build_campaign(config)
@@ -98,6 +99,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials"
         + (f" ({campaign.fixed_n_note})" if campaign.fixed_n_note else ""),
     ]
+    lines += short_forecast(config, campaign)
     lines += [f"  warning: {settings.source}: {warning}" for warning in campaign.warnings]
     try:
         check_engines(campaign)

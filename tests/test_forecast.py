@@ -231,3 +231,38 @@ def test_a_forecast_with_no_evidence_says_it_is_a_prior_guess_and_never_a_zero(
     assert main(["forecast", str(config), "--simulations", "10"]) == 0
     said = capsys.readouterr().out
     assert "PRIOR GUESS" in said and said.count("not forecast") == 1
+
+
+def test_each_night_forecasts_its_cost_and_alerts_outside_the_90_percent_range(
+    tmp_path: Path,
+    no_ray: list[dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adaptive_eval.workflows import nightly
+
+    config, history = _config(tmp_path), tmp_path / "history"
+    night = ["nightly", str(config), "--history", str(history), *TEST_DISPATCH]
+    assert main([*night, "--night", "2026-11-01"]) == 0
+    first = json.loads((history / "nights.jsonl").read_text().splitlines()[0])
+    assert first["forecast"]["evidence"] == "prior" and not first["alerts"]
+    # The library now holds the whole first night: the second replays it, sampling nothing,
+    # and every simulation replays it too.
+    assert main([*night, "--night", "2026-11-02"]) == 0
+    second = json.loads((history / "nights.jsonl").read_text().splitlines()[1])
+    assert second["forecast"]["evidence"] == "library"
+    assert second["forecast"]["new_trials_90"] == [0.0, 0.0] and second["sampled"] == 0
+    assert (history / "runs" / "2026-11-02" / "forecast.json").exists()
+
+    def narrow(config: object, run_dir: Path) -> dict[str, object]:
+        return {"evidence": "library", "new_trials_90": [5.0, 9.0], "new_trials": {}}
+
+    monkeypatch.setattr(nightly, "night_forecast", narrow)
+    capsys.readouterr()
+    assert main([*night, "--night", "2026-11-03"]) == 3
+    said = capsys.readouterr().out
+    assert "ALERT: trials sampled: 0, outside the forecast's 90% range 5 to 9" in said
+    alert = json.loads((history / "runs" / "2026-11-03" / "alert.json").read_text())
+    assert alert["alerts"][0]["kind"] == "cost_outside_forecast"
+    page = (history / "runs" / "2026-11-03" / "report.md").read_text()
+    assert "outside the forecast's 90% range" in page

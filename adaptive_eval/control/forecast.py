@@ -46,6 +46,7 @@ import numpy as np
 
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
@@ -182,6 +183,7 @@ class SimPath:
     """One simulated campaign, round by round (cumulative after each applied round)."""
 
     trials: np.ndarray  # (R,)
+    fresh: np.ndarray  # (R,) trials sampled beyond the replayed evidence
     tokens: np.ndarray | None  # (R,) expected, new trials plus the replayed ones' recorded
     gpu_s: np.ndarray | None
     settled: np.ndarray  # (R,) pairs settled
@@ -247,6 +249,7 @@ def _simulate_one(index: int) -> SimPath:
     sunk_tokens = _sunk(evidence.tokens, evidence, recorded)
     sunk_gpu = _sunk(evidence.gpu_s, evidence, recorded)
     trials: list[int] = []
+    sampled: list[int] = []
     tokens: list[float] = []
     gpu: list[float] = []
     settled: list[int] = []
@@ -256,6 +259,7 @@ def _simulate_one(index: int) -> SimPath:
     def watch(view: CampaignView, outcome: RoundDecision) -> None:
         new = view.counts - served(view.trials)
         trials.append(view.trials_used)
+        sampled.append(int(new.sum()))
         if job.tokens is not None:
             tokens.append(sunk_tokens + job.tokens.expected(new))
         if job.gpu_s is not None:
@@ -276,6 +280,7 @@ def _simulate_one(index: int) -> SimPath:
     fresh = result.trials - np.minimum(result.trials, recorded)
     return SimPath(
         np.asarray(trials, dtype=np.int64),
+        np.asarray(sampled, dtype=np.int64),
         None if job.tokens is None else np.asarray(tokens),
         None if job.gpu_s is None else np.asarray(gpu),
         np.asarray(settled, dtype=np.int64),
@@ -354,6 +359,9 @@ class Forecast:
     num_models: int
     budget: dict[str, float | None]
     trials: Range
+    new_trials: Range  # sampled beyond the replayed evidence (a pilot, the library)
+    #: The 5th and 95th percentiles of the new trials: the 90% range a night alerts outside.
+    new_trials_90: tuple[float, float]
     tokens: Range | None
     gpu_s: Range | None
     wall_s: Range | None
@@ -386,6 +394,8 @@ class Forecast:
             "pairs_total": self.num_pairs,
             "models": self.num_models,
             "trials": rng(self.trials),
+            "new_trials": rng(self.new_trials),
+            "new_trials_90": list(self.new_trials_90),
             "tokens": rng(self.tokens),
             "gpu_s": rng(self.gpu_s),
             "wall_s": rng(self.wall_s),
@@ -530,6 +540,10 @@ def summarise(
     wall = None
     if per_trial is not None:
         wall = Range(trials.p10 * per_trial, trials.p50 * per_trial, trials.p90 * per_trial)
+    new_trials = at_stop("fresh", None, None)
+    assert new_trials is not None
+    fresh_at_stop = [float(p.fresh[r]) for p, r in zip(paths, stops, strict=True)]
+    low, high = np.quantile(fresh_at_stop, (0.05, 0.95))
     settled = at_stop("settled", None, None)
     assert settled is not None
     tokens = at_stop("tokens", "token_sd", budget.tokens)
@@ -552,6 +566,8 @@ def summarise(
         campaign.num_models,
         {"trials": budget.trials, "tokens": budget.tokens, "wall_clock_s": budget.wall_clock_s},
         trials,
+        new_trials,
+        (float(low), float(high)),
         tokens,
         gpu,
         wall,
@@ -612,3 +628,48 @@ def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ..
             )
         points.append(CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths))
     return tuple(points)
+
+
+def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str, float | None]:
+    """What the run did, in the forecast's measures (``reused``: trials the library served)."""
+    evidence = record.get("evidence") or {}
+    trials = run.view.trials_used
+    if evidence.get("source") == "library":
+        new = trials - reused
+    elif evidence.get("replayed"):
+        new = trials - int(evidence.get("trials") or 0)
+    else:
+        new = trials
+    gpu = run.savings.gpu_s_used
+    return {
+        "trials": trials,
+        "new_trials": new,
+        "tokens": run.savings.tokens_used,
+        "gpu_s": gpu if gpu else None,
+        "pairs_settled": sum(d.settled for d in run.decisions),
+    }
+
+
+def forecast_check(
+    record: dict[str, Any], actual: dict[str, float | None], fingerprint: str
+) -> dict[str, Any]:
+    """Forecast against what the run did: per measure the forecast's range, the actual value
+    and whether it fell inside the 10-90% range (summary.json's ``forecast``)."""
+    rows = {}
+    for key in ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled"):
+        forecast_range = record.get(key)
+        value = actual.get(key)
+        if not isinstance(forecast_range, dict) or value is None:
+            continue
+        found = Range(forecast_range["p10"], forecast_range["p50"], forecast_range["p90"])
+        rows[key] = {**found.record(), "actual": value, "inside": found.holds(float(value))}
+    return {
+        "same_campaign": record.get("fingerprint") == fingerprint,
+        "evidence": record.get("evidence", {}).get("source"),
+        "simulations": record.get("simulations"),
+        "measures": rows,
+        "curve": [
+            {"trials": point["trials"], **point["pairs_settled"]}
+            for point in record.get("curve") or []
+        ],
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -69,13 +70,19 @@ class SimResult:
     rounds: int
     estimate: np.ndarray
     estimate_se: np.ndarray
-    mu: np.ndarray  # Bayes@N under the policy's bayes_prior
+    state: RunState  # the final evidence
     counts: np.ndarray  # (L, M, K) observed category counts
     plans: tuple[np.ndarray, ...] = ()  # each round's (L, M) plan, in round order
 
     @property
     def total_trials(self) -> int:
         return int(self.trials.sum())
+
+    @cached_property
+    def mu(self) -> np.ndarray:
+        """Bayes@N under the policy's bayes_prior (fitted on first use: the forecast's many
+        simulations never read it)."""
+        return self.state.moments()[0]
 
 
 #: Sees each applied round: the view after it and the core's decision on it.
@@ -190,12 +197,12 @@ def run_core(
             state.apply_counts(rng.multinomial(plan, truth.probs))
         else:
             state.apply_counts(sampler(plan, state.trials, rng))
-        outcome = core.decide(view())
+        current = view()
+        outcome = core.decide(current)
         if watch is not None:
-            watch(view(), outcome)
+            watch(current, outcome)
         plan_ahead()
     theta, se, _ = state.estimate()
-    mu, _ = state.moments()
     return SimResult(
         core.decisions,
         state.trials.copy(),
@@ -203,7 +210,7 @@ def run_core(
         state.applied_rounds,
         theta,
         se,
-        mu,
+        state,
         state.counts.copy(),
         tuple(state.plans),
     )

@@ -189,6 +189,37 @@ class Comparison(_Closed):
     stopped: str | None
 
 
+class ForecastMeasure(_Closed):
+    """One measure of a forecast (trials, tokens, ...) against what the run did."""
+
+    p10: float
+    p50: float
+    p90: float
+    actual: float
+    inside: bool = Field(description="whether the actual value fell in the 10-90% range")
+
+
+class ForecastCurvePoint(_Closed):
+    trials: int
+    p10: float
+    p50: float
+    p90: float
+
+
+class ForecastCheck(_Closed):
+    """The forecast the run was launched from (its folder's forecast.json) against the run."""
+
+    same_campaign: bool = Field(description="the forecast was made for this very campaign")
+    evidence: str | None = Field(description="pilot, run, library or prior")
+    simulations: int | None
+    measures: dict[str, ForecastMeasure] = Field(
+        description="trials, new_trials, tokens, gpu_s, pairs_settled: where both are known"
+    )
+    curve: list[ForecastCurvePoint] = Field(
+        description="the forecast's budget-decision curve: pairs settled against trials"
+    )
+
+
 class ScoreDrop(_Closed):
     kind: Literal["score_drop"]
     model: str
@@ -208,7 +239,17 @@ class RankingFlip(_Closed):
     direction: Literal["down", "up"] = "down"
 
 
-Alert = Annotated[ScoreDrop | RankingFlip, Field(discriminator="kind")]
+class CostOutsideForecast(_Closed):
+    """A night that sampled more (or fewer) trials than its forecast's 90% range."""
+
+    kind: Literal["cost_outside_forecast"]
+    measure: str
+    low: float
+    high: float
+    actual: float
+
+
+Alert = Annotated[ScoreDrop | RankingFlip | CostOutsideForecast, Field(discriminator="kind")]
 
 
 class Nightly(_Closed):
@@ -286,6 +327,7 @@ class Summary(_Closed):
     provenance: Provenance
     comparison: Comparison | None = None
     nightly: Nightly | None = None
+    forecast: ForecastCheck | None = None
 
 
 def json_schema() -> dict[str, Any]:

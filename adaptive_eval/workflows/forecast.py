@@ -42,8 +42,8 @@ from adaptive_eval.control.pilot import MIN_PILOT
 from adaptive_eval.files import atomic_write
 from adaptive_eval.loop.rundir import differences
 from adaptive_eval.store import TrialStore
+from adaptive_eval.workflows.run import FORECAST_FILE, sample
 
-FORECAST_FILE = "forecast.json"
 PILOT_FILE = "pilot.json"
 #: Identity sections that make two runs the same campaign for evidence: the cells' trials.
 SAME_TRIALS = ("config.models", "config.dataset", "config.sampling", "config.grader", "files")
@@ -148,8 +148,6 @@ def _sample_pilot(
     console: IO[str] | None,
     quiet: bool,
 ) -> None:
-    from adaptive_eval.workflows.run import sample
-
     cost = pilot * campaign.num_models * campaign.num_questions
     budget = campaign.settings.budget.trials
     if budget is not None and budget < cost:
@@ -280,6 +278,37 @@ def _few(names: Any) -> str:
     names = list(names)
     shown = ", ".join(names[:4])
     return f"{len(names)} ({shown}{', ...' if len(names) > 4 else ''})"
+
+
+#: validate's short forecast: the largest campaign it forecasts (cells: models x questions), and
+#: how many campaigns it simulates (validate answers in seconds).
+VALIDATE_CELLS = 2_000
+VALIDATE_SIMULATIONS = 10
+
+
+def short_forecast(config: CampaignConfig, campaign: Campaign) -> list[str]:
+    """validate's forecast in two lines, from the library or the prior (never a pilot)."""
+    hint = "`adaptive-eval forecast CONFIG --pilot 4 --out DIR` for ranges worth planning on"
+    cells = campaign.num_models * campaign.num_questions
+    if cells > VALIDATE_CELLS:
+        return [f"  forecast: {cells:,} cells are more than validate simulates; run {hint}"]
+    evidence = gather_evidence(campaign, ForecastRequest())
+    if evidence.source == "prior":  # a prior guess is not worth validate's seconds
+        return [f"  forecast: no recorded trial of these models yet; run {hint}"]
+    found = forecast(
+        build_campaign(without_budget(config)),
+        evidence,
+        campaign.settings.budget,
+        simulations=VALIDATE_SIMULATIONS,
+        processes=1,
+    )
+    return [
+        f"  forecast (from {evidence.trials:,} library trials; {found.simulations} "
+        "simulations): trials "
+        f"{range_text(found.trials)}; pairs settled {found.settled.p50:.0f} of "
+        f"{found.num_pairs} (10-90%: {found.settled.p10:.0f} to {found.settled.p90:.0f})",
+        f"    run {hint}",
+    ]
 
 
 # -- what the forecast says ---------------------------------------------------------------------

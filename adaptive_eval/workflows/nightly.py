@@ -25,6 +25,13 @@ below what the campaign's rules want. A night then checks itself against the pre
   which flips alert: ``down`` (default), ``any`` or ``none``; the others are kept as ``news``
   in the night's record (printed, in summary.md), never an exit 3.
 
+- ``cost_outside_forecast``: before it samples, each night forecasts its own cost from the
+  library (:mod:`adaptive_eval.workflows.forecast`, the night folder's ``forecast.json``); the
+  trials it then sampled falling outside the forecast's 90% range (5th to 95th percentile)
+  alert, so a night that suddenly costs far more (a model whose answers changed, a grader that
+  now rejects everything) or far less is caught. A night with no library yet forecasts from
+  the prior and does not alert on it.
+
 A night re-run for a past date (``--night 2026-11-02`` after 11-05) is compared with the night
 before it and slotted into the history in date order.
 
@@ -57,6 +64,7 @@ from adaptive_eval.outputs import summary_schema
 from adaptive_eval.outputs.presentation import bayes_at_n, score, spread
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.store import RunLock, TrialStore
+from adaptive_eval.workflows.forecast import ForecastRequest, run_forecast
 from adaptive_eval.workflows.run import run_campaign
 
 EXIT_ALERT = 3
@@ -180,6 +188,11 @@ def alert_text(alert: dict[str, Any], text: Callable[[object], str] = str) -> st
             f"{text(alert['model'])} score dropped: estimate {alert['before']:.4f} -> "
             f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
         )
+    if alert["kind"] == "cost_outside_forecast":
+        return (
+            f"{alert['measure']}: {alert['actual']:,.0f}, outside the forecast's 90% range "
+            f"{alert['low']:,.0f} to {alert['high']:,.0f}"
+        )
     moved = " (moved up)" if alert.get("direction") == "up" else ""
     return (
         f"ranking flip {text(' vs '.join(alert['pair']))}: {text(alert['before'])} was ahead, "
@@ -272,6 +285,42 @@ def _night_record(
         ],
         "alerts": alerts,
         "news": list(news or []),
+    }
+
+
+#: Simulated campaigns of a night's forecast (fewer than ``forecast``'s default: it runs before
+#: every night; the 90% range it alerts on is wide enough at this count).
+NIGHT_SIMULATIONS = 30
+
+
+def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Tonight's forecast from the library (written to the night's ``forecast.json``), as the
+    night's record keeps it; ``None`` where the night cannot be forecast (a resumed night)."""
+    if (run_dir / TrialStore.FILENAME).exists():
+        return None  # a night re-run over its own trials: its forecast was made before
+    found = run_forecast(config, ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS))
+    return {
+        "evidence": found.evidence.source,
+        "new_trials": found.new_trials.record(),
+        "new_trials_90": list(found.new_trials_90),
+        "pairs_settled": found.settled.record(),
+    }
+
+
+def cost_alert(forecast: dict[str, Any], sampled: int) -> dict[str, Any] | None:
+    """The alert of a night whose sampled trials left its forecast's 90% range (never on a
+    prior guess)."""
+    if forecast["evidence"] == "prior":
+        return None
+    low, high = forecast["new_trials_90"]
+    if low <= sampled <= high:
+        return None
+    return {
+        "kind": "cost_outside_forecast",
+        "measure": "trials sampled",
+        "low": float(low),
+        "high": float(high),
+        "actual": float(sampled),
     }
 
 
@@ -380,6 +429,7 @@ def run_nightly(
             return run_campaign(c, d, quiet=quiet)
 
     run_dir = runs / tonight
+    forecast = night_forecast(config, run_dir)
     summary = runner(config, run_dir)
     save_posterior(campaign, run_dir)
     alerts: list[dict[str, Any]] = []
@@ -396,6 +446,11 @@ def run_nightly(
             )
             (alerts if alerting else news).append(flip)
     record = _night_record(tonight, summary, alerts, news)
+    if forecast is not None:
+        record["forecast"] = forecast
+        alert = cost_alert(forecast, record["sampled"])
+        if alert is not None:
+            alerts.append(alert)
     record["exit_code"] = EXIT_ALERT if alerts else 0
     if alerts:
         atomic_write(run_dir / "alert.json", json.dumps(record, indent=2) + "\n")

@@ -8,6 +8,7 @@ report.md and report.html are written from the final state.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -15,6 +16,7 @@ from typing import IO, Any
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
+from adaptive_eval.control.forecast import forecast_check, realised
 from adaptive_eval.control.preflight import check_before_sampling
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.loop import runner
@@ -22,6 +24,9 @@ from adaptive_eval.loop.rundir import prepare_run_dir
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.outputs.summary import build_summary
 from adaptive_eval.store import TrialStore
+
+#: Where a run launched from a forecast finds it (``adaptive-eval forecast --out``).
+FORECAST_FILE = "forecast.json"
 
 #: ``finish(campaign, run)``: what a command adds to summary.json (compare's verdicts).
 Finish = Callable[[Campaign, FinishedRun], dict[str, Any]]
@@ -83,6 +88,12 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
 
     def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> dict[str, Any]:
         extra = {} if finish is None else finish(campaign, run)
+        forecast_file = run_dir / FORECAST_FILE
+        if forecast_file.exists():  # the run was launched from a forecast: how it compares
+            record = json.loads(forecast_file.read_text())
+            reused = int(store.get_meta("library_reused") or 0)
+            actual = realised(record, run, reused)
+            extra["forecast"] = forecast_check(record, actual, campaign.fingerprint)
         summary = build_summary(campaign, run, extra=extra)
         write_outputs(run_dir, summary, store)
         return summary
