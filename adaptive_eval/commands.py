@@ -30,13 +30,14 @@ VALIDATE_PROBE_S = 3.0
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
+    from adaptive_eval.outputs.summary_schema import validate
     from adaptive_eval.workflows.forecast import pilot_overrides
     from adaptive_eval.workflows.run import run_campaign
 
     # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
     config = load_config(args.config, [*args.set, *pilot_overrides(Path(args.out))])
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
-    print(_result_text(summary, args, render_console))
+    print(_result_text(summary, args, lambda done: render_console(validate(done))))
     if not args.json:  # a model the trial library knew otherwise: one line each
         library = (summary.get("provenance") or {}).get("library") or {}
         for line in library.get("changes") or []:
@@ -48,10 +49,11 @@ def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -
     """What a command prints at its end: summary.json with --json, the one-line headline (the
     pages' first line) with --quiet, else the full console text ``full(summary)``."""
     from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.summary_schema import validate
 
     if args.json:
         return json.dumps(summary, indent=2)
-    return headline(summary).line if args.quiet else str(full(summary))
+    return headline(validate(summary)).line if args.quiet else str(full(summary))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -221,6 +223,7 @@ def _score_line(campaign: Campaign) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
+    from adaptive_eval.outputs.summary_schema import validate
     from adaptive_eval.workflows.report import report_run
 
     run_dir = Path(args.run_dir)
@@ -238,9 +241,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif "comparison" in summary:  # a compare folder: its verdict, as compare printed it
         from adaptive_eval.workflows.compare import render
 
-        print(render_console(summary) + "\n\n" + render(summary["comparison"]))
+        print(render_console(validate(summary)) + "\n\n" + render(summary["comparison"]))
     else:
-        print(render_console(summary))
+        print(render_console(validate(summary)))
     return 0
 
 

@@ -54,6 +54,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "presentation shared by every output",
         (
             "adaptive_eval.outputs",
+            # summary.json's contract (pydantic only): the typed summary every page reads.
+            "adaptive_eval.outputs.summary_schema",
             "adaptive_eval.outputs.presentation",
             "adaptive_eval.outputs.headline",
         ),
@@ -62,7 +64,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "outputs: summary.json, report.md, report.html",
         (
             "adaptive_eval.outputs.summary",
-            "adaptive_eval.outputs.summary_schema",
             "adaptive_eval.outputs.report",
             "adaptive_eval.outputs.report_html",
             "adaptive_eval.outputs.provenance",

@@ -396,8 +396,9 @@ def test_quiet_prints_only_the_one_line_result(
     assert err == ""
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.summary_schema import read_summary
 
-    assert out.strip() == headline(summary).line
+    assert out.strip() == headline(read_summary(summary)).line
     help_text = subprocess.run(
         [sys.executable, "-m", "adaptive_eval.cli", "run", "--help"],
         capture_output=True,

@@ -13,6 +13,7 @@ from helpers import base_config, load, mimic_success, run_inline, write_config, 
 from adaptive_eval.cli import main
 from adaptive_eval.loop import rundir
 from adaptive_eval.outputs.summary import SCHEMA_VERSION
+from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.report import report_run
 
@@ -151,6 +152,46 @@ def test_export_to_every_eval_ever_validates_against_its_schema(
     assert sorted(out.glob("data/*/*/*/*.json")) == records
 
 
+# -- issue 27: the pages read the typed summary, not the dict -----------------------------------
+
+
+def test_the_pages_render_from_summary_json_read_back_as_the_typed_model(
+    run: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """report.md, the console and the headline are functions of summary.json alone: its file
+    read back (``read_summary``) renders the same report.md the run wrote and the same console
+    text ``report`` printed."""
+    from adaptive_eval.base import markdown as md
+    from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.report import render_console, render_markdown
+    from adaptive_eval.outputs.summary_schema import Summary
+
+    config, run_dir = run
+    assert main(["report", str(run_dir), "--config", str(config)]) == 0
+    printed = capsys.readouterr().out
+    typed = read_summary(json.loads((run_dir / "summary.json").read_text()))
+    assert isinstance(typed, Summary)
+    assert render_markdown(typed) == (run_dir / "report.md").read_text()
+    assert printed == render_console(typed) + "\n"
+    lead = (run_dir / "report.md").read_text().splitlines()[2]
+    assert lead == f"**{headline(typed).kind.value}:** {md.text(headline(typed).text)}"
+
+
+def test_write_outputs_refuses_a_summary_missing_a_field_naming_it(run: tuple[Path, Path]) -> None:
+    from pydantic import ValidationError
+
+    from adaptive_eval.outputs.report import write_outputs
+
+    config, run_dir = run
+    summary = report_run(load(config), run_dir)
+    written = {page: (run_dir / page).read_text() for page in ("summary.json", "report.md")}
+    del summary["trials_used"]
+    with pytest.raises(ValidationError, match=r"trials_used\n  Field required"):
+        write_outputs(run_dir, summary)
+    # Refused before anything is written: the folder keeps the run's files as they were.
+    assert {page: (run_dir / page).read_text() for page in written} == written
+
+
 # -- issue 29, items 3.3 and 3.9: an unfinished run, negative savings, long names, device-s -----
 
 
@@ -162,7 +203,7 @@ def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Pa
     assert summary["finished"] is True
     summary.update(stop_reason=None, stop_detail=None)
     summary.pop("finished")
-    console = render_console(summary)
+    console = render_console(read_summary({**summary, "finished": False}))
     assert "None" not in console.splitlines()[0]
     assert console.startswith(f"campaign {summary['name']}: not finished")
     assert "not finished: no saving yet" in console and "saved" not in console.split("\n")[-1]
@@ -181,16 +222,18 @@ def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
     summary["compute_saved"]["trials_fraction"] = -0.391
-    assert "saved -" not in render_console(summary) and "spent 39.1% more than" in (
-        render_console(summary)
+    typed = read_summary(summary)
+    assert "saved -" not in render_console(typed) and "spent 39.1% more than" in (
+        render_console(typed)
     )
-    assert "spent 39.1% more than the fixed-N run" in headline(summary).text
-    markdown = render_markdown(summary)
+    assert "spent 39.1% more than the fixed-N run" in headline(typed).text
+    markdown = render_markdown(typed)
     assert "-39.1%" not in markdown and "none (39.1% more)" in markdown
     assert "| GPU-s |" not in markdown and "| device-s |" in markdown
     long = "org/" + "a-very-long-model-name-" * 3
     summary["models"][0]["name"] = long
-    rows = [line for line in render_console(summary).splitlines() if line[:4].strip().isdigit()]
+    console = render_console(read_summary(summary))
+    rows = [line for line in console.splitlines() if line[:4].strip().isdigit()]
     columns = {
         line.index(f"{m['score']:7.4f}") for line, m in zip(rows, summary["models"], strict=True)
     }
@@ -210,12 +253,13 @@ def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, P
     summary["stop_reason"] = "ci_width"
     for model in summary["models"]:
         model["width_goal_met"] = True
-    found = headline(summary)
+    found = headline(read_summary(summary))
     assert found.line.startswith("Width goal: goal +-0.05 at 95% (each model) met for all 4 ")
     assert "undecided" not in found.line
-    assert "pair(s) undecided" not in render_console(summary)  # the goal never asked for pairs
+    # The goal never asked for pairs.
+    assert "pair(s) undecided" not in render_console(read_summary(summary))
     summary["models"][0]["width_goal_met"] = False
-    assert "met for 3 of 4 models, not met for 1" in headline(summary).text
+    assert "met for 3 of 4 models, not met for 1" in headline(read_summary(summary)).text
 
 
 def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Path]) -> None:
@@ -226,10 +270,10 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
 
     config, run_dir = run
     summary = report_run(load(config), run_dir)
-    assert "budget" not in headline(summary).text
+    assert "budget" not in headline(read_summary(summary)).text
     summary["stop_reason"] = "trial_budget"
     summary["stop_detail"] = "3000 trials used of 3000"
-    found = headline(summary)
+    found = headline(read_summary(summary))
     assert "; stopped by the trial budget (3000 trials used of 3000); " in found.text
     assert found.text.index("budget") < found.text.index("fixed-N run")
     assert found.tone is Tone.WARNING
@@ -238,27 +282,30 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
     summary["stop_detail"] = None
     for model in summary["models"]:
         model["width_goal_met"] = model is not summary["models"][0]
-    found = headline(summary)
+    found = headline(read_summary(summary))
     assert "not met for 1; stopped by the wall-clock budget; " in found.text
     assert found.tone is Tone.WARNING
 
 
 def test_a_verdict_tells_the_regression_first() -> None:
     from adaptive_eval.outputs.headline import headline
+    from adaptive_eval.outputs.summary_schema import CompareVerdict, Comparison, Summary
 
+    # Only what the headline reads (model_construct: the rest of a summary left out).
     verdicts = [
-        {"incumbent": "LLM_9", "decision": "undecided", "trials": 10},
-        {"incumbent": "LLM_11", "decision": "worse", "trials": 10},
+        CompareVerdict.model_construct(
+            incumbent=name,
+            decision=decision,
+            trials=10,
+            decided_at_round=None,
+            trials_at_decision=None,
+        )
+        for name, decision in (("LLM_9", "undecided"), ("LLM_11", "worse"))
     ]
-    summary = {
-        "stop_reason": "goal_met",
-        "comparison": {
-            "exit_code": 3,
-            "meaning": "a regression",
-            "candidate": "c",
-            "verdicts": verdicts,
-        },
-    }
+    comparison = Comparison.model_construct(
+        exit_code=3, meaning="a regression", candidate="c", verdicts=verdicts, stopped=None
+    )
+    summary = Summary.model_construct(stop_reason="goal_met", comparison=comparison)
     text = headline(summary).text
     assert text.index("worse than LLM_11") < text.index("undecided against LLM_9"), text
 
@@ -362,10 +409,15 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     # whichever way the test computed them (the two-sided rule gave +4.29 where --margin gave
     # -3.91 beside a boundary of +3.31).
     from adaptive_eval.outputs.presentation import candidate_side
+    from adaptive_eval.outputs.summary_schema import CompareVerdict
 
-    assert candidate_side({"z": 4.29, "boundary": 3.31, "decision": "worse"}) == (-4.29, -3.31)
-    assert candidate_side({"z": -3.91, "boundary": 3.31, "decision": "fail"}) == (-3.91, -3.31)
-    assert candidate_side({"z": 2.5, "boundary": 2.1, "decision": "pass"}) == (2.5, 2.1)
+    def side(z: float, boundary: float, decision: str) -> tuple[float, float | None]:
+        row = CompareVerdict.model_construct(z=z, boundary=boundary, decision=decision)
+        return candidate_side(row)
+
+    assert side(4.29, 3.31, "worse") == (-4.29, -3.31)
+    assert side(-3.91, 3.31, "fail") == (-3.91, -3.31)
+    assert side(2.5, 2.1, "pass") == (2.5, 2.1)
     markdown = (run_dir / "report.md").read_text()
     assert "| worse | -4.000 | -3.300 | 3 | 100 |" in markdown
     assert ">-4.000<" in page and ">-3.300<" in page

@@ -147,16 +147,28 @@ def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
 
 
 def test_the_console_says_a_stop_left_pairs_undecided() -> None:
-    summary: dict[str, Any] = {
-        "name": "x",
-        "stop_reason": "budget",
-        "stop_detail": "trial budget spent",
-        "models": [],
-        "pairs": [{"a": "p", "b": "q", "decision": "undecided", "z": 0.5}],
-        "trials_used": 300,
-        "baseline": {"fixed_n": 80, "trials": 2640},
-        "compute_saved": {"trials_fraction": 0.886, "tokens_fraction": None},
-    }
+    from adaptive_eval.outputs import summary_schema as schema
+
+    # Only what the console reads (model_construct: the rest of a summary left out).
+    summary = schema.Summary.model_construct(
+        name="x",
+        stop_reason="budget",
+        stop_detail="trial budget spent",
+        models=[],
+        pairs=[
+            schema.PairRow.model_construct(a="p", b="q", decision="undecided", z=0.5, reason=None)
+        ],
+        trials_used=300,
+        baseline=schema.Baseline.model_construct(fixed_n=80, trials=2640, note=None),
+        compute_saved=schema.ComputeSaved.model_construct(
+            trials_fraction=0.886, tokens_fraction=None
+        ),
+        score=schema.ScoreBlock.model_construct(
+            confidence=0.95, interval="anytime", simultaneous=False, half_width=None
+        ),
+        bayes=schema.BayesBlock.model_construct(prior="uniform"),
+        decision_rules=schema.DecisionRules(),
+    )
     text = render_console(summary)
     assert "saved 88.6% of trials (stopped on budget with 1 pair(s) undecided)" in text
 

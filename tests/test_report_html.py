@@ -16,6 +16,7 @@ import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
 from adaptive_eval.cli import main
+from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -208,15 +209,19 @@ def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     """Issue 22, workflow 10: the demo's plot had 6 "a pair decided" dots for 5 decided pairs
     (a pair logged again when it became adjacent again), one round late."""
     from adaptive_eval.outputs.report_html import RunData, compute_plot
+    from adaptive_eval.outputs.summary_schema import Baseline, PairRow, Provenance, Summary
 
     per_round = np.array([10, 10, 20, 20, 20])
     pairs = [
-        {"decision": "a>b", "decided_at_round": 2},
-        {"decision": "b>a", "decided_at_round": 4},
-        {"decision": "undecided", "decided_at_round": None},
-        {"decision": "equivalent", "decided_at_round": 4},
+        PairRow.model_construct(decision=decision, decided_at_round=decided)
+        for decision, decided in (("a>b", 2), ("b>a", 4), ("undecided", None), ("equivalent", 4))
     ]
-    summary = {"pairs": pairs, "baseline": {"trials": 200}}
+    # Only what the plot reads (model_construct: the rest of a summary left out).
+    summary = Summary.model_construct(
+        pairs=pairs,
+        baseline=Baseline.model_construct(trials=200),
+        provenance=Provenance.model_construct(library=None),
+    )
     svg = compute_plot(summary, RunData(["a"], ["q"], np.zeros((1, 1)), per_round))
     dots = svg.split('<g id="pairs-decided">', 1)[1].split("</g>", 1)[0]
     xs = [float(x) for x in re.findall(r'<use [^>]*x="([\d.]+)"', dots)]
@@ -242,7 +247,7 @@ def test_the_forest_plot_warns_nothing_and_survives_an_interval_short_of_its_sco
     summary["models"][0]["score_low"] = summary["models"][0]["score"] + 0.01
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert "<svg" in forest_plot(summary)
+        assert "<svg" in forest_plot(read_summary(summary))
 
 
 def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> None:
@@ -252,7 +257,7 @@ def test_forest_shows_the_estimate_and_marks_settled_groups(run_dir: Path) -> No
     svg = _figure_svg((run_dir / "report.html").read_text(), "forest")
     assert 'id="score"' in svg and 'id="bayes-at-n"' in svg
     assert "score (it orders the ranking)" in svg and "Bayes@N posterior mean (reference)" in svg
-    groups = rank_groups(summary["models"])
+    groups = rank_groups(read_summary(summary).models)
     assert len(groups) < len(summary["models"])  # some pairs are not settled: shared ranks
     assert svg.count('id="settled-group-') == (len(groups) + 1) // 2
 
@@ -268,11 +273,13 @@ def test_trials_are_in_rank_order(run_dir: Path) -> None:
 
 def test_heatmap_is_sorted_and_sparsely_labelled() -> None:
     from adaptive_eval.outputs.report_html import HEATMAP_LABELS, RunData, heatmap_plot
+    from adaptive_eval.outputs.summary_schema import ModelRow, Summary
 
     questions = [f"q{i:03d}" for i in range(120)]
     trials = np.tile(np.arange(120), (2, 1))  # the last question is the most sampled
     data = RunData(["a", "b"], questions, trials, np.array([240]))
-    svg = heatmap_plot({"models": [{"name": "b"}, {"name": "a"}]}, data)
+    models = [ModelRow.model_construct(name=name) for name in ("b", "a")]
+    svg = heatmap_plot(Summary.model_construct(models=models), data)
     labels = re.findall(r">(q\d{3})<", svg)
     assert 0 < len(labels) <= HEATMAP_LABELS
     assert labels[0] == "q119"  # most-sampled first

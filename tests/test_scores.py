@@ -28,6 +28,7 @@ from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.outputs.report import render_console, render_markdown
+from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import (
@@ -358,11 +359,11 @@ def test_the_outputs_lead_with_one_score_in_the_ranking_order(
     assert "mu" not in models[0] and "estimate" not in models[0]
     assert summary["score"]["interval"] == "anytime"
     assert summary["bayes"]["prior"] == "empirical"
-    console = render_console(summary)
+    console = render_console(read_summary(summary))
     table = [line.split() for line in console.splitlines()[3 : 3 + len(models)]]
     assert [row[1] for row in table] == [m["name"] for m in models]
     assert "Bayes@N: the paper's posterior mean, for reference" in console
-    markdown = render_markdown(summary)
+    markdown = render_markdown(read_summary(summary))
     assert "| rank | order | model | score | 95% interval (anytime) |" in markdown
     assert "it does not order the ranking" in markdown
 

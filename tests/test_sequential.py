@@ -418,6 +418,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
 
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_markdown
+    from adaptive_eval.outputs.summary_schema import read_summary
     from adaptive_eval.workflows.report import report_run
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.8], questions=10))
@@ -429,7 +430,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
     assert rules["error_control"] == "ranking" and rules["pair_alpha"] == pytest.approx(0.025)
     settled = [p for p in summary["pairs"] if p["decision"] != "undecided"]
     assert settled and all(p["rule"] == rule and p["boundary"] > 0 for p in settled)
-    markdown = render_markdown(summary)
+    markdown = render_markdown(read_summary(summary))
     if rule == "naive_z":
         assert not rules["error_controlled"] and "NOT controlled" in rules["warning"]
         assert "Warning" in markdown

@@ -2,8 +2,9 @@
 
 A compare page used to open with "Stopped: max_trials ... saved -39.1%" and give its verdict
 (exit 3) further down; a nightly run's pages never mentioned its alert; a plain run's page had
-no one-line answer at all. :func:`headline` reads a summary (``summary.json``) and returns its
-headline, a typed value, in this order of precedence:
+no one-line answer at all. :func:`headline` reads a summary (``summary.json`` as the typed
+:class:`~adaptive_eval.outputs.summary_schema.Summary`) and returns its headline, a typed value,
+in this order of precedence:
 
 - a run that has not finished: say so first (what follows is the state so far);
 - compare's verdict: the exit code, its meaning, and the candidate against each incumbent;
@@ -21,9 +22,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from adaptive_eval.outputs.presentation import saving
+from adaptive_eval.outputs.summary_schema import (
+    CompareVerdict,
+    Comparison,
+    Nightly,
+    RankingFlip,
+    ScoreDrop,
+    Summary,
+)
 
 
 class Kind(enum.Enum):
@@ -78,27 +86,27 @@ BUDGET_STOPS = {
 }
 
 
-def _budget(summary: dict[str, Any]) -> str:
+def _budget(summary: Summary) -> str:
     """``"; stopped by the trial budget (3000 trials used of 3000)"`` for a run
     a budget ended, else ``""``: its saving is what the budget left unspent, not what the rules
     saved (a run cut off at 3,000 trials with nothing decided read "saved 88.6%")."""
-    what = BUDGET_STOPS.get(str(summary.get("stop_reason")))
+    what = BUDGET_STOPS.get(str(summary.stop_reason))
     if what is None:
         return ""
-    detail = summary.get("stop_detail")
+    detail = summary.stop_detail
     return f"; stopped by {what}" + (f" ({detail})" if detail else "")
 
 
-def _width(summary: dict[str, Any]) -> Headline:
+def _width(summary: Summary) -> Headline:
     """A width-goal campaign's headline: the goal met or not (it gave the ranking's line,
     "5 pairs still undecided", which the goal never asked about)."""
-    info = summary.get("score") or {}
-    models = summary.get("models") or []
-    met = sum(bool(m.get("width_goal_met")) for m in models)
-    who = "all models at once" if info.get("simultaneous") else "each model"
+    info = summary.score
+    models = summary.models
+    met = sum(bool(m.width_goal_met) for m in models)
+    who = "all models at once" if info.simultaneous else "each model"
     saved, counted = saved_fraction(summary)
-    level = f"{100 * float(info.get('confidence') or summary.get('confidence') or 0):g}%"
-    goal = f"+-{info['half_width']:g} at {level} ({who})"
+    level = f"{100 * float(info.confidence or summary.confidence or 0):g}%"
+    goal = f"+-{info.half_width:g} at {level} ({who})"
     verdict = (
         f"met for all {len(models)} models"
         if met == len(models)
@@ -110,51 +118,50 @@ def _width(summary: dict[str, Any]) -> Headline:
     return Headline(Kind.WIDTH, Tone.GOOD if good else Tone.WARNING, text)
 
 
-def trials_text(row: dict[str, Any]) -> str:
+def trials_text(row: CompareVerdict) -> str:
     """A verdict's trials, saying which figure is which: ``decided at round 8 with 2,700 trials
     of the two models (6,810 by the end of the run)`` (the end-of-run total was printed as if
     it were the decision's)."""
-    decided, at = row.get("decided_at_round"), row.get("trials_at_decision")
-    total = f"{row['trials']:,} trials of the two models"
+    decided, at = row.decided_at_round, row.trials_at_decision
+    total = f"{row.trials:,} trials of the two models"
     if decided is None:
         return f"{total} by the end of the run"
-    if at is None or at == row["trials"]:
+    if at is None or at == row.trials:
         return f"decided at round {decided}; {total}"
     return (
         f"decided at round {decided} with {at:,} trials of the two models "
-        f"({row['trials']:,} by the end of the run)"
+        f"({row.trials:,} by the end of the run)"
     )
 
 
-def saved_fraction(summary: dict[str, Any]) -> tuple[float | None, str]:
+def saved_fraction(summary: Summary) -> tuple[float | None, str]:
     """The trials saved against the fixed-N run, and what it counts: only the trials this run
     sampled where a trial library supplied the rest (reused trials cost nothing now)."""
-    library = (summary.get("provenance") or {}).get("library") or {}
-    if library.get("reused") and library.get("saved_fraction") is not None:
-        return float(library["saved_fraction"]), (
-            f"counting only the {library['sampled']:,} trials this run sampled "
-            f"({library['reused']:,} reused from the trial library)"
+    library = summary.provenance.library
+    if library is not None and library.reused and library.saved_fraction is not None:
+        return float(library.saved_fraction), (
+            f"counting only the {library.sampled:,} trials this run sampled "
+            f"({library.reused:,} reused from the trial library)"
         )
-    saved = (summary.get("compute_saved") or {}).get("trials_fraction")
-    return saved, f"{summary.get('trials_used', 0):,} trials used"
+    return summary.compute_saved.trials_fraction, f"{summary.trials_used:,} trials used"
 
 
-def baseline_text(summary: dict[str, Any]) -> str:
+def baseline_text(summary: Summary) -> str:
     """``the fixed-N run's 26,400 trials (N = 80)``, and why N is the cap where it is."""
-    base = summary.get("baseline") or {}
-    text = f"the fixed-N run's {base.get('trials', 0):,} trials (N = {base.get('fixed_n')}"
-    note = base.get("note")
+    base = summary.baseline
+    text = f"the fixed-N run's {base.trials or 0:,} trials (N = {base.fixed_n}"
+    note = base.note
     return text + (f"; {note})" if note else ")")
 
 
-def _ranking(summary: dict[str, Any]) -> Headline:
-    models = summary.get("models") or []
-    pairs = summary.get("pairs") or []
-    groups = len({m.get("rank") for m in models})
-    first = [m["name"] for m in models if m.get("rank") == 1]
-    decided = sum(p["decision"] != "undecided" for p in pairs)
+def _ranking(summary: Summary) -> Headline:
+    models = summary.models
+    pairs = summary.pairs
+    groups = len({m.rank for m in models})
+    first = [m.name for m in models if m.rank == 1]
+    decided = sum(p.decision != "undecided" for p in pairs)
     undecided = len(pairs) - decided
-    futile = sum(bool(p.get("futile")) for p in pairs if p["decision"] == "undecided")
+    futile = sum(p.futile for p in pairs if p.decision == "undecided")
     saved, counted = saved_fraction(summary)
     lead = (
         f"{first[0]} first"
@@ -177,11 +184,11 @@ def _ranking(summary: dict[str, Any]) -> Headline:
     return Headline(Kind.RANKING, Tone.WARNING if warn else Tone.GOOD, text)
 
 
-def _verdict(comparison: dict[str, Any]) -> Headline:
-    code = int(comparison["exit_code"])
+def _verdict(comparison: Comparison) -> Headline:
+    code = comparison.exit_code
     by_decision: dict[str, list[str]] = {}
-    for row in comparison["verdicts"]:
-        by_decision.setdefault(row["decision"], []).append(row["incumbent"])
+    for row in comparison.verdicts:
+        by_decision.setdefault(row.decision, []).append(row.incumbent)
     # What decided the exit code first: a regression before an undecided pair before a pass
     # ("undecided against LLM_9; worse than LLM_11" buried the regression).
     order = list(VERDICT_ORDER) + [d for d in by_decision if d not in VERDICT_ORDER]
@@ -190,44 +197,40 @@ def _verdict(comparison: dict[str, Any]) -> Headline:
         for decision in order
         if decision in by_decision
     ]
-    text = (
-        f"exit {code}, {comparison.get('meaning') or ''}: {comparison['candidate']} is "
-        + "; ".join(parts)
-    )
+    text = f"exit {code}, {comparison.meaning or ''}: {comparison.candidate} is " + "; ".join(parts)
     details = []
-    for row in comparison["verdicts"]:
-        details.append(f"vs {row['incumbent']}: {row['decision']} ({trials_text(row)})")
-    if comparison.get("stopped"):
-        details.append(f"sampling stopped: {comparison['stopped']}")
+    for row in comparison.verdicts:
+        details.append(f"vs {row.incumbent}: {row.decision} ({trials_text(row)})")
+    if comparison.stopped:
+        details.append(f"sampling stopped: {comparison.stopped}")
     tone = Tone.GOOD if code == 0 else Tone.BAD if code == 3 else Tone.WARNING
     return Headline(Kind.VERDICT, tone, text, tuple(details))
 
 
-def alert_text(alert: dict[str, Any]) -> str:
+def alert_text(alert: ScoreDrop | RankingFlip) -> str:
     """One nightly alert as a sentence."""
-    if alert.get("kind") == "score_drop":
+    if isinstance(alert, ScoreDrop):
         return (
-            f"{alert['model']}'s score dropped {alert['before']:.4f} -> {alert['now']:.4f} "
-            f"(z = {alert['z']:.2f}, decided by {alert.get('rule')})"
+            f"{alert.model}'s score dropped {alert.before:.4f} -> {alert.now:.4f} "
+            f"(z = {alert.z:.2f}, decided by {alert.rule})"
         )
-    pair = " and ".join(alert.get("pair") or [])
+    pair = " and ".join(alert.pair)
     return (
-        f"the settled order of {pair} flipped: {alert['before']} was ranked above, now "
-        f"{alert['now']} is"
+        f"the settled order of {pair} flipped: {alert.before} was ranked above, now {alert.now} is"
     )
 
 
-def _alert(nightly: dict[str, Any], summary: dict[str, Any]) -> Headline | None:
-    alerts = nightly.get("alerts") or []
+def _alert(nightly: Nightly) -> Headline | None:
+    alerts = nightly.alerts
     if not alerts:
         return None
-    text = f"night {nightly.get('night')}, exit 3: {len(alerts)} alert(s): " + alert_text(alerts[0])
+    text = f"night {nightly.night}, exit 3: {len(alerts)} alert(s): " + alert_text(alerts[0])
     if len(alerts) > 1:
         text += f"; and {len(alerts) - 1} more"
     return Headline(Kind.ALERT, Tone.BAD, text, tuple(alert_text(a) for a in alerts))
 
 
-def markdown_lines(summary: dict[str, Any]) -> list[str]:
+def markdown_lines(summary: Summary) -> list[str]:
     """The headline for report.md: bold label, text, then one bullet per detail."""
     from adaptive_eval.base import markdown as md
 
@@ -240,28 +243,28 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def headline(summary: dict[str, Any]) -> Headline:
+def headline(summary: Summary) -> Headline:
     """The summary's headline (see the module docstring for the order)."""
-    if summary.get("stop_reason") is None:
+    if summary.stop_reason is None:
         return Headline(
             Kind.UNFINISHED,
             Tone.WARNING,
             "the run stopped before its end (interrupted or killed); run the same command "
             "again to resume it. What follows is the state it reached.",
         )
-    comparison = summary.get("comparison")
+    comparison = summary.comparison
     if comparison is not None:
         return _verdict(comparison)
-    nightly = summary.get("nightly")
-    if isinstance(nightly, dict):
-        alert = _alert(nightly, summary)
+    nightly = summary.nightly
+    if nightly is not None:
+        alert = _alert(nightly)
         if alert is not None:
             return alert
         ranking = _ranking(summary)
         return Headline(
-            ranking.kind, ranking.tone, f"night {nightly.get('night')}, no alert; {ranking.text}"
+            ranking.kind, ranking.tone, f"night {nightly.night}, no alert; {ranking.text}"
         )
-    if (summary.get("score") or {}).get("half_width") is not None:
+    if summary.score.half_width is not None:
         return _width(summary)
     return _ranking(summary)
 

@@ -2,13 +2,17 @@
 exit-code meanings.
 
 report.md, report.html, the console, compare and nightly all read a summary through these
-functions, so a score, a decision or an exit code is worded once. Pure: summary dicts in,
-strings out; nothing here imports an output or a workflow.
+functions, so a score, a decision or an exit code is worded once. Pure: the typed summary
+(:class:`~adaptive_eval.outputs.summary_schema.Summary`, summary.json validated) in, strings
+out; nothing here imports an output or a workflow. A nightly history's records
+(``nights.jsonl``, of every version) are read as the dicts they are (:func:`score`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from adaptive_eval.outputs.summary_schema import CompareVerdict, PairRow, Summary
 
 #: What the leading score is, for every page that shows it.
 SCORE_STATISTIC = (
@@ -32,39 +36,36 @@ def bayes_description(prior: str) -> str:
     )
 
 
-def interval_label(summary: dict[str, Any]) -> str:
+def interval_label(summary: Summary) -> str:
     """A short column header for the score interval, e.g. ``95% interval (anytime)``."""
-    info = summary.get("score") or {}
-    confidence = info.get("confidence", summary.get("confidence"))
-    if confidence is None:
-        return "interval"
-    level = f"{100 * float(confidence):g}%"
-    kind = {"anytime": "anytime", "group_sequential": "repeated"}.get(str(info.get("interval")), "")
-    joint = ", all models" if info.get("simultaneous") else ""
+    info = summary.score
+    level = f"{100 * float(info.confidence):g}%"
+    kind = {"anytime": "anytime", "group_sequential": "repeated"}.get(info.interval, "")
+    joint = ", all models" if info.simultaneous else ""
     return f"{level} interval ({kind}{joint})" if kind else f"{level} interval"
 
 
-def width_goal_line(summary: dict[str, Any]) -> str | None:
+def width_goal_line(summary: Summary) -> str | None:
     """``Width goal +-h at 95% (each model): met by k of L models.``, where there is a goal."""
-    info = summary.get("score") or {}
-    goal = info.get("half_width")
+    info = summary.score
+    goal = info.half_width
     if goal is None:
         return None
-    met = sum(bool(m.get("width_goal_met")) for m in summary["models"])
-    who = "all models at once" if info.get("simultaneous") else "each model"
+    met = sum(bool(m.width_goal_met) for m in summary.models)
+    who = "all models at once" if info.simultaneous else "each model"
     return (
-        f"Width goal +-{goal:g} at {100 * float(info['confidence']):g}% ({who}): met by {met} "
-        f"of {len(summary['models'])} models."
+        f"Width goal +-{goal:g} at {100 * float(info.confidence):g}% ({who}): met by {met} "
+        f"of {len(summary.models)} models."
     )
 
 
-def ranking_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def ranking_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """The ranking's header and rows as report.md and report.html show them: the score and its
     interval first, in the ranking's order; Bayes@N's posterior mean after, labelled. Its
     credible interval stays out of every table (summary.json keeps it as ``bayes_low``,
     ``bayes_high``): after adaptive stopping a "95% credible" interval covered the full-pool
     score for only 62-80% of models, and a reader takes "95%" at its word."""
-    goal = (summary.get("score") or {}).get("half_width")
+    goal = summary.score.half_width
     header = [
         "rank",
         "order",
@@ -77,40 +78,39 @@ def ranking_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "Bayes@N",
     ]
     rows = []
-    for m in summary["models"]:
+    for m in summary.models:
         met = []
         if goal is not None:
-            met = ["met" if m.get("width_goal_met") else "not met"]
+            met = ["met" if m.width_goal_met else "not met"]
         rows.append(
             [
-                str(m["rank"]),
-                str(m["rank_no_ties"]),
-                m["name"],
-                f"{m['score']:.4f}",
-                f"[{m['score_low']:.4f}, {m['score_high']:.4f}]",
+                str(m.rank),
+                str(m.rank_no_ties),
+                m.name,
+                f"{m.score:.4f}",
+                f"[{m.score_low:.4f}, {m.score_high:.4f}]",
                 *met,
-                str(m["trials"]),
-                f"{m['avg']:.4f}",
-                f"{m['bayes_mu']:.4f}",
+                str(m.trials),
+                f"{m.avg:.4f}",
+                f"{m.bayes_mu:.4f}",
             ]
         )
     return header, rows
 
 
-def ranking_notes(summary: dict[str, Any]) -> list[str]:
+def ranking_notes(summary: Summary) -> list[str]:
     """The sentences under the ranking that say what each column is."""
-    info = summary.get("score") or {}
+    info = summary.score
     notes = [
         "Rank: models share a rank until the pair between them is decided; order: by score.",
-        f"Score: {info.get('statistic', SCORE_STATISTIC)}.",
+        f"Score: {info.statistic}.",
     ]
-    if info.get("guarantee"):
-        notes.append(f"Interval: {info['guarantee']}.")
+    if info.guarantee:
+        notes.append(f"Interval: {info.guarantee}.")
     line = width_goal_line(summary)
     if line:
         notes.append(line)
-    bayes = summary.get("bayes") or {}
-    notes.append(f"{bayes.get('description', bayes_description('uniform'))}.")
+    notes.append(f"{summary.bayes.description}.")
     return notes
 
 
@@ -135,30 +135,30 @@ def saved_cell(value: float | None) -> str:
     return percent(value)
 
 
-def stop_text(summary: dict[str, Any]) -> str:
+def stop_text(summary: Summary) -> str:
     """Why the run stopped, or that it has not finished (it printed "stopped on None (None)")."""
-    if summary.get("stop_reason") is None:
+    if summary.stop_reason is None:
         return (
             "not finished (interrupted before its end; run the same command again to resume "
             "it): the state it reached"
         )
-    detail = summary.get("stop_detail")
-    return f"{summary['stop_reason']}" + (f" ({detail})" if detail else "")
+    detail = summary.stop_detail
+    return f"{summary.stop_reason}" + (f" ({detail})" if detail else "")
 
 
-def stop_label(summary: dict[str, Any]) -> str:
+def stop_label(summary: Summary) -> str:
     """The stop reason; on a compare page ``goal_met`` says which goal ("Stopped: goal_met"
     beside a regression read as if the candidate had met its goal)."""
-    reason = str(summary["stop_reason"])
-    comparison = summary.get("comparison")
+    reason = str(summary.stop_reason)
+    comparison = summary.comparison
     if comparison is not None and reason == "goal_met":
-        return f"the gate was decided, exit {comparison.get('exit_code')} (goal_met)"
+        return f"the gate was decided, exit {comparison.exit_code} (goal_met)"
     return reason
 
 
-def name_width(summary: dict[str, Any], least: int = 24) -> int:
+def name_width(summary: Summary, least: int = 24) -> int:
     """The model column's width on the console: the longest name (tables broke on long ones)."""
-    return max([least, *(len(str(m["name"])) for m in summary.get("models") or [])])
+    return max([least, *(len(m.name) for m in summary.models)])
 
 
 def optional(value: Any, spec: str = "") -> str:
@@ -166,10 +166,10 @@ def optional(value: Any, spec: str = "") -> str:
     return "" if value is None else format(value, spec)
 
 
-def decision_text(pair: dict[str, Any]) -> str:
+def decision_text(pair: PairRow | CompareVerdict) -> str:
     """A pair's decision, with the rule's reason where it gave one (e.g. why it is undecided)."""
-    reason = pair.get("reason")
-    return f"{pair['decision']} ({reason})" if reason else str(pair["decision"])
+    reason = pair.reason
+    return f"{pair.decision} ({reason})" if reason else str(pair.decision)
 
 
 #: What compare's exit codes say (:mod:`adaptive_eval.workflows.compare`).
@@ -181,12 +181,12 @@ CANDIDATE_BELOW = frozenset({"worse", "fail"})
 CANDIDATE_ABOVE = frozenset({"better", "pass"})
 
 
-def candidate_side(row: dict[str, Any]) -> tuple[float, float | None]:
+def candidate_side(row: CompareVerdict) -> tuple[float, float | None]:
     """A verdict's z and boundary in one sign convention, the candidate's: negative where it is
     below the incumbent, the boundary signed as the side it crossed (``--margin`` showed
     z = -3.91 beside a boundary of +3.31, the two-sided test z = +4.29 for a worse candidate)."""
-    z, boundary = float(row["z"]), row.get("boundary")
-    decision = row.get("decision")
+    z, boundary = float(row.z), row.boundary
+    decision = row.decision
     if decision in CANDIDATE_BELOW:
         z = -abs(z)
         boundary = None if boundary is None else -abs(float(boundary))
@@ -196,26 +196,24 @@ def candidate_side(row: dict[str, Any]) -> tuple[float, float | None]:
     return z, boundary
 
 
-def undecided_count(summary: dict[str, Any]) -> int:
+def undecided_count(summary: Summary) -> int:
     """The undecided pairs that matter: a compare run's candidate-incumbent verdicts (the
     incumbents' own pairs are not the gate's business; the page warned about them in red),
     else the ranking's adjacent pairs."""
-    comparison = summary.get("comparison")
+    comparison = summary.comparison
     if comparison is not None:
-        return sum(row.get("decision") == "undecided" for row in comparison.get("verdicts") or [])
-    return sum(p["decision"] == "undecided" for p in summary["pairs"])
+        return sum(row.decision == "undecided" for row in comparison.verdicts)
+    return sum(p.decision == "undecided" for p in summary.pairs)
 
 
-def undecided_note(summary: dict[str, Any]) -> str:
+def undecided_note(summary: Summary) -> str:
     """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking."""
     undecided = undecided_count(summary)
-    if not undecided or summary["stop_reason"] is None:
+    if not undecided or summary.stop_reason is None:
         return ""
-    if (summary.get("score") or {}).get("half_width") is not None and str(
-        summary["stop_reason"]
-    ).startswith("ci_width"):
+    if summary.score.half_width is not None and summary.stop_reason.startswith("ci_width"):
         return ""  # a width goal never asked for the pairs
-    return f" (stopped on {summary['stop_reason']} with {undecided} pair(s) undecided)"
+    return f" (stopped on {summary.stop_reason} with {undecided} pair(s) undecided)"
 
 
 def score(model: dict[str, Any]) -> float:

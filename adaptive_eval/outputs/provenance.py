@@ -21,6 +21,7 @@ import yaml
 from adaptive_eval.loop import rundir
 
 if TYPE_CHECKING:
+    from adaptive_eval.outputs.summary_schema import Provenance
     from adaptive_eval.store import TrialStore
 
 #: How each recorded input is named in report.md (a model's identity, labelled for what it is).
@@ -140,60 +141,59 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
 
 
 def markdown(
-    provenance: dict[str, Any],
+    provenance: Provenance,
     text: Callable[[object], str] = str,
     code: Callable[[object], str] = lambda value: f"`{value}`",
 ) -> list[str]:
-    """The provenance section of report.md. ``text`` and ``code`` place names and paths from
-    the user's files (:mod:`adaptive_eval.base.markdown`); report.html keeps the defaults (plain
-    text, backtick spans), escapes the lines and turns the spans into ``<code>``."""
+    """The provenance section of report.md, from summary.json's validated ``provenance`` block.
+    ``text`` and ``code`` place names and paths from the user's files
+    (:mod:`adaptive_eval.base.markdown`); report.html keeps the defaults (plain text, backtick
+    spans), escapes the lines and turns the spans into ``<code>``."""
     lines = ["## Provenance", ""]
-    lines.append(
-        f"- Report written {provenance['written_utc']}; campaign seed {provenance['seed']}."
-    )
-    for index, model in enumerate(provenance["models"]):
-        label = model["name"] or ", ".join(model["select"] or []) or "all models in the file"
+    lines.append(f"- Report written {provenance.written_utc}; campaign seed {provenance.seed}.")
+    for index, model in enumerate(provenance.models):
+        label = model.name or ", ".join(model.select or []) or "all models in the file"
         parts = [
-            f"{ROLES.get(k, k + ' sha256')} {code(str(v)[:16])}" for k, v in model["sha256"].items()
+            f"{ROLES.get(k, k + ' sha256')} {code(str(v)[:16])}" for k, v in model.sha256.items()
         ]
-        if model.get("revision") is not None:
-            parts.insert(0, f"revision {code(model['revision'])} (stated)")
-        if model.get("engine"):
-            parts.append(f"engine: {text(model['engine'])}")
-        if model.get("server"):
-            parts.append(f"server's model card at planning: {text(model['server'])}")
-        if model.get("served"):
-            parts.append(f"the server reported serving {text(', '.join(model['served']))}")
+        if model.revision is not None:
+            parts.insert(0, f"revision {code(model.revision)} (stated)")
+        if model.engine:
+            parts.append(f"engine: {text(model.engine)}")
+        if model.server:
+            parts.append(f"server's model card at planning: {text(model.server)}")
+        if model.served:
+            parts.append(f"the server reported serving {text(', '.join(model.served))}")
         lines.append(
-            f"- models[{index}]: {text(model['backend'])} {code(model['path'])} ({text(label)})"
+            f"- models[{index}]: {text(model.backend)} {code(model.path)} ({text(label)})"
             + (f"; {'; '.join(parts)}" if parts else "")
         )
-    dataset = provenance["dataset"]
+    dataset = provenance.dataset
     if dataset is not None:
         digest = dataset["sha256"] or "unknown"
         limit = f", first {dataset['limit']} questions" if dataset["limit"] else ""
         lines.append(f"- Dataset {code(dataset['path'])} (sha256 {code(digest)}{limit}).")
-    if provenance["sampling"] is not None:
-        sampling = ", ".join(f"{k}={v}" for k, v in provenance["sampling"].items())
+    if provenance.sampling is not None:
+        sampling = ", ".join(f"{k}={v}" for k, v in provenance.sampling.items())
         lines.append(f"- Sampling: {text(sampling)}.")
-    if provenance["grader"] is not None:
-        lines.append(f"- Grader: {text(provenance['grader'])}.")
-    lines.append(f"- Rubric weights: {provenance['rubric']}.")
-    library = provenance.get("library")
+    if provenance.grader is not None:
+        lines.append(f"- Grader: {text(provenance.grader)}.")
+    lines.append(f"- Rubric weights: {provenance.rubric}.")
+    library = provenance.library
     if library is not None:
         lines.append(
-            f"- Trial library {code(library['path'])}: {library['reused']} trial(s) reused from "
-            f"it, {library['sampled']} sampled by this run"
+            f"- Trial library {code(library.path)}: {library.reused} trial(s) reused from "
+            f"it, {library.sampled} sampled by this run"
             + (
-                f" (counting only those, {100 * library['saved_fraction']:.1f}% of the fixed-N "
+                f" (counting only those, {100 * library.saved_fraction:.1f}% of the fixed-N "
                 "run's trials saved)."
-                if library.get("saved_fraction") is not None
+                if library.saved_fraction is not None
                 else "."
             )
         )
-    for change in (library or {}).get("changes") or []:
-        lines.append(f"- Trial library: {text(change)}.")
-    for ext in provenance["extensions"]:
+        for change in library.changes:
+            lines.append(f"- Trial library: {text(change)}.")
+    for ext in provenance.extensions:
         lines.append(
             f"- Extended after {ext['trials']} trials: limits {ext['from']} -> {ext['to']}."
         )
@@ -201,14 +201,14 @@ def markdown(
     def versions(found: dict[str, Any]) -> str:
         return ", ".join(f"{k} {v}" for k, v in found.items())
 
-    recorded = provenance.get("packages")
+    recorded = provenance.packages
     if recorded:
         lines.append(f"- Packages the run used: {text(versions(recorded))}.")
     else:
         lines.append("- Packages the run used: not recorded (the run predates their recording).")
-    for later in provenance.get("packages_later") or []:
+    for later in provenance.packages_later or []:
         lines.append(f"- Resumed under other packages: {text(versions(later))}.")
-    build = provenance.get("report_build")
+    build = provenance.report_build
     if build and build != recorded:
         lines.append(f"- This report was written by: {text(versions(build))}.")
     lines.append("")

@@ -1,4 +1,9 @@
-"""Outputs of a run: ``summary.json`` (the contract other tools read) and ``report.md``."""
+"""Outputs of a run: ``summary.json`` (the contract other tools read) and ``report.md``.
+
+:func:`write_outputs` validates the summary dict into the typed
+:class:`~adaptive_eval.outputs.summary_schema.Summary` once, writes the dict as summary.json and
+renders every page from the model (attribute access: a field the model lacks fails mypy, not a
+reader)."""
 
 from __future__ import annotations
 
@@ -26,26 +31,32 @@ from adaptive_eval.outputs.presentation import (
     undecided_note,
     width_goal_line,
 )
+from adaptive_eval.outputs.summary_schema import (
+    Comparison,
+    DecisionRules,
+    PluginRecord,
+    Summary,
+)
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
-    saved = summary["compute_saved"]
-    base = summary["baseline"]
+def render_markdown(summary: Summary) -> str:
+    saved = summary.compute_saved
+    base = summary.baseline
     lines = [
-        f"# Campaign {md.code(summary['name'])}",
+        f"# Campaign {md.code(summary.name)}",
         "",
         *headline_markdown(summary),  # the verdict, alert or ranking in one line
         (
-            f"Stopped: **{md.text(stop_label(summary))}** ({md.text(summary['stop_detail'])}).  "
-            if summary.get("stop_reason") is not None
+            f"Stopped: **{md.text(stop_label(summary))}** ({md.text(summary.stop_detail)}).  "
+            if summary.stop_reason is not None
             else f"**Not finished:** {md.text(stop_text(summary))}.  "
         ),
-        f"Ranking confidence {summary['confidence']}; prior: {md.text(summary['prior'])}.",
+        f"Ranking confidence {summary.confidence}; prior: {md.text(summary.prior)}.",
         "",
-        *_decision_lines(summary.get("decision_rules") or {}),
+        *_decision_lines(summary.decision_rules),
         "## Ranking",
         "",
     ]
@@ -57,7 +68,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         *(f"{note}  " for note in ranking_notes(summary)),
     ]
-    comparison = summary.get("comparison")
+    comparison = summary.comparison
     if comparison is not None:  # compare settles only the candidate's pairs: show those
         lines += ["", *comparison_lines(comparison)]
     else:
@@ -68,15 +79,15 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "| a | b | z | decision | rule | boundary on z | error budget spent | round |",
             "|---|---|---:|---|---|---:|---:|---:|",
         ]
-    for p in summary["pairs"] if comparison is None else []:
+    for p in summary.pairs if comparison is None else []:
         lines.append(
-            f"| {md.text(p['a'])} | {md.text(p['b'])} | {p['z']:.3f} | {decision_text(p)} | "
-            f"{md.text(p['rule'] or '')} | "
-            f"{optional(p.get('boundary'), '.3f')} | {optional(p.get('alpha_spent'), '.2e')} | "
-            f"{optional(p.get('decided_at_round'))} |"
+            f"| {md.text(p.a)} | {md.text(p.b)} | {p.z:.3f} | {decision_text(p)} | "
+            f"{md.text(p.rule or '')} | "
+            f"{optional(p.boundary, '.3f')} | {optional(p.alpha_spent, '.2e')} | "
+            f"{optional(p.decided_at_round)} |"
         )
-    tokens = summary["tokens_used"]
-    gpu = summary["gpu_s_used"]
+    tokens = summary.tokens_used
+    gpu = summary.gpu_s_used
 
     def estimate_of(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} (est.)"
@@ -87,40 +98,41 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         "| | used | fixed-N baseline | saved |",
         "|---|---:|---:|---:|",
-        f"| trials | {summary['trials_used']} | {base['trials']} (N = {base['fixed_n']}"
-        + (f"; {md.text(base['note'])}" if base.get("note") else "")
+        f"| trials | {summary.trials_used} | {base.trials} (N = {base.fixed_n}"
+        + (f"; {md.text(base.note)}" if base.note else "")
         + ") | "
-        f"{saved_cell(saved['trials_fraction'])}{undecided_note(summary)} |",
-        f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base['tokens'], 0)} | "
-        f"{saved_cell(saved['tokens_fraction'])} |",
+        f"{saved_cell(saved.trials_fraction)}{undecided_note(summary)} |",
+        f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base.tokens, 0)} | "
+        f"{saved_cell(saved.tokens_fraction)} |",
         f"| device-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | "
-        f"{estimate_of(base['gpu_s'], 1)} | {saved_cell(saved['gpu_fraction'])} |",
+        f"{estimate_of(base.gpu_s, 1)} | {saved_cell(saved.gpu_fraction)} |",
         "",
         "device-s: the seconds of the devices that ran the engines (GPU-seconds on GPUs, the "
         "engine's seconds on CPU).",
         "",
     ]
-    prefetch = (summary.get("dispatch") or {}).get("prefetch")
-    if prefetch and base["trials"]:
-        spent = summary["trials_used"] + prefetch["unused"]
+    # Speculative prefetch was removed; a run recorded before keeps its counts in the block.
+    recorded = {} if summary.dispatch is None else summary.dispatch.model_extra or {}
+    prefetch = recorded.get("prefetch")
+    if prefetch and base.trials:
+        spent = summary.trials_used + prefetch["unused"]
         lines += [
             f"Speculative prefetch: {prefetch['sent']} trials sent ahead of the plans, "
             f"{prefetch['used']} of them recorded when a round planned them, "
             f"{prefetch['unused']} never used (generated or in flight at the stop); "
-            f"counting those, {saving(1 - spent / base['trials'], 'the trials')}.",
+            f"counting those, {saving(1 - spent / base.trials, 'the trials')}.",
             "",
         ]
-    if summary.get("provenance"):
-        from adaptive_eval.outputs.provenance import markdown
+    from adaptive_eval.outputs.provenance import markdown
 
-        lines += markdown(summary["provenance"], md.text, md.code)
+    lines += markdown(summary.provenance, md.text, md.code)
     return "\n".join(lines)
 
 
-def comparison_lines(comparison: dict[str, Any]) -> list[str]:
+def comparison_lines(comparison: Comparison) -> list[str]:
     """compare's verdict for report.md: the candidate, each incumbent's verdict, the exit code."""
-    margin = comparison.get("margin")
-    code = comparison["exit_code"]
+    margin = comparison.margin
+    code = comparison.exit_code
     test = (
         f"non-inferiority with margin {margin} (pass: not worse than the incumbent by more "
         "than the margin; fail: worse by more)"
@@ -130,103 +142,100 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
     lines = [
         "## Comparison",
         "",
-        f"Candidate **{md.text(comparison['candidate'])}** against {len(comparison['verdicts'])} "
+        f"Candidate **{md.text(comparison.candidate)}** against {len(comparison.verdicts)} "
         f"incumbent(s); test: {test}.  ",
-        f"Exit code **{code}**: {comparison.get('meaning') or COMPARE_EXIT_MEANING.get(code, '')}.",
+        f"Exit code **{code}**: {comparison.meaning or COMPARE_EXIT_MEANING.get(code, '')}.",
         "",
         "| incumbent | verdict | z | boundary on z | round decided | trials (both) |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for row in comparison["verdicts"]:
+    for row in comparison.verdicts:
         z, boundary = candidate_side(row)
         lines.append(
-            f"| {md.text(row['incumbent'])} | {decision_text(row)} | {z:+.3f} | "
-            f"{optional(boundary, '+.3f')} | {optional(row.get('decided_at_round'))} | "
-            f"{row['trials']} |"
+            f"| {md.text(row.incumbent)} | {decision_text(row)} | {z:+.3f} | "
+            f"{optional(boundary, '+.3f')} | {optional(row.decided_at_round)} | "
+            f"{row.trials} |"
         )
     lines += ["", "z from the candidate's side: negative where it is below the incumbent."]
     return [*lines, ""]
 
 
-def _decision_lines(rules: dict[str, Any]) -> list[str]:
+def _decision_lines(rules: DecisionRules) -> list[str]:
     """The decision rules' guarantee (and a warning where there is none), for report.md."""
-    if not rules:
+    if not rules.model_fields_set:  # an empty block: a summary that recorded no rules
         return []
     lines = [
         "## Decisions",
         "",
-        f"Rules: {md.text(', '.join(rules.get('rules', [])))}; error control: "
-        f"**{rules.get('error_control')}** (error budget per adjacent pair "
-        f"{rules.get('pair_alpha', 0):.2e}). {rules.get('statistic', '')}  ",
-        f"Prior in the test: {rules.get('prior_in_test', '')}",
+        f"Rules: {md.text(', '.join(rules.rules))}; error control: "
+        f"**{rules.error_control}** (error budget per adjacent pair "
+        f"{rules.pair_alpha or 0:.2e}). {rules.statistic or ''}  ",
+        f"Prior in the test: {rules.prior_in_test or ''}",
         "",
     ]
-    plugins = rules.get("plugins") or []
-    if plugins:
+    if rules.plugins:
         lines += [
             "Built with (every parameter, defaults included): "
-            + "; ".join(md.text(plugin_text(p)) for p in plugins),
+            + "; ".join(md.text(plugin_text(p)) for p in rules.plugins),
             "",
         ]
-    if rules.get("warning"):
-        lines += [f"> **Warning:** {rules['warning']}", ""]
+    if rules.warning:
+        lines += [f"> **Warning:** {rules.warning}", ""]
     return lines
 
 
-def plugin_text(plugin: dict[str, Any]) -> str:
+def plugin_text(plugin: PluginRecord) -> str:
     """``pair rule group_sequential(looks=8, ...)``: a plug-in and its parameters."""
-    params = ", ".join(f"{key}={value}" for key, value in plugin["params"].items())
-    return f"{plugin['kind']} {plugin['name']}({params})"
+    params = ", ".join(f"{key}={value}" for key, value in plugin.params.items())
+    return f"{plugin.kind} {plugin.name}({params})"
 
 
-def render_console(summary: dict[str, Any]) -> str:
+def render_console(summary: Summary) -> str:
     """A compact human summary for the terminal."""
-    saved = summary["compute_saved"]
+    saved = summary.compute_saved
+    base = summary.baseline
     interval = interval_label(summary)
     width = name_width(summary)
-    finished = summary.get("stop_reason") is not None
+    finished = summary.stop_reason is not None
     out = [
-        f"campaign {summary['name']}: "
+        f"campaign {summary.name}: "
         + (f"stopped on {stop_text(summary)}" if finished else stop_text(summary)),
         "",
         f"{'rank':>4}  {'model':<{width}} {'score':>7} {interval:>26} {'trials':>7} {'Bayes@N':>8}",
     ]
-    for m in summary["models"]:
-        bounds = f"[{m['score_low']:.4f}, {m['score_high']:.4f}]"
+    for m in summary.models:
+        bounds = f"[{m.score_low:.4f}, {m.score_high:.4f}]"
         out.append(
-            f"{m['rank']:>4}  {m['name']:<{width}} {m['score']:7.4f} {bounds:>26} "
-            f"{m['trials']:>7} {m['bayes_mu']:8.4f}"
+            f"{m.rank:>4}  {m.name:<{width}} {m.score:7.4f} {bounds:>26} "
+            f"{m.trials:>7} {m.bayes_mu:8.4f}"
         )
     out += [
         "rank: models share a rank until their pair is decided; score: the unbiased estimate "
         "(it orders the table);",
         "Bayes@N: the paper's posterior mean, for reference"
         + (
-            " (empirical-Bayes prior)"
-            if (summary.get("bayes") or {}).get("prior") == "empirical"
-            else " (uniform prior)"
+            " (empirical-Bayes prior)" if summary.bayes.prior == "empirical" else " (uniform prior)"
         ),
     ]
     line = width_goal_line(summary)
     if line:
         out.append(line)
     out.append("")
-    for p in summary["pairs"]:
-        out.append(f"  {p['a']} vs {p['b']}: {decision_text(p)} (z = {p['z']:.2f})")
-    warning = (summary.get("decision_rules") or {}).get("warning")
+    for p in summary.pairs:
+        out.append(f"  {p.a} vs {p.b}: {decision_text(p)} (z = {p.z:.2f})")
+    warning = summary.decision_rules.warning
     if warning:
         out += ["", f"warning: {warning}"]
     out += [
         "",
-        f"trials used {summary['trials_used']} vs fixed N = "
-        f"{summary['baseline']['fixed_n']}"
-        + (f" ({summary['baseline']['note']})" if summary["baseline"].get("note") else "")
-        + f": {summary['baseline']['trials']} -> "
+        f"trials used {summary.trials_used} vs fixed N = {base.fixed_n}"
+        + (f" ({base.note})" if base.note else "")
+        + f": {base.trials} -> "
         + (
-            f"{saving(saved['trials_fraction'], 'trials')}"
+            f"{saving(saved.trials_fraction, 'trials')}"
             + (
-                f", {saving(saved['tokens_fraction'], 'tokens')[6:]}"
-                if saved["tokens_fraction"] is not None and saved["tokens_fraction"] >= 0
+                f", {saving(saved.tokens_fraction, 'tokens')[6:]}"
+                if saved.tokens_fraction is not None and saved.tokens_fraction >= 0
                 else ""
             )
             if finished
@@ -257,7 +266,8 @@ def write_outputs(
         library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
     # The contract holds before anything is written: a field the writer added without the
     # model (and the published schema) knowing it fails here, in every workflow's tests.
-    summary_schema.validate(summary)
+    # The pages are rendered from the validated model, summary.json from the dict itself.
+    typed = summary_schema.validate(summary)
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    atomic_write(run_dir / "report.md", render_markdown(summary))
-    write_html(run_dir, summary, summary["provenance"], history=history, store=store)
+    atomic_write(run_dir / "report.md", render_markdown(typed))
+    write_html(run_dir, typed, history=history, store=store)

@@ -14,15 +14,17 @@ Figures, each a ``<figure id=...>`` so tests and people can find them:
   rounds on which a pair was decided marked;
 - ``history`` (nightly runs): each model's score over the nights, nights with an alert shaded.
 
-Everything is read from ``summary`` and the run folder's store, so ``adaptive-eval report DIR``
-draws the same page for any run. Plots are matplotlib (Agg backend) written as SVG with text
-kept as text.
+Everything is read from ``summary`` (summary.json as the typed
+:class:`~adaptive_eval.outputs.summary_schema.Summary`) and the run folder's store, so
+``adaptive-eval report DIR`` draws the same page for any run. Plots are matplotlib (Agg
+backend) written as SVG with text kept as text.
 """
 
 from __future__ import annotations
 
 import html
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,14 @@ from adaptive_eval.outputs.presentation import (
     stop_label,
     stop_text,
     undecided_count,
+)
+from adaptive_eval.outputs.summary_schema import (
+    CompareVerdict,
+    Comparison,
+    DecisionRules,
+    ModelRow,
+    PairRow,
+    Summary,
 )
 
 if TYPE_CHECKING:
@@ -123,24 +133,24 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-def rank_groups(models: list[dict[str, Any]]) -> list[list[int]]:
+def rank_groups(models: Sequence[ModelRow]) -> list[list[int]]:
     """Runs of models (indices into ``models``, best first) sharing a decided rank."""
     groups: list[list[int]] = []
     for index, model in enumerate(models):
-        if groups and models[groups[-1][0]]["rank"] == model["rank"]:
+        if groups and models[groups[-1][0]].rank == model.rank:
             groups[-1].append(index)
         else:
             groups.append([index])
     return groups
 
 
-def forest_plot(summary: dict[str, Any]) -> str:
-    models = summary["models"]  # best first, by the estimate
+def forest_plot(summary: Summary) -> str:
+    models = summary.models  # best first, by the estimate
     fig, ax = _figure(9, 0.35 * len(models) + 1.4)
     y = np.arange(len(models))[::-1]
-    estimate = np.array([m["score"] for m in models])
-    low = np.array([m["score_low"] for m in models])
-    high = np.array([m["score_high"] for m in models])
+    estimate = np.array([m.score for m in models])
+    low = np.array([m.score_low for m in models])
+    high = np.array([m.score_high for m in models])
     for shade, group in enumerate(rank_groups(models)):
         if shade % 2 == 0:
             band = ax.axhspan(y[group[-1]] - 0.5, y[group[0]] + 0.5, color="#e9ecef", zorder=0)
@@ -161,14 +171,14 @@ def forest_plot(summary: dict[str, Any]) -> str:
     )
     bars.lines[0].set_gid("score")
     (bayes,) = ax.plot(
-        [m["bayes_mu"] for m in models],
+        [m.bayes_mu for m in models],
         y,
         "x",
         color="#868e96",
         label="Bayes@N posterior mean (reference)",
     )
     bayes.set_gid("bayes-at-n")
-    ax.set_yticks(y, [f"{m['rank']}. {m['name']}" for m in models])
+    ax.set_yticks(y, [f"{m.rank}. {m.name}" for m in models])
     ax.set_xlabel(
         "score and its interval; shaded bands alternate between the groups the decisions "
         "settled (same rank)"
@@ -178,20 +188,20 @@ def forest_plot(summary: dict[str, Any]) -> str:
     return _svg(fig)
 
 
-def _in_rank_order(summary: dict[str, Any], data: RunData) -> list[int]:
+def _in_rank_order(summary: Summary, data: RunData) -> list[int]:
     """Rows of ``data`` in the summary's ranking order (best first)."""
     row = {name: i for i, name in enumerate(data.models)}
-    return [row[m["name"]] for m in summary["models"] if m["name"] in row]
+    return [row[m.name] for m in summary.models if m.name in row]
 
 
-def trials_plot(summary: dict[str, Any], data: RunData) -> str:
+def trials_plot(summary: Summary, data: RunData) -> str:
     order = _in_rank_order(summary, data)
     fig, ax = _figure(9, 0.35 * len(order) + 1.2)
     totals = data.trials[order].sum(axis=1)
     y = np.arange(len(order))[::-1]
     ax.barh(y, totals, color="#74c0fc")
-    fixed_n = summary["baseline"]["fixed_n"]
-    baseline = fixed_n * len(data.questions)
+    fixed_n = summary.baseline.fixed_n
+    baseline = (fixed_n or 0) * len(data.questions)
     ax.axvline(
         baseline,
         color="#495057",
@@ -209,7 +219,7 @@ def trials_plot(summary: dict[str, Any], data: RunData) -> str:
 HEATMAP_LABELS = 30
 
 
-def heatmap_plot(summary: dict[str, Any], data: RunData) -> str:
+def heatmap_plot(summary: Summary, data: RunData) -> str:
     import matplotlib.pyplot as plt
 
     order = _in_rank_order(summary, data)
@@ -241,44 +251,55 @@ def heatmap_plot(summary: dict[str, Any], data: RunData) -> str:
     return _svg(fig)
 
 
-def pair_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PairShown:
+    """One bar of the pairs figure: an adjacent pair, or compare's candidate and an incumbent."""
+
+    label: str
+    z: float
+    boundary: float | None
+    boundary_at_cap: float | None
+    decision: str
+
+
+def pair_rows(summary: Summary) -> list[PairShown]:
     """The pairs the page shows: compare's (candidate, incumbent) verdicts, else the adjacent
-    pairs of the ranking; each with ``label``, ``z``, ``boundary``, ``decision``."""
-    comparison = summary.get("comparison")
-    shown = (
-        [(comparison["candidate"], row["incumbent"], row) for row in comparison["verdicts"]]
+    pairs of the ranking."""
+    comparison = summary.comparison
+    shown: list[tuple[str, str, PairRow | CompareVerdict]] = (
+        [(comparison.candidate, row.incumbent, row) for row in comparison.verdicts]
         if comparison is not None
-        else [(p["a"], p["b"], p) for p in summary["pairs"]]
+        else [(p.a, p.b, p) for p in summary.pairs]
     )
     return [
-        {
-            "label": f"{a} vs {b} ({row['decision']})",
-            "z": row["z"],
-            "boundary": row.get("boundary"),
-            "boundary_at_cap": row.get("boundary_at_cap"),
-            "decision": row["decision"],
-        }
+        PairShown(
+            label=f"{a} vs {b} ({row.decision})",
+            z=row.z,
+            boundary=row.boundary,
+            boundary_at_cap=row.boundary_at_cap,
+            decision=row.decision,
+        )
         for a, b, row in shown
     ]
 
 
-def pairs_plot(summary: dict[str, Any]) -> str:
+def pairs_plot(summary: Summary) -> str:
     pairs = pair_rows(summary)
     fig, ax = _figure(9, 0.4 * max(1, len(pairs)) + 1.2)
     y = np.arange(len(pairs))[::-1]
     drawn = ax.barh(
         y,
-        [abs(p["z"]) for p in pairs],
-        color=[DECISION_COLOURS.get(p["decision"], "#868e96") for p in pairs],
+        [abs(p.z) for p in pairs],
+        color=[DECISION_COLOURS.get(p.decision, "#868e96") for p in pairs],
     )
     for index, bar in enumerate(drawn.patches):
         bar.set_gid(f"pair-{index}")
-    bounded = [(index, p["boundary"]) for index, p in enumerate(pairs) if p["boundary"] is not None]
+    bounded = [(index, p.boundary) for index, p in enumerate(pairs) if p.boundary is not None]
     # An undecided pair is read against the boundary it would have to cross at the cap.
     open_marks = [
-        (index, p["boundary_at_cap"])
+        (index, p.boundary_at_cap)
         for index, p in enumerate(pairs)
-        if p["boundary"] is None and p.get("boundary_at_cap") is not None
+        if p.boundary is None and p.boundary_at_cap is not None
     ]
     kinds = (
         (bounded, {"linewidth": 2.5}, "the boundary it was decided against"),
@@ -298,39 +319,40 @@ def pairs_plot(summary: dict[str, Any]) -> str:
                 **style,
             )
             mark.set_gid(f"boundary-{index}")
-    ax.set_yticks(y, [p["label"] for p in pairs])
+    ax.set_yticks(y, [p.label for p in pairs])
     ax.set_xlabel("|z| of the pair against its boundary (solid: decided; dashed: at the cap)")
     if bounded or open_marks:  # beside the axes: inside, it covered bars and their marks
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=MIN_FONT)
     return _svg(fig)
 
 
-def decided_rounds(summary: dict[str, Any]) -> list[int]:
+def decided_rounds(summary: Summary) -> list[int]:
     """The round each decided pair of the summary was decided in (one entry per pair: compare's
     verdicts, else the adjacent pairs), in order. Rounds count from 1: round r is decided
     once r rounds are applied."""
-    comparison = summary.get("comparison")
-    rows = comparison["verdicts"] if comparison is not None else summary["pairs"]
+    comparison = summary.comparison
+    rows: Sequence[PairRow | CompareVerdict] = (
+        comparison.verdicts if comparison is not None else summary.pairs
+    )
     return sorted(
-        int(row["decided_at_round"])
+        row.decided_at_round
         for row in rows
-        if row["decision"] != "undecided" and row.get("decided_at_round") is not None
+        if row.decision != "undecided" and row.decided_at_round is not None
     )
 
 
-def compute_plot(summary: dict[str, Any], data: RunData) -> str:
+def compute_plot(summary: Summary, data: RunData) -> str:
     fig, ax = _figure(7, 3.2)
     cumulative = np.cumsum(data.per_round)
     rounds = np.arange(1, len(cumulative) + 1)
-    library = (summary.get("provenance") or {}).get("library") or {}
+    library = summary.provenance.library
     recorded = "trials recorded"
-    if library.get("reused"):  # a night that sampled nothing is not a climb of new trials
+    if library is not None and library.reused:  # a night that sampled nothing: no climb
         recorded += (
-            f" ({library['reused']:,} reused from the trial library, "
-            f"{library.get('sampled', 0):,} sampled)"
+            f" ({library.reused:,} reused from the trial library, {library.sampled:,} sampled)"
         )
     ax.step(rounds, cumulative, where="post", color="#1c7ed6", label=recorded)
-    ax.axhline(summary["baseline"]["trials"], color="#495057", linestyle="--", label="fixed-N run")
+    ax.axhline(summary.baseline.trials, color="#495057", linestyle="--", label="fixed-N run")
     # One dot per decided pair of the summary (the decision events logged a pair each time it
     # became adjacent again: 6 dots for the demo's 5 decided pairs), at its own round.
     decided = [r for r in decided_rounds(summary) if 1 <= r <= len(cumulative)]
@@ -414,12 +436,12 @@ def _inline_code(text: str) -> str:
     )
 
 
-def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
+def _comparison_html(comparison: Comparison | None) -> list[str]:
     """compare's verdict: the candidate, each incumbent's verdict and the exit code."""
     if comparison is None:
         return []
-    code = comparison["exit_code"]
-    margin = comparison.get("margin")
+    code = comparison.exit_code
+    margin = comparison.margin
     test = (
         f"non-inferiority, margin {margin}"
         if margin is not None
@@ -427,19 +449,19 @@ def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
     )
     rows = [
         [
-            row["incumbent"],
+            row.incumbent,
             decision_text(row),
             f"{candidate_side(row)[0]:+.3f}",
             optional(candidate_side(row)[1], "+.3f"),
-            optional(row.get("decided_at_round")),
-            str(row["trials"]),
+            optional(row.decided_at_round),
+            str(row.trials),
         ]
-        for row in comparison["verdicts"]
+        for row in comparison.verdicts
     ]
-    meaning = comparison.get("meaning") or COMPARE_EXIT_MEANING.get(code, "")
+    meaning = comparison.meaning or COMPARE_EXIT_MEANING.get(code, "")
     return [
         "<h2>Comparison</h2>",
-        f"<p id='comparison'>Candidate <b>{html.escape(comparison['candidate'])}</b> "
+        f"<p id='comparison'>Candidate <b>{html.escape(comparison.candidate)}</b> "
         f"against {len(rows)} incumbent(s) ({html.escape(test)}): <b>exit code {code}</b>, "
         f"{html.escape(meaning)}.</p>",
         _table(
@@ -449,7 +471,7 @@ def _comparison_html(comparison: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def _headline_html(summary: dict[str, Any]) -> list[str]:
+def _headline_html(summary: Summary) -> list[str]:
     """The page's first line: compare's verdict, the nightly alert, or the ranking."""
     found = headline(summary)
     out = [
@@ -463,30 +485,27 @@ def _headline_html(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _decision_html(rules: dict[str, Any]) -> list[str]:
+def _decision_html(rules: DecisionRules) -> list[str]:
     """The decision rules, their guarantee and (for a rule without one) the warning."""
-    if not rules:
+    if not rules.model_fields_set:  # an empty block: a summary that recorded no rules
         return []
     out = [
-        f"<p id='decisions'>Decision rules: {html.escape(', '.join(rules.get('rules', [])))}; "
-        f"error control: <b>{html.escape(str(rules.get('error_control')))}</b> (error budget "
-        f"per adjacent pair {rules.get('pair_alpha', 0):.2e}). "
-        f"{html.escape(str(rules.get('statistic', '')))}</p>"
+        f"<p id='decisions'>Decision rules: {html.escape(', '.join(rules.rules))}; "
+        f"error control: <b>{html.escape(str(rules.error_control))}</b> (error budget "
+        f"per adjacent pair {rules.pair_alpha or 0:.2e}). "
+        f"{html.escape(rules.statistic or '')}</p>"
     ]
-    if rules.get("warning"):
+    if rules.warning:
         out.append(
-            f"<p id='decision-warning' class='warning'>Warning: {html.escape(rules['warning'])}</p>"
+            f"<p id='decision-warning' class='warning'>Warning: {html.escape(rules.warning)}</p>"
         )
     return out
 
 
-def render(
-    summary: dict[str, Any],
-    data: RunData,
-    provenance: dict[str, Any] | None,
-    history: list[dict[str, Any]] | None = None,
-) -> str:
+def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None = None) -> str:
+    """The page; ``history``: a nightly run's ``nights.jsonl`` records (their own format)."""
     # Reused library trials cost nothing now: the saving counts what this run sampled.
+    compared = summary.comparison is not None
     saved, counted = saved_fraction(summary)
     saved_text = saving(saved)
     undecided = undecided_count(summary)
@@ -496,16 +515,16 @@ def render(
         ["a", "b", "z", "decision", "rule", "boundary on z", "error budget spent", "round"],
         [
             [
-                p["a"],
-                p["b"],
-                f"{p['z']:.3f}",
+                p.a,
+                p.b,
+                f"{p.z:.3f}",
                 decision_text(p),
-                p.get("rule") or "",
-                "" if p.get("boundary") is None else f"{p['boundary']:.3f}",
-                "" if p.get("alpha_spent") is None else f"{p['alpha_spent']:.2e}",
-                "" if p.get("decided_at_round") is None else str(p["decided_at_round"]),
+                p.rule or "",
+                "" if p.boundary is None else f"{p.boundary:.3f}",
+                "" if p.alpha_spent is None else f"{p.alpha_spent:.2e}",
+                "" if p.decided_at_round is None else str(p.decided_at_round),
             ]
-            for p in summary["pairs"]
+            for p in summary.pairs
         ],
     )
     figures = [
@@ -514,7 +533,7 @@ def render(
         ("heatmap", "Trials per model and question", heatmap_plot(summary, data)),
         (
             "pairs",
-            "Candidate against incumbents" if "comparison" in summary else "Adjacent pairs",
+            "Candidate against incumbents" if compared else "Adjacent pairs",
             pairs_plot(summary),
         ),
         ("compute", "Compute used over the run", compute_plot(summary, data)),
@@ -524,25 +543,25 @@ def render(
             (
                 "history",
                 "Nightly history (nights with an alert shaded)",
-                history_plot(history, summary["confidence"]),
+                history_plot(history, summary.confidence),
             )
         )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>Campaign {html.escape(summary['name'])}</title>",
+        f"<title>Campaign {html.escape(summary.name)}</title>",
         f"<style>{STYLE}</style></head><body>",
-        f"<h1>Campaign <code>{html.escape(summary['name'])}</code></h1>",
+        f"<h1>Campaign <code>{html.escape(summary.name)}</code></h1>",
         *_headline_html(summary),
         (
             f"<p id='stop'>Stopped: <b>{html.escape(stop_label(summary))}</b> "
-            f"({html.escape(str(summary['stop_detail']))}). Prior: "
-            f"{html.escape(summary['prior'])}.</p>"
-            if summary.get("stop_reason") is not None
+            f"({html.escape(str(summary.stop_detail))}). Prior: "
+            f"{html.escape(summary.prior)}.</p>"
+            if summary.stop_reason is not None
             else f"<p id='stop'><b>Not finished:</b> {html.escape(stop_text(summary))}. Prior: "
-            f"{html.escape(summary['prior'])}.</p>"
+            f"{html.escape(summary.prior)}.</p>"
         ),
-        f"<p id='saved'>Trials used {summary['trials_used']} against "
+        f"<p id='saved'>Trials used {summary.trials_used} against "
         f"{html.escape(baseline_text(summary))}: {saved_text}, {html.escape(counted)}."
         + (
             f" <span class='note'>{undecided} pair(s) still undecided at the stop: the saving "
@@ -551,40 +570,38 @@ def render(
             else ""
         )
         + "</p>",
-        *_decision_html(summary.get("decision_rules") or {}),
-        *_comparison_html(summary.get("comparison")),
+        *_decision_html(summary.decision_rules),
+        *_comparison_html(summary.comparison),
         "<h2>Ranking</h2>",
         ranking,
         f"<ul id='ranking-notes' class='legend'>{notes}</ul>",
-        *([] if "comparison" in summary else ["<h2>Adjacent pairs</h2>", pairs]),
+        *([] if compared else ["<h2>Adjacent pairs</h2>", pairs]),
     ]
     for ident, title, svg in figures:
         parts.append(
             f"<figure id='{ident}'><figcaption><h2>{html.escape(title)}</h2></figcaption>"
             f"{svg}</figure>"
         )
-    if provenance is not None:
-        from adaptive_eval.outputs.provenance import markdown
+    from adaptive_eval.outputs.provenance import markdown
 
-        items = "".join(
-            f"<li>{_inline_code(line[2:])}</li>"
-            for line in markdown(provenance)
-            if line.startswith("- ")
-        )
-        parts.append(f"<h2>Provenance</h2><ul id='provenance'>{items}</ul>")
+    items = "".join(
+        f"<li>{_inline_code(line[2:])}</li>"
+        for line in markdown(summary.provenance)
+        if line.startswith("- ")
+    )
+    parts.append(f"<h2>Provenance</h2><ul id='provenance'>{items}</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_html(
     run_dir: Path,
-    summary: dict[str, Any],
-    provenance: dict[str, Any] | None = None,
+    summary: Summary,
     history: list[dict[str, Any]] | None = None,
     store: TrialStore | None = None,
 ) -> Path:
     """Write ``run_dir/report.html`` (with the nightly ``history`` when given); its path.
     ``store``: the run's store where the caller holds it open."""
     path = run_dir / FILENAME
-    atomic_write(path, render(summary, RunData.load(run_dir, store), provenance, history))
+    atomic_write(path, render(summary, RunData.load(run_dir, store), history))
     return path

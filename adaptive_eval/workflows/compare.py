@@ -16,6 +16,7 @@ from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.outputs.headline import trials_text
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
+from adaptive_eval.outputs.summary_schema import CompareVerdict
 from adaptive_eval.workflows.run import Finish, run_campaign
 
 
@@ -67,8 +68,9 @@ def render(result: dict[str, Any]) -> str:
     test = f" (non-inferiority, margin {margin})" if margin is not None else ""
     lines = [f"candidate {result['candidate']}{test}:"]
     for row in result["verdicts"]:
+        typed = CompareVerdict.model_validate(row)
         lines.append(
-            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(row)})"
+            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(typed)})"
         )
     lines.append(f"exit code {result['exit_code']}: {COMPARE_EXIT_MEANING[result['exit_code']]}")
     if result.get("stopped"):
