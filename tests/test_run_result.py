@@ -99,3 +99,68 @@ def test_report_rereads_without_writing_an_event(recorded: tuple[Path, Path]) ->
     assert after == before and before
     assert first["pairs"] == second["pairs"] and first["finished"] is True
     assert json.loads((run_dir / "summary.json").read_text())["trials_used"] == first["trials_used"]
+
+
+# -- the dispatch counters: a typed value, written back as recorded ----------------------------
+
+
+def test_dispatch_counts_give_back_the_recorded_block_exactly() -> None:
+    from adaptive_eval.dispatch import DispatchCounts, combine_dispatch
+
+    leg = {
+        "workers": 2,
+        "batches": 7,
+        "failed_batches": 0,
+        "worker_restarts": 0,
+        "worker_utilisation": 0.5,
+        "model_loads": 2,
+        "load_s": 0.0,
+        "request_retries": 1,
+        "request_retry_reasons": {"timeout": 1},
+    }
+    counts = DispatchCounts.from_record(leg)
+    assert counts.workers == 2 and counts.worker_utilisation == 0.5
+    assert counts.request_retry_reasons == {"timeout": 1}
+    assert json.dumps(counts.as_record()) == json.dumps(leg)
+    # A block recorded by an earlier version: a key no longer counted, another order, a null.
+    old = {"prefetch": {"sent": 3, "used": 2, "unused": 1}, "batches": 4, "workers": None}
+    counts = DispatchCounts.from_record(old)
+    assert counts.other == {"prefetch": {"sent": 3, "used": 2, "unused": 1}}
+    assert counts.batches == 4 and counts.workers is None and counts.load_s is None
+    assert json.dumps(counts.as_record()) == json.dumps(old)
+    merged = combine_dispatch(old, leg, True)
+    assert json.dumps(DispatchCounts.from_record(merged).as_record()) == json.dumps(merged)
+    assert DispatchCounts(workers=1, load_s=2.5).as_record() == {"workers": 1, "load_s": 2.5}
+    with pytest.raises(TypeError, match=r"dispatch\.batches"):
+        DispatchCounts.from_record({"batches": "7"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        counts.batches = 5  # type: ignore[misc]
+
+
+def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> None:
+    """The run's RunFacts carry DispatchCounts; summary.json's block is written as before: the
+    run's own counts in dispatch's order after the run, the store's record as it holds it after
+    ``report`` re-reads the run."""
+    from adaptive_eval.cli import main
+    from adaptive_eval.dispatch import dispatch_summary
+    from adaptive_eval.dispatch.inline import InlineDispatcher
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_dir = tmp_path / "run"
+    quiet = ["--set", "execution.dispatch=inline", "--quiet"]
+    assert main(["run", str(config), "--out", str(run_dir), *quiet]) == 0
+    store = TrialStore(run_dir, readonly=True)
+    try:
+        recorded = store.get_meta("dispatch")
+    finally:
+        store.close()
+    assert recorded["batches"] > 0
+    written = json.loads((run_dir / "summary.json").read_text())["dispatch"]
+    assert written == recorded
+    campaign = build_campaign(load(config))
+    order = list(dispatch_summary(InlineDispatcher(campaign.plans, campaign.offsets)))
+    assert list(written) == order
+    assert main(["report", str(run_dir), "--json"]) == 0
+    reread = json.loads((run_dir / "summary.json").read_text())["dispatch"]
+    assert json.dumps(reread, indent=2) == json.dumps(recorded, indent=2)

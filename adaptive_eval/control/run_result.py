@@ -21,6 +21,7 @@ from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import frozen_copy
+from adaptive_eval.dispatch.stats import DispatchCounts
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,12 @@ class RunFacts:
     """What only the run itself knew, kept in its store's metadata: whether this leg resumed
     one before it, the wall time over every leg, what dispatch counted, whether the loop ran to
     its end, and a nightly run's night (``None``: not known, e.g. a folder from before the
-    metadata was kept)."""
+    metadata was kept). ``dispatch`` is summary.json's block as a typed value, written back
+    exactly as the store recorded it."""
 
     resumed: bool | None = None
     elapsed_s: float | None = None
-    dispatch: Mapping[str, object] | None = None
+    dispatch: DispatchCounts | None = None
     finished: bool | None = None
     nightly: Mapping[str, object] | None = None
 
@@ -41,7 +43,7 @@ class RunFacts:
         known = {
             "resumed": self.resumed,
             "elapsed_s": self.elapsed_s,
-            "dispatch": None if self.dispatch is None else dict(self.dispatch),
+            "dispatch": None if self.dispatch is None else self.dispatch.as_record(),
             "finished": self.finished,
             "nightly": None if self.nightly is None else dict(self.nightly),
         }

@@ -3,8 +3,10 @@ summary.json's ``dispatch`` block over every leg of a run."""
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from adaptive_eval.base.types import Batch
@@ -132,3 +134,82 @@ def combine_dispatch(
         else:
             merged[key] = new if new is not None else old
     return merged
+
+
+#: The counters of :class:`DispatchCounts`, in summary.json's order, and the types each holds.
+_COUNTERS: dict[str, tuple[type, ...]] = {
+    "workers": (int,),
+    "batches": (int,),
+    "failed_batches": (int,),
+    "worker_restarts": (int,),
+    "worker_utilisation": (int, float),
+    "model_loads": (int,),
+    "load_s": (int, float),
+    "request_retries": (int,),
+}
+
+
+@dataclass(frozen=True)
+class DispatchCounts:
+    """summary.json's ``dispatch`` block as a value (the summary schema's ``Dispatch``): what
+    dispatch counted over every leg of a run, as :func:`combine_dispatch` recorded it in the
+    store. ``None``: a counter the record does not hold (a run from before it was counted).
+
+    ``other`` keeps what earlier versions recorded and this one no longer counts (e.g. the
+    removed speculative prefetch's ``prefetch``); ``keys`` the record's keys in their order,
+    so :meth:`as_record` gives back the very block that was recorded, byte for byte once
+    written as JSON.
+    """
+
+    workers: int | None = None
+    batches: int | None = None
+    failed_batches: int | None = None
+    worker_restarts: int | None = None
+    worker_utilisation: float | None = None
+    model_loads: int | None = None
+    load_s: float | None = None
+    request_retries: int | None = None
+    request_retry_reasons: Mapping[str, int] | None = None
+    other: Mapping[str, object] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> DispatchCounts:
+        """The counts of a recorded ``dispatch`` block; ``TypeError`` naming a counter of the
+        wrong type."""
+        known: dict[str, Any] = {}
+        for key, value in record.items():
+            kinds = _COUNTERS.get(key)
+            wrong = isinstance(value, bool) or not isinstance(value, kinds or object)
+            if kinds is not None and value is not None and wrong:
+                raise TypeError(f"dispatch.{key} = {value!r}: not a count")
+            if key == "request_retry_reasons" and value is not None:
+                if not isinstance(value, Mapping) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in value.values()
+                ):
+                    raise TypeError(f"dispatch.{key} = {value!r}: not counts by reason")
+                value = {str(reason): count for reason, count in value.items()}
+            known[key] = value
+        names = {f.name for f in fields(cls)} - {"other", "keys"}
+        return cls(
+            **{key: value for key, value in known.items() if key in names},
+            other={k: copy.deepcopy(v) for k, v in known.items() if k not in names},
+            keys=tuple(record),
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """The block as summary.json (and the store) hold it: the recorded keys, in order (a
+        value built without a record: the counters it holds, in the schema's order)."""
+        order = self.keys or (
+            *(
+                key
+                for key in (*_COUNTERS, "request_retry_reasons")
+                if getattr(self, key) is not None
+            ),
+            *self.other,
+        )
+        out: dict[str, Any] = {}
+        for key in order:
+            value = self.other[key] if key in self.other else getattr(self, key)
+            out[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+        return out

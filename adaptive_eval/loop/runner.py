@@ -24,6 +24,7 @@ from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.pilot import run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
+    DispatchCounts,
     DispatchStats,
     LaunchRequest,
     Workers,
@@ -158,7 +159,8 @@ def _run_opened(
         if not finished:
             log.info("pilot_done", trials=store.count_trials(), per_question=pilot)
             return None
-        facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=dispatch)
+        counts = DispatchCounts.from_record(dispatch)
+        facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=counts)
         summary = conclude(campaign, finished_run(controller, campaign_id, facts), store)
         log.info(
             "campaign_done",
@@ -246,10 +248,11 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, A
             controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
         elif not store.get_meta("finished"):
             controller.stop = None
+        recorded = kept.get("dispatch")
         facts = RunFacts(
             resumed=kept.get("resumed"),
             elapsed_s=store.get_meta("elapsed_s"),
-            dispatch=kept.get("dispatch"),
+            dispatch=None if recorded is None else DispatchCounts.from_record(recorded),
             finished=bool(store.get_meta("finished")),
             nightly=kept.get("nightly"),
         )
