@@ -21,6 +21,7 @@ from adaptive_eval.config import parse_config
 from adaptive_eval.control.library import TrialLibrary
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.outputs.provenance import markdown
+from adaptive_eval.outputs.summary_schema import Provenance
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 QUESTIONS = 3
@@ -193,7 +194,7 @@ def test_provenance_labels_the_identity_for_what_it_is() -> None:
         "packages_later": None,
         "report_build": {"numpy": "2.0"},
     }
-    text = "\n".join(markdown(provenance))
+    text = "\n".join(markdown(Provenance.model_validate(provenance)))
     assert "model sha256" not in text
     assert "content sha256 of every file in the model folder `abababababababab`" in text
     assert "revision `v3` (stated)" in text

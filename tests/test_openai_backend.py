@@ -477,8 +477,9 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
     # What it said when the campaign was planned: its /models card (no /version here).
     assert model["server"] == "card not reported; version none"  # it lists "flaky", not "srv"
     from adaptive_eval.outputs.provenance import markdown
+    from adaptive_eval.outputs.summary_schema import Provenance
 
-    text = "\n".join(markdown(collect(tmp_path / "run")))
+    text = "\n".join(markdown(Provenance.model_validate(collect(tmp_path / "run"))))
     assert "server's model card at planning: card not reported; version none" in text
 
 
