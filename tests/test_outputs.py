@@ -310,6 +310,24 @@ def test_a_verdict_tells_the_regression_first() -> None:
     assert text.index("worse than LLM_11") < text.index("undecided against LLM_9"), text
 
 
+def test_a_night_whose_cost_left_its_forecast_leads_with_that_alert() -> None:
+    """The headline words every alert kind of the schema (a cost alert fell through to the
+    ranking flip's sentence and its missing ``before``)."""
+    from adaptive_eval.outputs.headline import Kind, headline
+    from adaptive_eval.outputs.summary_schema import CostOutsideForecast, Nightly, Summary
+
+    alert = CostOutsideForecast(
+        kind="cost_outside_forecast", measure="trials sampled", low=100, high=400, actual=2500
+    )
+    nightly = Nightly(night="2026-11-02", alerts=[alert], exit_code=3)
+    found = headline(Summary.model_construct(stop_reason="goal_met", nightly=nightly))
+    assert found.kind is Kind.ALERT
+    assert found.text == (
+        "night 2026-11-02, exit 3: 1 alert(s): trials sampled: 2,500, outside the forecast's "
+        "90% range 100 to 400"
+    )
+
+
 def test_an_ordinary_headline_is_not_styled_as_a_warning(run: tuple[Path, Path]) -> None:
     config, run_dir = run
     report_run(load(config), run_dir)

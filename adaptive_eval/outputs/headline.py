@@ -27,6 +27,7 @@ from adaptive_eval.outputs.presentation import saving
 from adaptive_eval.outputs.summary_schema import (
     CompareVerdict,
     Comparison,
+    CostOutsideForecast,
     Nightly,
     RankingFlip,
     ScoreDrop,
@@ -207,12 +208,17 @@ def _verdict(comparison: Comparison) -> Headline:
     return Headline(Kind.VERDICT, tone, text, tuple(details))
 
 
-def alert_text(alert: ScoreDrop | RankingFlip) -> str:
+def alert_text(alert: ScoreDrop | RankingFlip | CostOutsideForecast) -> str:
     """One nightly alert as a sentence."""
     if isinstance(alert, ScoreDrop):
         return (
             f"{alert.model}'s score dropped {alert.before:.4f} -> {alert.now:.4f} "
             f"(z = {alert.z:.2f}, decided by {alert.rule})"
+        )
+    if isinstance(alert, CostOutsideForecast):  # worded as nightly's own alert lines
+        return (
+            f"{alert.measure}: {alert.actual:,.0f}, outside the forecast's 90% range "
+            f"{alert.low:,.0f} to {alert.high:,.0f}"
         )
     pair = " and ".join(alert.pair)
     return (
