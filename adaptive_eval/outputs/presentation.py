@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaptive_eval.outputs.summary_schema import CompareVerdict, PairRow, Summary
+from adaptive_eval.outputs.summary_schema import CompareVerdict, ForecastCheck, PairRow, Summary
 
 #: What the leading score is, for every page that shows it.
 SCORE_STATISTIC = (
@@ -234,3 +234,51 @@ def bayes_at_n(model: dict[str, Any]) -> tuple[float, float]:
 
 def _first(model: dict[str, Any], *keys: str) -> Any:
     return next(model[k] for k in keys if k in model)
+
+
+#: How each forecast measure is named on the pages, in their order.
+FORECAST_MEASURES = {
+    "trials": "trials",
+    "new_trials": "trials sampled beyond the evidence",
+    "tokens": "tokens",
+    "gpu_s": "device-s",
+    "pairs_settled": "pairs settled",
+}
+
+
+def forecast_rows(check: ForecastCheck) -> list[list[str]]:
+    """The forecast against the run: measure, forecast median (10-90%), actual, inside."""
+    rows = []
+    for key, label in FORECAST_MEASURES.items():
+        found = check.measures.get(key)
+        if found is None:
+            continue
+        digits = ".1f" if key == "gpu_s" else ",.0f"
+        rows.append(
+            [
+                label,
+                f"{found.p50:{digits}} ({found.p10:{digits}} to {found.p90:{digits}})",
+                f"{found.actual:{digits}}",
+                "yes" if found.inside else "no",
+            ]
+        )
+    return rows
+
+
+def forecast_note(check: ForecastCheck) -> str:
+    """Where the forecast came from, in one sentence."""
+    source = {
+        "pilot": "the run's own first trials (a pilot)",
+        "run": "an earlier run of the campaign",
+        "library": "the trial library",
+        "prior": "the config's prior alone (a prior guess)",
+    }.get(check.evidence or "", str(check.evidence))
+    stale = (
+        ""
+        if check.same_campaign
+        else " It was made for another configuration of the campaign (the fingerprint differs)."
+    )
+    return (
+        f"Forecast from {source}, {check.simulations} simulated campaigns (forecast.json); "
+        f"inside: the actual value is in the forecast's 10-90% range.{stale}"
+    )

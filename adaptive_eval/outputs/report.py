@@ -19,6 +19,8 @@ from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     candidate_side,
     decision_text,
+    forecast_note,
+    forecast_rows,
     interval_label,
     name_width,
     optional,
@@ -111,6 +113,17 @@ def render_markdown(summary: Summary) -> str:
         "engine's seconds on CPU).",
         "",
     ]
+    if summary.forecast is not None:
+        lines += [
+            "## Forecast against actual",
+            "",
+            "| | forecast: median (10-90%) | actual | inside |",
+            "|---|---:|---:|---|",
+            *("| " + " | ".join(row) + " |" for row in forecast_rows(summary.forecast)),
+            "",
+            forecast_note(summary.forecast),
+            "",
+        ]
     # Speculative prefetch was removed; a run recorded before keeps its counts in the block.
     recorded = {} if summary.dispatch is None else summary.dispatch.model_extra or {}
     prefetch = recorded.get("prefetch")

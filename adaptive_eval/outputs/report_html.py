@@ -37,6 +37,8 @@ from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     candidate_side,
     decision_text,
+    forecast_note,
+    forecast_rows,
     interval_label,
     optional,
     ranking_notes,
@@ -372,6 +374,39 @@ def compute_plot(summary: Summary, data: RunData) -> str:
     return _svg(fig)
 
 
+def forecast_plot(summary: Summary) -> str:
+    """The forecast's budget-decision curve (median and 10-90% band of pairs settled against a
+    trial budget) and where the run ended."""
+    check = summary.forecast
+    assert check is not None
+    fig, ax = _figure(7, 3.2)
+    budgets = np.asarray([p.trials for p in check.curve], dtype=np.float64)
+    if len(budgets):
+        low = [p.p10 for p in check.curve]
+        high = [p.p90 for p in check.curve]
+        ax.fill_between(
+            budgets, low, high, step="post", color="#a5d8ff", alpha=0.6, label="forecast 10-90%"
+        )
+        ax.step(
+            budgets,
+            [p.p50 for p in check.curve],
+            where="post",
+            color="#1c7ed6",
+            label="forecast median",
+        )
+    settled = check.measures.get("pairs_settled")
+    if settled is not None:
+        dot = ax.plot(
+            [summary.trials_used], [settled.actual], "o", color="#c92a2a", label="this run"
+        )
+        dot[0].set_gid("forecast-actual")
+    ax.set_xscale("log")
+    ax.set_xlabel("trial budget")
+    ax.set_ylabel("pairs settled")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _svg(fig)
+
+
 def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
@@ -485,6 +520,16 @@ def _headline_html(summary: Summary) -> list[str]:
     return out
 
 
+def _forecast_html(summary: Summary) -> list[str]:
+    if summary.forecast is None:
+        return []
+    table = _table(
+        ["", "forecast: median (10-90%)", "actual", "inside"], forecast_rows(summary.forecast)
+    )
+    note = html.escape(forecast_note(summary.forecast))
+    return ["<h2>Forecast against actual</h2>", table, f"<p class='note'>{note}</p>"]
+
+
 def _decision_html(rules: DecisionRules) -> list[str]:
     """The decision rules, their guarantee and (for a rule without one) the warning."""
     if not rules.model_fields_set:  # an empty block: a summary that recorded no rules
@@ -538,6 +583,10 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
         ),
         ("compute", "Compute used over the run", compute_plot(summary, data)),
     ]
+    if summary.forecast is not None:
+        figures.append(
+            ("forecast", "Forecast: pairs settled against the trial budget", forecast_plot(summary))
+        )
     if history:
         figures.append(
             (
@@ -576,6 +625,7 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
         ranking,
         f"<ul id='ranking-notes' class='legend'>{notes}</ul>",
         *([] if compared else ["<h2>Adjacent pairs</h2>", pairs]),
+        *_forecast_html(summary),
     ]
     for ident, title, svg in figures:
         parts.append(
