@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated campaigns (default 40; more: tighter percentiles, slower)",
     )
     forecast.add_argument("--seed", type=int, default=0, help="seed of the simulations")
+    forecast.add_argument(
+        "--candidate", help="forecast `compare --candidate NAME`: its pairs against each incumbent"
+    )
+    forecast.add_argument("--margin", type=float, help="compare's non-inferiority margin")
     forecast.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     forecast.add_argument("--json", action="store_true", help="print forecast.json to stdout")
     forecast.add_argument("--quiet", action="store_true", help=QUIET_HELP)

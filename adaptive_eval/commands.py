@@ -409,8 +409,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.workflows.compare import render, run_compare
+    from adaptive_eval.workflows.forecast import pilot_overrides
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, [*args.set, *pilot_overrides(Path(args.out))])
     summary = run_compare(
         config,
         args.candidate,
@@ -445,6 +446,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
         out=out,
         simulations=args.simulations,
         seed=args.seed,
+        candidate=args.candidate,
+        margin=args.margin,
     )
     found = run_forecast(config, request, quiet=args.quiet)
     print(json.dumps(found.record(), indent=2) if args.json else render(found, out))

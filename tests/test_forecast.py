@@ -266,3 +266,37 @@ def test_each_night_forecasts_its_cost_and_alerts_outside_the_90_percent_range(
     assert alert["alerts"][0]["kind"] == "cost_outside_forecast"
     page = (history / "runs" / "2026-11-03" / "report.md").read_text()
     assert "outside the forecast's 90% range" in page
+
+
+def test_a_compare_forecast_counts_the_candidates_pairs_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(run_dir), "--quiet", *TEST_DISPATCH]) == 0
+    capsys.readouterr()
+    args = ["forecast", str(config), "--from", str(run_dir), "--candidate", "model-1", "--json"]
+    assert main([*args, "--margin", "0.05", "--simulations", "10"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["candidate"] == "model-1" and record["pairs_total"] == 3
+    assert record["pairs"] and all("model-1" in (p["a"], p["b"]) for p in record["pairs"])
+    assert record["pairs_settled"]["p90"] <= 3
+
+
+def test_validate_forecasts_from_the_library_and_otherwise_says_how(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = base_config(str(write_scenario(tmp_path / "s.npz", mimic_success(SCORES, 12))))
+    data["library"] = str(tmp_path / "library.sqlite")
+    config = write_config(tmp_path / "c.yaml", data)
+    assert main(["validate", str(config)]) == 0
+    assert "forecast: no recorded trial of these models yet; run `adaptive-eval forecast" in (
+        capsys.readouterr().out
+    )
+    assert main(["run", str(config), "--out", str(tmp_path / "r"), "--quiet", *TEST_DISPATCH]) == 0
+    trials = json.loads((tmp_path / "r" / "summary.json").read_text())["trials_used"]
+    capsys.readouterr()
+    assert main(["validate", str(config)]) == 0
+    said = capsys.readouterr().out
+    # Every simulation replays the library's trials: the run itself, again.
+    assert f"forecast (from {trials:,} library trials; 10 simulations): trials {trials:,}" in said

@@ -38,7 +38,7 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from typing import Any
 
@@ -205,6 +205,7 @@ class _Job:
     tokens: CostModel | None
     gpu_s: CostModel | None
     seed: int
+    candidate: int | None  # compare's candidate: only its pairs count
 
 
 _JOB: _Job | None = None
@@ -264,7 +265,7 @@ def _simulate_one(index: int) -> SimPath:
             tokens.append(sunk_tokens + job.tokens.expected(new))
         if job.gpu_s is not None:
             gpu.append(sunk_gpu + job.gpu_s.expected(new))
-        decided = [d for d in outcome.decisions if d.settled]
+        decided = [d for d in outcome.decisions if d.settled and counts_pair(d, job.candidate)]
         settled.append(len(decided))
         for d in decided:
             key = pair_key(names, d)
@@ -298,6 +299,11 @@ def _sunk(values: np.ndarray, evidence: Evidence, recorded: np.ndarray) -> float
         return 0.0
     mask = np.arange(values.shape[2]) < recorded[..., None]
     return float(np.where(mask, np.maximum(values, 0), 0).sum())
+
+
+def counts_pair(decision: PairDecision, candidate: int | None) -> bool:
+    """Whether a pair counts: every pair of a ranking; compare's candidate's own."""
+    return candidate is None or candidate in (decision.a, decision.b)
 
 
 def pair_key(names: Sequence[str], decision: PairDecision) -> tuple[str, str]:
@@ -371,6 +377,7 @@ class Forecast:
     curve: tuple[CurvePoint, ...]
     unknown: tuple[str, ...]  # what cannot be forecast, said once each
     stops: dict[str, int] = field(default_factory=dict)  # why each simulation stopped
+    candidate: str | None = None  # compare's: only its pairs count
 
     def record(self) -> dict[str, Any]:
         """forecast.json."""
@@ -392,6 +399,7 @@ class Forecast:
             "seed": self.seed,
             "budget": self.budget,
             "pairs_total": self.num_pairs,
+            "candidate": self.candidate,
             "models": self.num_models,
             "trials": rng(self.trials),
             "new_trials": rng(self.new_trials),
@@ -433,10 +441,11 @@ def forecast(
     simulations: int = DEFAULT_SIMULATIONS,
     seed: int = 0,
     processes: int | None = None,
+    candidate: str | None = None,
 ) -> Forecast:
     """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
     ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
-    at most 8)."""
+    at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count."""
     global _JOB
     num_categories = campaign.num_categories
     counts = evidence.counts(num_categories) + np.rint(np.maximum(campaign.prior - 1, 0)).astype(
@@ -458,12 +467,14 @@ def forecast(
             unknown.append(f"GPU-seconds: {_missing(campaign, known_gpu)} no GPU time")
         if evidence.elapsed_s is None or evidence.trials == 0:
             unknown.append("wall time: the evidence was not timed")
-    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed)
+    focus = None if candidate is None else campaign.names.index(candidate)
+    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus)
     try:
         paths = _run_all(simulations, processes)
     finally:
         _JOB = None
-    return summarise(campaign, evidence, budget, paths, seed, tuple(unknown))
+    found = summarise(campaign, evidence, budget, paths, seed, tuple(unknown))
+    return replace(found, candidate=candidate)
 
 
 def _missing(campaign: Campaign, known: np.ndarray) -> str:
@@ -634,6 +645,8 @@ def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str,
     """What the run did, in the forecast's measures (``reused``: trials the library served)."""
     evidence = record.get("evidence") or {}
     trials = run.view.trials_used
+    candidate = record.get("candidate")
+    focus = run.view.names.index(candidate) if candidate in run.view.names else None
     if evidence.get("source") == "library":
         new = trials - reused
     elif evidence.get("replayed"):
@@ -646,7 +659,7 @@ def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str,
         "new_trials": new,
         "tokens": run.savings.tokens_used,
         "gpu_s": gpu if gpu else None,
-        "pairs_settled": sum(d.settled for d in run.decisions),
+        "pairs_settled": sum(d.settled and counts_pair(d, focus) for d in run.decisions),
     }
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.forecast import (
     DEFAULT_SIMULATIONS,
@@ -58,6 +59,9 @@ class ForecastRequest:
     out: Path | None = None
     simulations: int = DEFAULT_SIMULATIONS
     seed: int = 0
+    #: Forecast ``compare --candidate`` (its pairs: the candidate against each incumbent).
+    candidate: str | None = None
+    margin: float | None = None
 
 
 def pilot_overrides(run_dir: Path) -> list[str]:
@@ -103,18 +107,19 @@ def run_forecast(
         recorded = pilot_overrides(request.out)
         if recorded:
             config = with_pilot(config, int(recorded[0].split("=")[1]))
-    campaign = build_campaign(config)
+    campaign = _campaign(config, request)
     if pilot is not None:
         assert request.out is not None
         _sample_pilot(config, campaign, request.out, pilot, console, quiet)
     evidence = gather_evidence(campaign, request)
-    unbudgeted = build_campaign(without_budget(config))
+    unbudgeted = _campaign(without_budget(config), request)
     found = forecast(
         unbudgeted,
         evidence,
         campaign.settings.budget,
         simulations=request.simulations,
         seed=request.seed,
+        candidate=request.candidate,
     )
     if request.out is not None:
         request.out.mkdir(parents=True, exist_ok=True)
@@ -122,6 +127,14 @@ def run_forecast(
         record["fingerprint"] = campaign.fingerprint
         atomic_write(request.out / FORECAST_FILE, json.dumps(record, indent=2) + "\n")
     return found
+
+
+def _campaign(config: CampaignConfig, request: ForecastRequest) -> Campaign:
+    """The campaign ``run`` (or ``compare --candidate``) would execute."""
+    campaign = build_campaign(config)
+    if request.candidate is None:
+        return campaign
+    return compare_campaign(campaign, request.candidate, request.margin)[0]
 
 
 def _check_pilot(config: CampaignConfig, pilot: int, source: str) -> CampaignConfig:
