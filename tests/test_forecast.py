@@ -300,3 +300,23 @@ def test_validate_forecasts_from_the_library_and_otherwise_says_how(
     said = capsys.readouterr().out
     # Every simulation replays the library's trials: the run itself, again.
     assert f"forecast (from {trials:,} library trials; 10 simulations): trials {trials:,}" in said
+
+
+def test_a_backend_without_token_counts_is_said_once_never_a_zero(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcomes = _tape(
+        np.load(write_scenario(tmp_path / "s.npz", mimic_success(SCORES, 12)))["probs"], 30, 0
+    )
+    np.savez(tmp_path / "r.npz", outcomes=outcomes.astype(np.int8))
+    data = base_config("r.npz")
+    data["models"] = [{"backend": "replay", "path": "r.npz"}]
+    data["baseline"] = {}
+    config = write_config(tmp_path / "c.yaml", data)
+    out = tmp_path / "out"
+    assert main(["forecast", str(config), "--pilot", "3", "--out", str(out), *TEST_DISPATCH]) == 0
+    said = capsys.readouterr().out
+    assert said.count("not forecast: tokens: the backends recorded no token counts") == 1
+    assert "tokens:" not in said.replace("not forecast: tokens:", "")
+    record = json.loads((out / "forecast.json").read_text())
+    assert record["tokens"] is None and record["trials"]["p10"] > 0
