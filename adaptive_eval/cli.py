@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     forecast.add_argument(
         "--simulations",
         type=_at_least(10),
-        default=40,
-        help="simulated campaigns (default 40; more: tighter percentiles, slower)",
+        help="simulated campaigns (default 40, 20 above 5,000 model x question cells; more: "
+        "tighter percentiles, slower)",
     )
     forecast.add_argument("--seed", type=int, default=0, help="seed of the simulations")
     forecast.add_argument(

@@ -32,10 +32,10 @@ from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.forecast import (
-    DEFAULT_SIMULATIONS,
     Evidence,
     Forecast,
     Range,
+    default_simulations,
     forecast,
 )
 from adaptive_eval.control.library import library_trials
@@ -57,7 +57,7 @@ class ForecastRequest:
     from_dir: Path | None = None
     pilot: int | None = None
     out: Path | None = None
-    simulations: int = DEFAULT_SIMULATIONS
+    simulations: int | None = None  # None: default_simulations of the campaign's size
     seed: int = 0
     #: Forecast ``compare --candidate`` (its pairs: the candidate against each incumbent).
     candidate: str | None = None
@@ -117,7 +117,8 @@ def run_forecast(
         unbudgeted,
         evidence,
         campaign.settings.budget,
-        simulations=request.simulations,
+        simulations=request.simulations
+        or default_simulations(campaign.num_models * campaign.num_questions),
         seed=request.seed,
         candidate=request.candidate,
     )

@@ -1,0 +1,496 @@
+"""Calibration of the forecast (``adaptive-eval forecast --pilot K``) against the runs it forecasts.
+
+    python benchmarks/forecast.py --out runs/bench-forecast                 # quick: 20 + 5 reps
+
+docs/forecast.md's table (about 35 minutes on 2 loaded cores)::
+
+    python benchmarks/forecast.py --out runs/bench-forecast --simulations 30 --no-scale \
+        --real-replicates 0 --only "demo,gaps" --replicates 100
+    python benchmarks/forecast.py --out runs/bench-forecast --simulations 30 --no-scale \
+        --real-replicates 0 --only "near-ties,categorical" --replicates 50
+    python benchmarks/forecast.py --out runs/bench-forecast --simulations 20 --no-scale \
+        --replicates 0 --only replay --real-replicates 8
+    python benchmarks/forecast.py --out runs/bench-forecast --replicates 0 --real-replicates 0
+
+Each replicate of a campaign is one pilot-then-run, seeded:
+
+1. An outcome tape (L, M, N) is fixed: drawn from the scenario's true probabilities (simulated
+   campaigns, with a token count per trial drawn as the ``simulated`` backend does: a gamma-like
+   spread of shape 4 around the scenario's ``tokens_mean``), or each cell's recorded outcomes of
+   a real file in a seeded shuffled order (replays; these files have no token counts).
+2. The pilot is the tape's first ``--pilot`` trials of every cell: the
+   :class:`~adaptive_eval.control.forecast.Evidence` (``replayed=True``) the forecast is given,
+   for the campaign built with ``policy.min_trials_per_question = K`` and no budget.
+3. The realised run is the same campaign (:func:`~adaptive_eval.control.simulate.simulate_campaign`)
+   served the tape in order (its first K trials per cell are the pilot's).
+
+Reported per campaign: the share of replicates whose realised trials, pairs settled and tokens
+fall inside the forecast's 10-90% range (targets: 70-90% for trials, at least 80% for pairs
+settled), the share below the range and above it, the mean ratio of the forecast median to the
+realised trials, and the median wall time of one forecast (one process with ``--jobs`` > 1,
+whose replicates run side by side). Also timed: one forecast of a synthetic L = 50, M = 500
+binary campaign (cap 80, pilot K, ``--scale-simulations``) on ``--processes`` processes
+(the last command above: only that).
+
+Campaigns: the demo (``configs/demo.yaml``, its scenario with ``tokens_mean``), campaigns of
+``benchmarks/sequential.py``'s suite written as simulated-backend scenarios (30 questions, cap
+``--cap``, a per-cell ``tokens_mean``), and replays of every ``*.npz`` under ``--real`` (capped
+at their N). Each invocation merges its rows into ``OUT/forecast.json`` (by campaign name) and
+rewrites ``OUT/forecast.md``, so campaigns can be run with different replicate counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.config import CampaignConfig, load_config
+from adaptive_eval.control.forecast import Evidence, Forecast, forecast
+from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.settings import BudgetSettings
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+# benchmarks/sequential.py's scenario builders (imported by name, not followed by mypy).
+_sequential = importlib.import_module("sequential")
+suite: Callable[[int], dict[str, Truth]] = _sequential.suite
+matched: Callable[[np.random.Generator, float, int, float], np.ndarray] = _sequential.matched
+shuffled: Callable[[np.ndarray, np.random.Generator], np.ndarray] = _sequential.shuffled
+
+DEMO = REPO / "configs" / "demo.yaml"
+REAL = REPO.parent / "shared" / "data" / "real"
+NO_BUDGET = BudgetSettings(None, None, None)
+#: The suite campaigns run (benchmarks/sequential.py's names) and their short names here.
+SUITE = {
+    "12 models, gaps 3x rope": "suite: 12 models, gaps 3x rope",
+    "8 models, near-ties": "suite: 8 models, near-ties",
+    "categorical rubric (5 models)": "suite: categorical rubric (5 models)",
+}
+#: The ``simulated`` backend's token spread: gamma-like of this shape (Wilson-Hilferty cube).
+TOKEN_SHAPE = 4.0
+#: The policy of every campaign here but the demo (the demo's own policy).
+POLICY = {
+    "confidence": 0.95,
+    "error_control": "ranking",
+    "rope": 0.02,
+    "allocation": "track_and_stop",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One campaign: its config (built with ``min_trials_per_question`` = the pilot) and where
+    its outcome tape comes from (``probs`` to draw from, or recorded ``outcomes`` to shuffle)."""
+
+    name: str
+    kind: str  # simulated | replay
+    config: str
+    data: str  # the scenario (probs, tokens_mean) or the recorded file (outcomes)
+    seed: int
+
+
+@cache
+def _config(path: str, pilot: int) -> CampaignConfig:
+    return load_config(path, [f"policy.min_trials_per_question={pilot}"])
+
+
+@cache
+def _arrays(case: Case) -> tuple[np.ndarray, np.ndarray | None]:
+    """(probs (L, M, K), tokens_mean (L, M) or None) of a scenario, or (outcomes, None)."""
+    with np.load(case.data) as data:
+        if case.kind == "replay":
+            return np.asarray(data["outcomes"], dtype=np.int64), None
+        tokens = np.asarray(data["tokens_mean"], np.float64) if "tokens_mean" in data else None
+        return np.asarray(data["probs"], dtype=np.float64), tokens
+
+
+def draw_tokens(mean: np.ndarray, depth: int, rng: np.random.Generator) -> np.ndarray:
+    """(L, M, depth) completion lengths drawn as the ``simulated`` backend draws them."""
+    normal = rng.standard_normal((*mean.shape, depth))
+    cube = (1 - 1 / (9 * TOKEN_SHAPE) + normal * math.sqrt(1 / (9 * TOKEN_SHAPE))) ** 3
+    return np.asarray(np.maximum(1, np.rint(mean[..., None] * cube)), dtype=np.int64)
+
+
+def pilot_evidence(tape: np.ndarray, tokens: np.ndarray | None, pilot: int) -> Evidence:
+    """The tape's first ``pilot`` trials of every cell, as a pilot records them."""
+    num_models, num_questions = tape.shape[:2]
+    m, q, t = np.indices((num_models, num_questions, pilot)).reshape(3, -1)
+    costs = np.full(m.shape, -1) if tokens is None else tokens[:, :, :pilot].reshape(-1)
+    return Evidence.from_trials(
+        (num_models, num_questions),
+        m,
+        q,
+        t,
+        tape[:, :, :pilot].reshape(-1),
+        costs,
+        np.zeros(m.shape),
+        replayed=True,
+        source="pilot",
+        detail=f"benchmark pilot of {pilot}",
+    )
+
+
+def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any]:
+    """Replicate ``rep`` of ``case``: forecast from the pilot, then the realised run."""
+    case, rep, simulations, pilot, processes = task
+    config = _config(case.config, pilot)
+    campaign = build_campaign(config)
+    cap = campaign.settings.policy.max_trials_per_question
+    rng = np.random.default_rng([case.seed, rep])
+    arrays, tokens_mean = _arrays(case)
+    tokens = None
+    if case.kind == "replay":
+        tape = shuffled(arrays, rng)[:, :, :cap]
+        success = tape.mean(axis=2)
+        probs = np.stack([1 - success, success], axis=2)  # unused: the tape is served
+    else:
+        probs = arrays
+        draws = rng.random((*probs.shape[:2], cap))
+        tape = (draws[..., None] > probs.cumsum(axis=2)[:, :, None, :]).sum(axis=3)
+        if tokens_mean is not None:
+            tokens = draw_tokens(tokens_mean, cap, rng)
+    evidence = pilot_evidence(tape, tokens, pilot)
+    started = time.perf_counter()
+    found = forecast(
+        campaign, evidence, NO_BUDGET, simulations=simulations, seed=rep, processes=processes
+    )
+    seconds = time.perf_counter() - started
+    real = simulate_campaign(
+        build_campaign(config),
+        Truth(probs, campaign.weights),
+        rng,
+        replay_sampler(tape, campaign.num_categories),
+    )
+    settled = sum(d.settled for d in real.decisions)
+    real_tokens = None
+    if tokens is not None:
+        used = np.arange(tape.shape[2]) < real.trials[..., None]
+        real_tokens = int((tokens * used).sum())
+    return {
+        "replicate": rep,
+        "seconds": seconds,
+        "forecast": _ranges(found),
+        "stops": found.stops,
+        "realised": {"trials": real.total_trials, "settled": settled, "tokens": real_tokens},
+        "realised_stop": None if real.stop is None else real.stop.reason.value,
+    }
+
+
+def _ranges(found: Forecast) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "trials": found.trials.record(),
+        "settled": found.settled.record(),
+        "tokens": None if found.tokens is None else found.tokens.record(),
+    }
+    return out
+
+
+def _where(value: float | None, rng: dict[str, float] | None) -> int | None:
+    """-1 below the 10-90% range, 0 inside, 1 above; None if unknown."""
+    if value is None or rng is None:
+        return None
+    return -1 if value < rng["p10"] else (1 if value > rng["p90"] else 0)
+
+
+def summarise(
+    case: Case, results: list[dict[str, Any]], simulations: int, pilot: int
+) -> dict[str, Any]:
+    """One campaign's calibration row."""
+    row: dict[str, Any] = {
+        "campaign": case.name,
+        "kind": case.kind,
+        "replicates": len(results),
+        "simulations": simulations,
+        "pilot": pilot,
+    }
+    for quantity in ("trials", "settled", "tokens"):
+        places = [
+            _where(r["realised"][quantity], r["forecast"][quantity])
+            for r in results
+            if r["realised"][quantity] is not None and r["forecast"][quantity] is not None
+        ]
+        known = [p for p in places if p is not None]
+        row[f"{quantity}_inside"] = float(np.mean([p == 0 for p in known])) if known else None
+        row[f"{quantity}_below"] = float(np.mean([p < 0 for p in known])) if known else None
+        row[f"{quantity}_above"] = float(np.mean([p > 0 for p in known])) if known else None
+    ratios = [r["forecast"]["trials"]["p50"] / max(r["realised"]["trials"], 1) for r in results]
+    row["trials_ratio"] = float(np.mean(ratios))
+    row["trials_realised"] = float(np.mean([r["realised"]["trials"] for r in results]))
+    row["trials_forecast_p50"] = float(np.mean([r["forecast"]["trials"]["p50"] for r in results]))
+    row["trials_range_width"] = float(
+        np.mean(
+            [
+                (r["forecast"]["trials"]["p90"] - r["forecast"]["trials"]["p10"])
+                / max(r["forecast"]["trials"]["p50"], 1)
+                for r in results
+            ]
+        )
+    )
+    row["settled_realised"] = float(np.mean([r["realised"]["settled"] for r in results]))
+    row["settled_forecast_p50"] = float(np.mean([r["forecast"]["settled"]["p50"] for r in results]))
+    tokens = [r for r in results if r["realised"]["tokens"] and r["forecast"]["tokens"]]
+    row["tokens_ratio"] = (
+        float(np.mean([r["forecast"]["tokens"]["p50"] / r["realised"]["tokens"] for r in tokens]))
+        if tokens
+        else None
+    )
+    row["seconds_median"] = float(statistics.median(r["seconds"] for r in results))
+    row["results"] = results
+    return row
+
+
+def run_case(
+    case: Case, reps: int, simulations: int, pilot: int, jobs: int, processes: int | None
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    if jobs > 1:
+        tasks = [(case, rep, simulations, pilot, 1) for rep in range(reps)]
+        with ProcessPoolExecutor(jobs, mp_context=get_context("fork")) as pool:
+            results = list(pool.map(run_replicate, tasks))
+    else:
+        results = [run_replicate((case, rep, simulations, pilot, processes)) for rep in range(reps)]
+    row = summarise(case, results, simulations, pilot)
+    row["jobs"] = jobs
+    row["seconds_total"] = time.perf_counter() - started
+    print(_line(row), flush=True)
+    return row
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['campaign']:<44} reps {row['replicates']:>4} "
+        f"trials in {_pct(row['trials_inside']):>4} "
+        f"(below {_pct(row['trials_below'])}, above {_pct(row['trials_above'])}) "
+        f"settled in {_pct(row['settled_inside']):>4} tokens in {_pct(row['tokens_inside']):>4} "
+        f"p50/real {row['trials_ratio']:.2f} s/forecast {row['seconds_median']:.1f} "
+        f"({row['seconds_total']:.0f}s)"
+    )
+
+
+def markdown(rows: list[dict[str, Any]], scale: dict[str, Any] | None) -> str:
+    """The calibration table (docs/forecast.md quotes it)."""
+    lines = [
+        "| campaign | L x M, cap | replicates x simulations | trials inside (below / above) "
+        "| settled inside (below / above) | tokens inside | forecast p50 / realised trials "
+        "| s per forecast |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        shape = row.get("shape", "")
+        lines.append(
+            f"| {row['campaign']} | {shape} | {row['replicates']} x {row['simulations']} | "
+            f"{_pct(row['trials_inside'])} ({_pct(row['trials_below'])} / "
+            f"{_pct(row['trials_above'])}) | {_pct(row['settled_inside'])} "
+            f"({_pct(row['settled_below'])} / {_pct(row['settled_above'])}) | "
+            f"{_pct(row['tokens_inside'])} | {row['trials_ratio']:.2f} | "
+            f"{row['seconds_median']:.1f} |"
+        )
+    if scale is not None:
+        lines += [
+            "",
+            f"Scale: one forecast of L = {scale['models']}, M = {scale['questions']} (cap "
+            f"{scale['cap']}, pilot {scale['pilot']}, {scale['simulations']} simulations, "
+            f"{scale['processes']} processes): {scale['seconds']:.1f} s.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# --- campaigns ---------------------------------------------------------------------------------
+
+
+def _write_config(path: Path, data: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def _simulated_config(
+    folder: Path, name: str, probs: np.ndarray, weights: list[float], cap: int, tokens: np.ndarray
+) -> tuple[str, str]:
+    """A simulated-backend scenario and its config, in ``folder``."""
+    stem = "".join(ch if ch.isalnum() else "_" for ch in name)
+    scenario = folder / f"{stem}.npz"
+    names = np.array([f"m{i}" for i in range(probs.shape[0])])
+    np.savez(scenario, probs=probs, models=names, tokens_mean=tokens)
+    data = {
+        "name": stem,
+        "seed": 0,
+        "models": [{"backend": "simulated", "path": str(scenario)}],
+        "rubric": {"weights": weights},
+        "policy": {**POLICY, "min_trials_per_question": 2, "max_trials_per_question": cap},
+    }
+    return _write_config(folder / f"{stem}.yaml", data), str(scenario)
+
+
+def token_means(shape: tuple[int, int], seed: int) -> np.ndarray:
+    """(L, M) mean completion lengths: a per-model level (300..3000) times a per-question
+    lognormal factor (sigma 0.5)."""
+    rng = np.random.default_rng(seed)
+    level = np.exp(rng.uniform(np.log(300), np.log(3000), shape[0]))
+    return np.asarray(level[:, None] * np.exp(rng.normal(0, 0.5, shape)), dtype=np.float64)
+
+
+def demo_case(folder: Path) -> Case:
+    """configs/demo.yaml with its scenario path made absolute."""
+    data = yaml.safe_load(DEMO.read_text())
+    scenario = (DEMO.parent / data["models"][0]["path"]).resolve()
+    data["models"][0]["path"] = str(scenario)
+    config = _write_config(folder / "demo.yaml", data)
+    return Case("demo (configs/demo.yaml)", "simulated", config, str(scenario), 1)
+
+
+def suite_cases(folder: Path, questions: int, cap: int) -> list[Case]:
+    truths = suite(questions)
+    cases = []
+    for index, (name, label) in enumerate(SUITE.items()):
+        truth = truths[name]
+        tokens = token_means(truth.shape[:2], 100 + index)
+        config, scenario = _simulated_config(
+            folder, label, truth.probs, [float(w) for w in truth.weights], cap, tokens
+        )
+        cases.append(Case(label, "simulated", config, scenario, 10 + index))
+    return cases
+
+
+def replay_cases(folder: Path, real: Path) -> list[Case]:
+    cases = []
+    for index, path in enumerate(sorted(real.glob("*.npz"))):
+        with np.load(path) as data:
+            depth = int(data["outcomes"].shape[2])
+        data_ = {
+            "name": path.stem,
+            "seed": 0,
+            "models": [{"backend": "replay", "path": str(path), "key": "outcomes"}],
+            "rubric": {"weights": [0, 1]},
+            "policy": {**POLICY, "min_trials_per_question": 2, "max_trials_per_question": depth},
+        }
+        config = _write_config(folder / f"{path.stem}.yaml", data_)
+        cases.append(Case(f"replay: {path.stem}", "replay", config, str(path), 20 + index))
+    return cases
+
+
+def scale_case(folder: Path, models: int, questions: int, cap: int) -> Case:
+    """A synthetic binary campaign: scores spread 0.2..0.8, per-question Beta (kappa 4)."""
+    rng = np.random.default_rng(50)
+    success = np.stack([matched(rng, t, questions, 4.0) for t in np.linspace(0.2, 0.8, models)])
+    probs = np.stack([1 - success, success], axis=2)
+    tokens = token_means((models, questions), 50)
+    config, scenario = _simulated_config(
+        folder, f"scale {models}x{questions}", probs, [0.0, 1.0], cap, tokens
+    )
+    return Case(f"scale: L={models}, M={questions}", "simulated", config, scenario, 50)
+
+
+def _shape(case: Case, pilot: int) -> str:
+    campaign = build_campaign(_config(case.config, pilot))
+    cap = campaign.settings.policy.max_trials_per_question
+    return f"{campaign.num_models} x {campaign.num_questions}, {cap}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--replicates", type=int, default=20, help="per simulated campaign")
+    parser.add_argument("--real-replicates", type=int, default=5, help="per real replay")
+    parser.add_argument("--simulations", type=int, default=40, help="per forecast")
+    parser.add_argument("--pilot", type=int, default=4, help="pilot trials per question")
+    parser.add_argument("--questions", type=int, default=30, help="suite campaigns' questions")
+    parser.add_argument("--cap", type=int, default=100, help="suite campaigns' cap")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="replicates run side by side, each forecast on one process (1: one at a time, "
+        "each forecast on --processes)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=None, help="a forecast's processes (default: the CPUs)"
+    )
+    parser.add_argument(
+        "--only", default=None, help="campaigns whose name contains one of these (a,b)"
+    )
+    parser.add_argument("--real", type=Path, default=REAL, help="folder of real outcome files")
+    parser.add_argument("--no-scale", action="store_true", help="skip the L x M timing")
+    parser.add_argument("--scale-models", type=int, default=50)
+    parser.add_argument("--scale-questions", type=int, default=500)
+    parser.add_argument("--scale-simulations", type=int, default=40)
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-forecast")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "forecast.json"
+    saved: dict[str, Any] = json.loads(store.read_text()) if store.exists() else {}
+    rows: dict[str, dict[str, Any]] = {row["campaign"]: row for row in saved.get("rows", [])}
+    scale: dict[str, Any] | None = saved.get("scale")
+
+    def save() -> None:
+        record = {"rows": list(rows.values()), "scale": scale}
+        store.write_text(json.dumps(record, indent=2) + "\n")
+        (args.out / "forecast.md").write_text(markdown(list(rows.values()), scale))
+
+    with tempfile.TemporaryDirectory(prefix="bench-forecast-") as tmp:
+        folder = Path(tmp)
+        cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
+        if args.real.is_dir():
+            cases += replay_cases(folder, args.real)
+        else:
+            print(f"# no real outcome files at {args.real}: replays skipped", flush=True)
+        if args.only:
+            wanted = args.only.split(",")
+            cases = [c for c in cases if any(w in c.name for w in wanted)]
+        for case in cases:
+            reps = args.real_replicates if case.kind == "replay" else args.replicates
+            if reps <= 0:
+                continue
+            print(f"# {case.name}: {reps} replicates", flush=True)
+            row = run_case(case, reps, args.simulations, args.pilot, args.jobs, args.processes)
+            row["shape"] = _shape(case, args.pilot)
+            rows[case.name] = row
+            save()
+        if not args.no_scale:
+            case = scale_case(folder, args.scale_models, args.scale_questions, min(80, args.cap))
+            result = run_replicate((case, 0, args.scale_simulations, args.pilot, args.processes))
+            scale = {
+                "models": args.scale_models,
+                "questions": args.scale_questions,
+                "cap": min(80, args.cap),
+                "pilot": args.pilot,
+                "simulations": args.scale_simulations,
+                "processes": args.processes or "default (the CPUs, at most 8)",
+                **result,
+            }
+            print(
+                f"# scale L={args.scale_models}, M={args.scale_questions}: one forecast "
+                f"{result['seconds']:.1f} s; realised {result['realised']}, forecast "
+                f"{result['forecast']['trials']}",
+                flush=True,
+            )
+            save()
+    print()
+    print(markdown(list(rows.values()), scale))
+
+
+if __name__ == "__main__":
+    main()
