@@ -70,6 +70,8 @@ LARGE_CELLS = 5_000
 def default_simulations(cells: int) -> int:
     """Simulated campaigns of a forecast over ``cells`` (model, question) cells."""
     return DEFAULT_SIMULATIONS if cells <= LARGE_CELLS else DEFAULT_SIMULATIONS // 2
+
+
 #: Points of the budget-decision curve (besides the configured budget).
 CURVE_POINTS = 12
 
