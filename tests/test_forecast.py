@@ -320,3 +320,18 @@ def test_a_backend_without_token_counts_is_said_once_never_a_zero(
     assert "tokens:" not in said.replace("not forecast: tokens:", "")
     record = json.loads((out / "forecast.json").read_text())
     assert record["tokens"] is None and record["trials"]["p10"] > 0
+
+
+def test_the_evidences_score_resolution_is_the_sd_of_a_pilots_estimate() -> None:
+    """Monte Carlo oracle: the sd, over 2,000 pilots of 4 trials per question, of a model's
+    mean of per-question means against what one pilot says it is."""
+    from adaptive_eval.control.forecast import score_resolution
+
+    probs = np.stack([1 - mimic_success([0.5], 30, 2), mimic_success([0.5], 30, 2)], axis=2)
+    rng = np.random.default_rng(0)
+    estimates = rng.binomial(4, probs[0, :, 1], size=(2000, 30)).mean(axis=1) / 4
+    said = [
+        score_resolution(_evidence(_tape(probs, 4, seed)), np.array([0.0, 1.0]))
+        for seed in range(40)
+    ]
+    assert float(np.median(said)) == pytest.approx(float(estimates.std()), rel=0.1)

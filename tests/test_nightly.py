@@ -127,7 +127,9 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
     assert [n["night"] for n in nights] == ["2026-01-01", "2026-01-02", "2026-01-03"]
     assert "2026-01-03 - **" in (history / "summary.md").read_text()
     page = (history / "runs" / "2026-01-03" / "report.html").read_text()
-    assert "<figure id='history'>" in page and page.count("<svg") == 6
+    # Six figures, and the night's forecast against what it did (each night forecasts itself).
+    assert "<figure id='history'>" in page and "<figure id='forecast'>" in page
+    assert page.count("<svg") == 7
     # Issue 22, workflow 6: the night's own pages lead with its alert, and report keeps it.
     night = history / "runs" / "2026-01-03"
     headline = page.split("<p id='headline'", 1)[1].split("</p>", 1)[0]

@@ -158,6 +158,26 @@ class CostModel:
         return float((trials * self.variance[:, None]).sum())
 
 
+def score_resolution(evidence: Evidence, weights: np.ndarray) -> float | None:
+    """How precisely the evidence measures a model's score: the median over models of the sd
+    of the mean of per-question means, ``sqrt(v_i sum_a 1 / n_ia) / M``, with ``v_i`` the
+    model's per-trial variance of the weighted score (the cells' unbiased variances, pooled).
+    Gaps between models below about ``2.8`` times it (two sd of a difference) are not resolved
+    by the evidence. ``None`` without a cell of two trials."""
+    counts = evidence.counts(len(weights)).astype(np.float64)
+    trials = counts.sum(axis=2)
+    sds = []
+    for model in range(counts.shape[0]):
+        n = trials[model]
+        if (n < 2).any():
+            continue
+        mean = counts[model] @ weights / n
+        second = counts[model] @ (weights**2) / n
+        variance = float(((second - mean**2) * n / (n - 1)).mean())
+        sds.append(math.sqrt(variance * float((1 / n).sum())) / len(n))
+    return float(np.median(sds)) if sds else None
+
+
 def fit_cost(
     values: np.ndarray, categories: np.ndarray, known: np.ndarray, num_categories: int
 ) -> CostModel | None:
@@ -388,6 +408,8 @@ class Forecast:
     curve: tuple[CurvePoint, ...]
     unknown: tuple[str, ...]  # what cannot be forecast, said once each
     stops: dict[str, int] = field(default_factory=dict)  # why each simulation stopped
+    #: The evidence's sd of a model's score (:func:`score_resolution`), None without it.
+    score_sd: float | None = None
     candidate: str | None = None  # compare's: only its pairs count
 
     def record(self) -> dict[str, Any]:
@@ -421,6 +443,7 @@ class Forecast:
             "pairs_settled": rng(self.settled),
             "width_goals_met": rng(self.widths_met),
             "stops": self.stops,
+            "score_sd": self.score_sd,
             "unknown": list(self.unknown),
             "pairs": [
                 {
@@ -485,7 +508,8 @@ def forecast(
     finally:
         _JOB = None
     found = summarise(campaign, evidence, budget, paths, seed, tuple(unknown))
-    return replace(found, candidate=candidate)
+    resolution = score_resolution(evidence, campaign.weights)
+    return replace(found, candidate=candidate, score_sd=resolution)
 
 
 def _missing(campaign: Campaign, known: np.ndarray) -> str:

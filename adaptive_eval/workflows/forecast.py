@@ -399,6 +399,13 @@ def render(found: Forecast, out: Path | None = None) -> str:
             f"    {point.trials:>12,} trials: {point.settled.p50:.0f} "
             f"({point.settled.p10:.0f}-{point.settled.p90:.0f})"
         )
+    if found.score_sd is not None:
+        lines.append(
+            f"  the evidence measures each score to +-{1.96 * found.score_sd:.3f} (95%): gaps "
+            f"between models under about {2.8 * found.score_sd:.3f} are not resolved by it, "
+            "and the pairs-settled forecast is loosest there (a larger pilot sharpens it; "
+            "docs/forecast.md)"
+        )
     for note in found.unknown:
         lines.append(f"  not forecast: {note}")
     if found.evidence.source == "prior":
