@@ -31,11 +31,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
     from adaptive_eval.outputs.summary_schema import validate
-    from adaptive_eval.workflows.forecast import pilot_overrides
+    from adaptive_eval.workflows.forecast import with_recorded_pilot
     from adaptive_eval.workflows.run import run_campaign
 
     # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
-    config = load_config(args.config, [*args.set, *pilot_overrides(Path(args.out))])
+    config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
     print(_result_text(summary, args, lambda done: render_console(validate(done))))
     if not args.json:  # a model the trial library knew otherwise: one line each
@@ -409,9 +409,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.workflows.compare import render, run_compare
-    from adaptive_eval.workflows.forecast import pilot_overrides
+    from adaptive_eval.workflows.forecast import with_recorded_pilot
 
-    config = load_config(args.config, [*args.set, *pilot_overrides(Path(args.out))])
+    config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_compare(
         config,
         args.candidate,
@@ -438,6 +438,10 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             "--pilot samples into the run folder: give --out DIR (then `run` there reuses it)",
             field="--pilot",
         )
+    if args.pilot is not None and args.from_dir is not None:
+        raise InputError("--pilot and --from are two sources of evidence; give one", field="--from")
+    if args.margin is not None and args.candidate is None:
+        raise InputError("--margin is compare's: give --candidate NAME too", field="--margin")
     config = load_config(args.config, args.set)
     out = None if args.out is None else Path(args.out)
     request = ForecastRequest(

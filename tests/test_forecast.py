@@ -150,9 +150,13 @@ def test_costs_follow_each_models_category_means() -> None:
     new = np.zeros((2, 50, 2))
     new[0, :, 0] = 1  # one wrong trial of model 0 per question
     assert model.expected(new) == pytest.approx(50 * 1000, rel=0.03)
+    # A model with no cost of its own (a checkpoint new to the library) borrows the others'.
     unknown = np.ones(categories.shape, bool)
     unknown[1] = False
-    assert fit_cost(values, categories, unknown, 2) is None
+    borrowing = fit_cost(values, categories, unknown, 2)
+    assert borrowing is not None and borrowing.borrowed == (1,)
+    assert np.allclose(borrowing.mean[1], borrowing.mean[0])
+    assert fit_cost(values, categories, np.zeros(categories.shape, bool), 2) is None
 
 
 def test_pilot_then_run_equals_a_run_with_that_min_trials(
@@ -186,6 +190,8 @@ def test_pilot_then_run_equals_a_run_with_that_min_trials(
             ["--pilot", "4", "--out", "{out}", "--set", "budget.trials=100"],
             "budget.trials: budget.trials=100 is below the pilot's own cost",
         ),
+        (["--pilot", "4", "--out", "{out}", "--from", "{out}"], "--from: --pilot and --from"),
+        (["--margin", "0.05"], "--margin: --margin is compare's: give --candidate"),
     ],
 )
 def test_a_bad_pilot_is_one_line_before_any_trial(
@@ -335,3 +341,17 @@ def test_the_evidences_score_resolution_is_the_sd_of_a_pilots_estimate() -> None
         for seed in range(40)
     ]
     assert float(np.median(said)) == pytest.approx(float(estimates.std()), rel=0.1)
+
+
+def test_a_pilot_below_the_configs_own_minimum_keeps_the_minimum(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pilot records the minimum the run keeps (the config's 6, not the asked 4), so the
+    run on its folder is the same campaign, and a --set that raises it again is not lowered."""
+    config = _config(tmp_path, min_trials_per_question=6)
+    out = tmp_path / "out"
+    args = ["forecast", str(config), "--pilot", "4", "--out", str(out), "--simulations", "10"]
+    assert main([*args, *TEST_DISPATCH]) == 0
+    assert json.loads((out / "pilot.json").read_text()) == {"trials_per_question": 6}
+    assert main(["run", str(config), "--out", str(out), "--quiet", *TEST_DISPATCH]) == 0
+    assert json.loads((out / "summary.json").read_text())["forecast"]["same_campaign"]

@@ -148,6 +148,7 @@ class CostModel:
     mean: np.ndarray  # (L, K)
     ratio: np.ndarray  # (L, M)
     variance: np.ndarray  # (L,)
+    borrowed: tuple[int, ...] = ()  # models with no cost of their own: the others' means
 
     def expected(self, counts: np.ndarray) -> float:
         """Expected cost of trials with these (L, M, K) category counts."""
@@ -181,16 +182,20 @@ def score_resolution(evidence: Evidence, weights: np.ndarray) -> float | None:
 def fit_cost(
     values: np.ndarray, categories: np.ndarray, known: np.ndarray, num_categories: int
 ) -> CostModel | None:
-    """:class:`CostModel` from recorded per-trial costs (``known`` marks the recorded ones);
-    ``None`` unless every model has at least one known cost."""
+    """:class:`CostModel` from recorded per-trial costs (``known`` marks the recorded ones).
+    A model with no known cost (a checkpoint new to the library) borrows the other models'
+    mean per category (:attr:`CostModel.borrowed`); ``None`` when no model has one."""
     num_models, num_questions = categories.shape[:2]
     mean = np.zeros((num_models, num_categories))
     variance = np.zeros(num_models)
     ratio = np.ones((num_models, num_questions))
+    borrowed = tuple(m for m in range(num_models) if not known[m].any())
+    if len(borrowed) == num_models:
+        return None
     for model in range(num_models):
         mask = known[model]
         if not mask.any():
-            return None
+            continue
         cost = values[model][mask].astype(np.float64)
         cats = categories[model][mask]
         overall = float(cost.mean())
@@ -206,7 +211,11 @@ def fit_cost(
         fitted = expected * ratio[model][:, None]
         residual = (seen - fitted)[mask]
         variance[model] = float((residual**2).mean())
-    return CostModel(mean, ratio, variance)
+    measured = [m for m in range(num_models) if m not in borrowed]
+    for model in borrowed:
+        mean[model] = mean[measured].mean(axis=0)
+        variance[model] = float(variance[measured].mean())
+    return CostModel(mean, ratio, variance, borrowed)
 
 
 @dataclass(frozen=True)
@@ -497,6 +506,11 @@ def forecast(
         gpu_model = fit_cost(evidence.gpu_s, evidence.categories, known_gpu, num_categories)
         if token_model is None:
             unknown.append(f"tokens: {_missing(campaign, known_tokens)} no token counts")
+        elif token_model.borrowed:
+            unknown.append(
+                f"tokens: {_missing(campaign, known_tokens)} no token counts; the other "
+                "models' means per category stand in for theirs"
+            )
         if gpu_model is None:
             unknown.append(f"GPU-seconds: {_missing(campaign, known_gpu)} no GPU time")
         if evidence.elapsed_s is None or evidence.trials == 0:
@@ -534,16 +548,25 @@ def _run_all(simulations: int, processes: int | None) -> list[SimPath]:
     return paths
 
 
-def _at_budget(path: SimPath, budget: BudgetSettings, seconds_per_trial: float | None) -> int:
-    """The index of the round at which ``budget`` stops this path (its last round if none)."""
+def _at_budget(
+    path: SimPath, budget: BudgetSettings, seconds_per_trial: float | None, ahead: int
+) -> int:
+    """The index of the round at which ``budget`` stops this path (its last round if none).
+
+    A trial budget clips the plans themselves (the run ends on the round that reaches it); a
+    token or wall-clock budget is a stop asked after a round, when ``ahead - 1`` more rounds
+    are already planned and dispatched: they are applied too (``ahead``:
+    ``rounds_in_flight``)."""
     last = len(path.trials) - 1
     crossed = [last]
     if budget.trials is not None:
         crossed.append(_first_at_least(path.trials, budget.trials, last))
+    late = ahead - 1
     if budget.tokens is not None and path.tokens is not None:
-        crossed.append(_first_at_least(path.tokens, budget.tokens, last))
+        crossed.append(min(_first_at_least(path.tokens, budget.tokens, last) + late, last))
     if budget.wall_clock_s is not None and seconds_per_trial is not None:
-        crossed.append(_first_at_least(path.trials * seconds_per_trial, budget.wall_clock_s, last))
+        at = _first_at_least(path.trials * seconds_per_trial, budget.wall_clock_s, last)
+        crossed.append(min(at + late, last))
     return min(crossed)
 
 
@@ -567,7 +590,8 @@ def summarise(
         if evidence.elapsed_s is not None and evidence.trials > 0
         else None
     )
-    stops = [_at_budget(p, budget, per_trial) for p in paths]
+    ahead = campaign.settings.execution.rounds_in_flight
+    stops = [_at_budget(p, budget, per_trial, ahead) for p in paths]
 
     def at_stop(track: str, scatter: str | None, limit: float | None) -> Range | None:
         """The range of a path quantity where the budget stops each path (with its scatter)."""
@@ -592,7 +616,7 @@ def summarise(
     low, high = np.quantile(fresh_at_stop, (0.05, 0.95))
     settled = at_stop("settled", None, None)
     assert settled is not None
-    tokens = at_stop("tokens", "token_sd", budget.tokens)
+    tokens = at_stop("tokens", "token_sd", None)  # the round past the budget is spent too
     gpu = at_stop("gpu_s", "gpu_sd", None)
     widths = at_stop("widths_met", None, None)
     num_pairs = campaign.num_models - 1  # the adjacent pairs, or the candidate's
@@ -665,12 +689,13 @@ def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ..
         grid.add(int(budget.trials))
     points = []
     for trials in sorted(grid):
-        where = [max(int(np.searchsorted(p.trials, trials, side="right")) - 1, -1) for p in paths]
-        settled = [0 if r < 0 else int(p.settled[r]) for p, r in zip(paths, where, strict=True)]
+        # As _at_budget: a budget ends the run on the round that reaches it.
+        where = [_first_at_least(p.trials, trials, len(p.trials) - 1) for p in paths]
+        settled = [int(p.settled[r]) for p, r in zip(paths, where, strict=True)]
         widths = None
         if all(p.widths_met is not None for p in paths):
             widths = Range.of(
-                [0 if r < 0 else int(p.widths_met[r]) for p, r in zip(paths, where, strict=True)]  # type: ignore[index]
+                [int(p.widths_met[r]) for p, r in zip(paths, where, strict=True)]  # type: ignore[index]
             )
         points.append(CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths))
     return tuple(points)

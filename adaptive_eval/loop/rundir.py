@@ -261,7 +261,7 @@ def _open_run_dir(
         )
         _write_config_copy(settings.run_record, run_dir)
         return store, campaign_id, False
-    changes = _identity_changes(store.get_meta("identity"), identity, leg)
+    changes = identity_changes(store.get_meta("identity"), identity, leg)
     if stored != campaign.fingerprint and not changes:
         store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
     elif stored != campaign.fingerprint and not leg and all(c.startswith("files") for c in changes):
@@ -303,7 +303,7 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
     path = run_dir / TrialStore.FILENAME
     found = salvage(path)
     stored = found.meta.get("identity")
-    if not isinstance(stored, dict) or _identity_changes(stored, campaign.identity):
+    if not isinstance(stored, dict) or identity_changes(stored, campaign.identity):
         raise StoreError(
             "is damaged and its recorded campaign cannot be read or is another one; restore "
             "trials.sqlite from a backup, or start afresh with a new --out",
@@ -313,7 +313,7 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
     return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
 
 
-def _identity_changes(stored: Any, identity: dict[str, Any], leg: bool = True) -> list[str]:
+def identity_changes(stored: Any, identity: dict[str, Any], leg: bool = True) -> list[str]:
     """What differs between a stored identity and this campaign's, less what may change
     (``leg``: on a run or resume; a report states the identity the run recorded)."""
     # A run recorded before credentials left the identity still holds them: not a change.

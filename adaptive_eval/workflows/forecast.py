@@ -21,6 +21,7 @@ that folder reports forecast against actual.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -41,13 +42,15 @@ from adaptive_eval.control.forecast import (
 from adaptive_eval.control.library import library_trials
 from adaptive_eval.control.pilot import MIN_PILOT
 from adaptive_eval.files import atomic_write
-from adaptive_eval.loop.rundir import differences
+from adaptive_eval.loop.rundir import check_out_folder, differences, identity_changes
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.run import FORECAST_FILE, sample
 
 PILOT_FILE = "pilot.json"
 #: Identity sections that make two runs the same campaign for evidence: the cells' trials.
-SAME_TRIALS = ("config.models", "config.dataset", "config.sampling", "config.grader", "files")
+SAME_TRIALS = ("config.models[", "config.dataset", "config.sampling", "config.grader", "files")
+#: Differences in how a config lists its models, not in the models (names are compared alone).
+NOT_THE_MODEL = re.compile(r"config\.models\[\d+\]\.(select|name)\b")
 
 
 @dataclass(frozen=True)
@@ -64,16 +67,23 @@ class ForecastRequest:
     margin: float | None = None
 
 
-def pilot_overrides(run_dir: Path) -> list[str]:
-    """The ``--set`` overrides a pilot recorded in ``run_dir`` asks of every later leg."""
+def pilot_trials(run_dir: Path) -> int | None:
+    """The trials per question a pilot recorded in ``run_dir`` asks of every later leg (its
+    ``min_trials_per_question``), or ``None`` without a pilot."""
     path = run_dir / PILOT_FILE
     if not path.exists():
-        return []
+        return None
     try:
-        trials = int(json.loads(path.read_text())["trials_per_question"])
+        return int(json.loads(path.read_text())["trials_per_question"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise InputError(f"cannot be read ({error})", source=str(path)) from None
-    return [f"policy.min_trials_per_question={trials}"]
+
+
+def with_recorded_pilot(config: CampaignConfig, run_dir: Path) -> CampaignConfig:
+    """``config`` as every leg in ``run_dir`` runs it: a pilot there raised
+    ``min_trials_per_question`` to its trials (never lowered it)."""
+    trials = pilot_trials(run_dir)
+    return config if trials is None else with_pilot(config, trials)
 
 
 def with_pilot(config: CampaignConfig, trials: int) -> CampaignConfig:
@@ -104,9 +114,7 @@ def run_forecast(
     if pilot is not None:
         config = _check_pilot(config, pilot, source)
     if request.out is not None and pilot is None:
-        recorded = pilot_overrides(request.out)
-        if recorded:
-            config = with_pilot(config, int(recorded[0].split("=")[1]))
+        config = with_recorded_pilot(config, request.out)
     campaign = _campaign(config, request)
     if pilot is not None:
         assert request.out is not None
@@ -123,6 +131,7 @@ def run_forecast(
         candidate=request.candidate,
     )
     if request.out is not None:
+        check_out_folder(request.out)
         request.out.mkdir(parents=True, exist_ok=True)
         record = found.record()
         record["fingerprint"] = campaign.fingerprint
@@ -171,15 +180,20 @@ def _sample_pilot(
             source=config.source,
             field="budget.trials",
         )
-    earlier = pilot_overrides(run_dir) if run_dir.exists() else []
-    if earlier and earlier != [f"policy.min_trials_per_question={pilot}"]:
+    trials = campaign.settings.policy.min_trials_per_question  # K, or the config's if larger
+    earlier = pilot_trials(run_dir) if run_dir.exists() else None
+    if earlier is not None and earlier != trials and _holds_run(run_dir):
         raise InputError(
-            f"holds a pilot of {earlier[0].split('=')[1]} trials per question; give that "
-            "--pilot, or a new --out",
+            f"holds a pilot of {earlier} trials per question; give that --pilot, or a new --out",
             source=str(run_dir),
         )
+    check_out_folder(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Recorded before any trial: a pilot killed midway resumes as the same campaign, and a
+    # forecast of an earlier campaign in the folder cannot be read as this one's.
+    atomic_write(run_dir / PILOT_FILE, json.dumps({"trials_per_question": trials}) + "\n")
+    (run_dir / FORECAST_FILE).unlink(missing_ok=True)
     sample(campaign, run_dir, console=console, quiet=quiet, pilot=pilot)
-    atomic_write(run_dir / PILOT_FILE, json.dumps({"trials_per_question": pilot}) + "\n")
 
 
 def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
@@ -188,6 +202,13 @@ def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
     own = request.out if request.out is not None and _holds_run(request.out) else None
     if request.from_dir is not None:
         same = own is not None and request.from_dir.resolve() == own.resolve()
+        if own is not None and not same:
+            raise InputError(
+                "holds a run already: its own trials are this forecast's evidence; give "
+                "--from the same folder, or a new --out",
+                source=str(own),
+                field="--out",
+            )
         return evidence_from_run(campaign, request.from_dir, replayed=same)
     if own is not None:
         return evidence_from_run(campaign, own, replayed=True)
@@ -233,6 +254,20 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
     finally:
         store.close()
     _check_same_campaign(campaign, run_dir, identity, names, questions)
+    if replayed:  # the rest of that very run: it must be this campaign, as `run` requires
+        changes = identity_changes(identity, campaign.identity)
+        if changes:
+            raise InputError(
+                "holds a different campaign's run; its rest cannot be forecast with this "
+                f"config. Changed: {'; '.join(changes[:4])}",
+                source=str(run_dir),
+            )
+    if len(arrays.trial) == 0:
+        raise InputError(
+            "holds no recorded trial yet: nothing to forecast from (run a pilot: --pilot K)",
+            source=str(run_dir),
+            field="--from",
+        )
     model_index = np.asarray([campaign.names.index(n) for n in names], dtype=np.int64)
     question_index = np.asarray([campaign.question_ids.index(q) for q in questions], dtype=np.int64)
     model = model_index[arrays.model] if len(arrays.model) else arrays.model
@@ -276,7 +311,9 @@ def _check_same_campaign(
             f"rubric categories: {stored_categories} there, {campaign.num_categories} here"
         )
     for change in differences(identity, campaign.identity):
-        if change.startswith(SAME_TRIALS):
+        # Which entry lists a model, and in what order, is not the model (the library's
+        # cells drop them too).
+        if change.startswith(SAME_TRIALS) and not NOT_THE_MODEL.match(change):
             problems.append(change)
     if problems:
         raise InputError(

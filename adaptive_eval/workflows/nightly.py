@@ -44,6 +44,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
+import sqlite3
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base import markdown as md
-from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.errors import AdaptiveEvalError, InputError
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
@@ -298,7 +300,12 @@ def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | No
     night's record keeps it; ``None`` where the night cannot be forecast (a resumed night)."""
     if (run_dir / TrialStore.FILENAME).exists():
         return None  # a night re-run over its own trials: its forecast was made before
-    found = run_forecast(config, ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS))
+    try:
+        found = run_forecast(config, ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS))
+    except (AdaptiveEvalError, OSError, sqlite3.Error) as error:
+        # The night's samples matter more than its forecast: it goes on without one.
+        print(f"nightly: no forecast tonight ({error}); sampling goes on", file=sys.stderr)
+        return None
     return {
         "evidence": found.evidence.source,
         "new_trials": found.new_trials.record(),
