@@ -433,15 +433,6 @@ def cmd_forecast(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.workflows.forecast import ForecastRequest, render, run_forecast
 
-    if args.pilot is not None and args.out is None:
-        raise InputError(
-            "--pilot samples into the run folder: give --out DIR (then `run` there reuses it)",
-            field="--pilot",
-        )
-    if args.pilot is not None and args.from_dir is not None:
-        raise InputError("--pilot and --from are two sources of evidence; give one", field="--from")
-    if args.margin is not None and args.candidate is None:
-        raise InputError("--margin is compare's: give --candidate NAME too", field="--margin")
     config = load_config(args.config, args.set)
     out = None if args.out is None else Path(args.out)
     request = ForecastRequest(

@@ -577,18 +577,18 @@ def test_hostile_server_cards_are_bounded_and_escaped() -> None:
 def test_an_older_run_without_the_servers_report_still_resumes(tmp_path: Path) -> None:
     """A run recorded before the server's report joined the identity resumes (its server then
     is unknown); a report of it states the identity it recorded, with a note."""
-    from adaptive_eval.loop.rundir import _identity_changes
+    from adaptive_eval.loop.rundir import identity_changes
 
     with FlakyServer(model="srv", card=VLLM_CARD) as server:
         identity = build_campaign(config(server.url)).identity
     older = json.loads(json.dumps(identity))
     del older["files"][0]["server"]
-    assert _identity_changes(older, identity) == []
-    (change,) = _identity_changes(older, identity, leg=False)
+    assert identity_changes(older, identity) == []
+    (change,) = identity_changes(older, identity, leg=False)
     assert change.startswith("files[0].server: null -> ")
     other = json.loads(json.dumps(identity))
     other["files"][0]["server"] = "card not reported; version none"
-    assert _identity_changes(other, identity)  # a changed report still refuses a resume
+    assert identity_changes(other, identity)  # a changed report still refuses a resume
 
 
 def test_the_nightly_command_names_a_server_serving_other_weights(

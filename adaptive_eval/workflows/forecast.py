@@ -66,6 +66,19 @@ class ForecastRequest:
     candidate: str | None = None
     margin: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.pilot is not None and self.out is None:
+            raise InputError(
+                "--pilot samples into the run folder: give --out DIR (then `run` there reuses it)",
+                field="--pilot",
+            )
+        if self.pilot is not None and self.from_dir is not None:
+            raise InputError(
+                "--pilot and --from are two sources of evidence; give one", field="--from"
+            )
+        if self.margin is not None and self.candidate is None:
+            raise InputError("--margin is compare's: give --candidate NAME too", field="--margin")
+
 
 def pilot_trials(run_dir: Path) -> int | None:
     """The trials per question a pilot recorded in ``run_dir`` asks of every later leg (its

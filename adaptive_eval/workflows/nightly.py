@@ -44,7 +44,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -302,7 +301,7 @@ def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | No
         return None  # a night re-run over its own trials: its forecast was made before
     try:
         found = run_forecast(config, ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS))
-    except (AdaptiveEvalError, OSError, sqlite3.Error) as error:
+    except (AdaptiveEvalError, OSError) as error:
         # The night's samples matter more than its forecast: it goes on without one.
         print(f"nightly: no forecast tonight ({error}); sampling goes on", file=sys.stderr)
         return None
