@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class AdaptiveEvalError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -32,6 +34,16 @@ class ExhaustedError(BackendError):
 
 class ClusterError(AdaptiveEvalError):
     """The Ray cluster could not be started or reached."""
+
+
+def first_few(items: Sequence[str], most: int = 3) -> str:
+    """``items`` for a one-line message: the first ``most``, then how many more.
+
+    >>> first_few(["a", "b", "c", "d", "e"])
+    'a, b, c and 2 more'
+    """
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
 
 
 def printable(text: str) -> str:

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from adaptive_eval.base.errors import first_few
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.run_result import FinishedRun
@@ -531,8 +532,7 @@ def _missing(campaign: Campaign, known: np.ndarray) -> str:
     lacking = [campaign.names[i] for i in range(campaign.num_models) if not known[i].any()]
     if len(lacking) == campaign.num_models:
         return "the backends recorded"
-    shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
-    return f"models {shown} recorded"
+    return f"models {first_few(lacking)} recorded"
 
 
 def _run_all(simulations: int, processes: int | None) -> list[SimPath]:

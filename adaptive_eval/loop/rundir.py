@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.redact import without_secrets
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.files import atomic_write, foreign_entries, storage_error
@@ -210,12 +210,9 @@ def check_out_folder(run_dir: Path, field: str = "--out") -> None:
         return
     foreign = foreign_entries(run_dir, RUN_FILES)
     if foreign:
-        shown = ", ".join(foreign[:3]) + (
-            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        )
         raise InputError(
-            f"holds files that are not a run's ({shown}); give a new or empty folder (a run "
-            "writes its store, reports and logs there)",
+            f"holds files that are not a run's ({first_few(foreign)}); give a new or empty "
+            "folder (a run writes its store, reports and logs there)",
             source=str(run_dir),
             field=field,
         )
