@@ -146,9 +146,9 @@ def run_forecast(
     if request.out is not None:
         check_out_folder(request.out)
         request.out.mkdir(parents=True, exist_ok=True)
-        record = found.record()
-        record["fingerprint"] = campaign.fingerprint
-        atomic_write(request.out / FORECAST_FILE, json.dumps(record, indent=2) + "\n")
+        # The budget is not part of a campaign's identity: the unbudgeted campaign the paths
+        # ran has the run's own fingerprint, which forecast.json carries.
+        atomic_write(request.out / FORECAST_FILE, json.dumps(found.record(), indent=2) + "\n")
     return found
 
 
