@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 
 if TYPE_CHECKING:
+    from adaptive_eval.base.summary_schema import Summary
     from adaptive_eval.campaign.build import Campaign
     from adaptive_eval.settings import BudgetSettings
 
@@ -30,30 +32,29 @@ VALIDATE_PROBE_S = 3.0
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
-    from adaptive_eval.outputs.summary_schema import validate
     from adaptive_eval.workflows.forecast import with_recorded_pilot
     from adaptive_eval.workflows.run import run_campaign
 
     # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
     config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
-    print(_result_text(summary, args, lambda done: render_console(validate(done))))
-    if not args.json:  # a model the trial library knew otherwise: one line each
-        library = (summary.get("provenance") or {}).get("library") or {}
-        for line in library.get("changes") or []:
+    print(_result_text(summary, args, render_console))
+    library = summary.provenance.library
+    if not args.json and library is not None:  # a model the library knew otherwise: a line each
+        for line in library.changes:
             print(f"trial library: {line}", file=sys.stderr)
     return 0
 
 
-def _result_text(summary: dict[str, Any], args: argparse.Namespace, full: Any) -> str:
+def _result_text(summary: Summary, args: argparse.Namespace, full: Callable[[Summary], str]) -> str:
     """What a command prints at its end: summary.json with --json, the one-line headline (the
     pages' first line) with --quiet, else the full console text ``full(summary)``."""
+    from adaptive_eval.base.summary_schema import json_text
     from adaptive_eval.outputs.headline import headline
-    from adaptive_eval.outputs.summary_schema import validate
 
     if args.json:
-        return json.dumps(summary, indent=2)
-    return headline(validate(summary)).line if args.quiet else str(full(summary))
+        return json_text(summary)
+    return headline(summary).line if args.quiet else full(summary)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -221,9 +222,9 @@ def _score_line(campaign: Campaign) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from adaptive_eval.base.summary_schema import json_text
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
-    from adaptive_eval.outputs.summary_schema import validate
     from adaptive_eval.workflows.report import report_run
 
     run_dir = Path(args.run_dir)
@@ -237,13 +238,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(run_dir / FILENAME)
         return 0
     if args.json:
-        print(json.dumps(summary, indent=2))
-    elif "comparison" in summary:  # a compare folder: its verdict, as compare printed it
+        print(json_text(summary))
+    elif summary.comparison is not None:  # a compare folder: its verdict, as compare printed it
         from adaptive_eval.workflows.compare import render
 
-        print(render_console(validate(summary)) + "\n\n" + render(summary["comparison"]))
+        print(render_console(summary) + "\n\n" + render(summary.comparison))
     else:
-        print(render_console(validate(summary)))
+        print(render_console(summary))
     return 0
 
 
@@ -407,6 +408,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from adaptive_eval.base.summary_schema import json_text
     from adaptive_eval.config import load_config
     from adaptive_eval.workflows.compare import render, run_compare
     from adaptive_eval.workflows.forecast import with_recorded_pilot
@@ -420,13 +422,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         settle_all=True if args.settle_all else None,
         quiet=args.quiet,
     )
-    result = summary["comparison"]
+    result = summary.comparison
+    assert result is not None  # a compare run always judges its candidate
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
-        print(_result_text(summary, args, lambda s: render(s["comparison"])))
-    code: int = result["exit_code"]
-    return code
+        print(_result_text(summary, args, lambda _: render(result)))
+    return result.exit_code
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:

@@ -383,8 +383,10 @@ def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         "tokens_per_s": tokens / span if span > 0 else 0.0,
         "end_to_end_s": wall,
         "end_to_end_tokens_per_s": tokens / wall,
-        "stop_reason": summary["stop_reason"],
-        "worker_utilisation": summary["dispatch"]["worker_utilisation"],
+        "stop_reason": summary.stop_reason,
+        "worker_utilisation": None
+        if summary.dispatch is None
+        else summary.dispatch.worker_utilisation,
         "same_text_as_plain": same,
         "engine_cpus": pinned[0] if pinned else None,
     }

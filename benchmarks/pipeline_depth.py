@@ -56,6 +56,7 @@ def config(
 
 def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     """Run a campaign in-process through Ray (failed batches re-run, as in a real run)."""
+    from adaptive_eval.base.summary_schema import record
     from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import parse_config
     from adaptive_eval.control.cluster import init_ray
@@ -64,6 +65,7 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
     from adaptive_eval.loop.rundir import open_run_dir
+    from adaptive_eval.outputs.provenance import collect
     from adaptive_eval.outputs.summary import build_summary
 
     config = parse_config(data, source=str(tmp / "c.yaml"))
@@ -81,7 +83,8 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     started = time.perf_counter()
     controller.run()
     seconds = time.perf_counter() - started
-    result = build_summary(campaign, finished_run(controller, campaign_id, RunFacts()))
+    run = finished_run(controller, campaign_id, RunFacts())
+    result = record(build_summary(campaign, run, collect(tmp / "run", store)))
     result["utilisation"] = dispatcher.stats.utilisation()
     result["failed_batches"] = dispatcher.stats.failures
     dispatcher.shutdown()

@@ -21,7 +21,12 @@ PACKAGES = ("adaptive_eval", "policies")
 
 #: Bottom to top. A prefix ending in "." names a package and everything in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation: statistics and value types", ("adaptive_eval.stats.", "adaptive_eval.base.")),
+    (
+        # base/ holds summary.json's contract too (pydantic only), so that what produces a
+        # block of the summary (dispatch counts, compare's verdicts) returns the typed block.
+        "foundation: statistics and value types, summary.json's contract",
+        ("adaptive_eval.stats.", "adaptive_eval.base."),
+    ),
     (
         "config, store and registry",
         (
@@ -54,8 +59,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "presentation shared by every output",
         (
             "adaptive_eval.outputs",
-            # summary.json's contract (pydantic only): the typed summary every page reads.
-            "adaptive_eval.outputs.summary_schema",
             "adaptive_eval.outputs.presentation",
             "adaptive_eval.outputs.headline",
         ),

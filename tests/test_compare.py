@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import TEST_SET, load, mimic_success, write_config, write_scenario
 
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.cli import main
 from adaptive_eval.config import CompareConfig
 from adaptive_eval.store import RunLock, StoreError, TrialStore
@@ -58,7 +59,7 @@ def _config(tmp_path: Path, candidate: np.ndarray, **policy: Any) -> Path:
 
 
 def _compare(path: Path, run_dir: Path) -> dict[str, Any]:
-    summary = run_compare(load(path), "cand", run_dir)
+    summary = summary_dict(run_compare(load(path), "cand", run_dir))
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk["comparison"] == summary["comparison"]
     return dict(summary["comparison"])
@@ -84,7 +85,7 @@ def test_a_worse_candidate_is_a_regression(
     result = _compare(path, tmp_path / "run")
     assert "worse" in _decisions(result).values()  # the gate stops at its first regression
     assert result["exit_code"] == 3
-    every = run_compare(load(path), "cand", tmp_path / "all", settle_all=True)
+    every = summary_dict(run_compare(load(path), "cand", tmp_path / "all", settle_all=True))
     assert _decisions(every["comparison"]) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
 
 
@@ -219,7 +220,7 @@ def test_an_unchanged_candidate_passes_non_inferiority_early(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, success[2])  # the best incumbent, unchanged
-    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN)
+    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN))
     result = summary["comparison"]
     assert result["margin"] == MARGIN
     assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "pass")
@@ -233,7 +234,7 @@ def test_a_candidate_worse_by_twice_the_margin_fails(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, np.clip(success[2] - 2 * MARGIN, 0.01, 1))
-    summary = run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN)
+    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN))
     result = summary["comparison"]
     assert _decisions(result)["inc-70"] == "fail"
     assert result["exit_code"] == 3
@@ -249,7 +250,7 @@ def test_margin_from_the_config_and_a_bad_margin(
     _, success = incumbents
     path = _config(tmp_path, success[2])
     config = load(path).model_copy(update={"compare": CompareConfig(margin=MARGIN)})
-    summary = run_compare(config, "cand", tmp_path / "run")
+    summary = summary_dict(run_compare(config, "cand", tmp_path / "run"))
     assert summary["comparison"]["margin"] == MARGIN
     args = ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "x")]
     assert main([*args, "--margin", "-0.1"]) == 2
@@ -265,8 +266,8 @@ def test_the_gate_stops_at_the_first_regression_and_settle_all_keeps_the_old_beh
     3 early; sampling on to settle the tie (to the cap) cost trials for nothing."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    stopped = run_compare(load(path), "cand", tmp_path / "run")
-    settled = run_compare(load(path), "cand", tmp_path / "all", settle_all=True)
+    stopped = summary_dict(run_compare(load(path), "cand", tmp_path / "run"))
+    settled = summary_dict(run_compare(load(path), "cand", tmp_path / "all", settle_all=True))
     first, every = stopped["comparison"], settled["comparison"]
     assert first["exit_code"] == every["exit_code"] == 3
     assert _decisions(first)["inc-70"] == _decisions(every)["inc-70"] == "worse"
@@ -297,15 +298,16 @@ def test_each_verdict_says_its_trials_at_the_decision_and_at_the_end(
     existed then)."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    summary = run_compare(load(path), "cand", tmp_path / "run", settle_all=True)
+    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", settle_all=True))
     worse = next(v for v in summary["comparison"]["verdicts"] if v["incumbent"] == "inc-70")
     plans = _rounds(tmp_path / "run")
     cand, inc = 0, 3  # model indices: the candidate's entry first, then inc-30, inc-50, inc-70
     expected = sum(int(plan[[cand, inc]].sum()) for plan in plans[: worse["decided_at_round"]])
     assert worse["trials_at_decision"] == expected < worse["trials"]
+    from adaptive_eval.base.summary_schema import Comparison
     from adaptive_eval.workflows.compare import render
 
-    text = render(summary["comparison"])
+    text = render(Comparison.model_validate(summary["comparison"]))
     assert (
         f"decided at round {worse['decided_at_round']} with {expected:,} trials of the two "
         f"models ({worse['trials']:,} by the end of the run)"

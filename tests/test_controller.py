@@ -18,6 +18,7 @@ from helpers import (
 )
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import StopReason
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.loop.rundir import open_run_dir
@@ -83,7 +84,7 @@ def test_resumed_posterior_is_rebuilt_exactly_from_the_store(
 ) -> None:
     config = load(config_path)
     done = run_inline(config, tmp_path / "run")
-    summary = report_run(config, tmp_path / "run")
+    summary = summary_dict(report_run(config, tmp_path / "run"))
     mu, _sigma = done.state.moments()
     theta, _se, _ = done.state.estimate()
     names = done.campaign.names

@@ -27,6 +27,7 @@ from helpers import (
 )
 
 from adaptive_eval.base.errors import ClusterError, InputError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
@@ -156,7 +157,7 @@ def test_console_shows_one_status_line_and_details_go_to_events(
 ) -> None:
     config = load(scenario_config, ["output.progress=true", TEST_SET])
     console = _Terminal()
-    summary = runner.run_campaign(config, tmp_path / "run", console=console)
+    summary = summary_dict(runner.run_campaign(config, tmp_path / "run", console=console))
     text = console.getvalue()
     assert "pair_decision" not in text and "campaign_start" not in text
     assert "undecided pairs" in text and "trials saved" in text
@@ -185,8 +186,10 @@ def test_quiet_is_quiet(
 def test_report_keeps_dispatch_and_resumed(
     tmp_path: Path, scenario_config: Path, no_ray: list[dict[str, Any]]
 ) -> None:
-    ran = runner.run_campaign(
-        load(scenario_config, [TEST_SET]), tmp_path / "run", console=io.StringIO()
+    ran = summary_dict(
+        runner.run_campaign(
+            load(scenario_config, [TEST_SET]), tmp_path / "run", console=io.StringIO()
+        )
     )
     assert main(["report", str(tmp_path / "run"), "--json"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -365,12 +368,12 @@ def test_running_a_finished_run_again_keeps_its_dispatch_and_an_extension_adds_t
     block (workers 2, batches 309 -> 0); an extension's block held only its own leg."""
     run_dir = tmp_path / "run"
     capped = load(scenario_config, ["budget.trials=300", TEST_SET])
-    first = runner.run_campaign(capped, run_dir, console=io.StringIO())
+    first = summary_dict(runner.run_campaign(capped, run_dir, console=io.StringIO()))
     assert first["dispatch"]["batches"] > 0 and first["dispatch"]["workers"] > 0
-    again = runner.run_campaign(capped, run_dir, console=io.StringIO())
+    again = summary_dict(runner.run_campaign(capped, run_dir, console=io.StringIO()))
     assert again["dispatch"] == first["dispatch"]
-    extended = runner.run_campaign(
-        load(scenario_config, [TEST_SET]), run_dir, console=io.StringIO()
+    extended = summary_dict(
+        runner.run_campaign(load(scenario_config, [TEST_SET]), run_dir, console=io.StringIO())
     )
     with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
         batches = conn.execute("SELECT COUNT(DISTINCT batch_id) FROM trials").fetchone()[0]
@@ -395,8 +398,8 @@ def test_quiet_prints_only_the_one_line_result(
     assert len(out.splitlines()) == 1 and out.startswith("Ranking: 3 models in "), out
     assert err == ""
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    from adaptive_eval.base.summary_schema import read_summary
     from adaptive_eval.outputs.headline import headline
-    from adaptive_eval.outputs.summary_schema import read_summary
 
     assert out.strip() == headline(read_summary(summary)).line
     help_text = subprocess.run(

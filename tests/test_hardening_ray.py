@@ -10,6 +10,7 @@ import pytest
 from helpers import base_config, mimic_success, write_scenario
 
 from adaptive_eval._testing.flaky_server import FlakyServer
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.cli import main
 from adaptive_eval.config import parse_config
 from adaptive_eval.datasets import ARITH20, load_dataset
@@ -58,7 +59,7 @@ def test_failures_deaths_and_restarts_are_logged_as_they_happen(
     # The first request after the crash fails with HTTP 500 and no request-level retry.
     with FlakyServer(script=[500], answers=ANSWERS) as server:
         data["models"][0]["options"]["base_url"] = server.url
-        summary = run_campaign(parse_config(data), run_dir, quiet=True)
+        summary = summary_dict(run_campaign(parse_config(data), run_dir, quiet=True))
     assert summary["trials_used"] == 6
     events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
     by_kind: dict[str, list[dict]] = {}

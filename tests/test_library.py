@@ -10,6 +10,7 @@ import pytest
 from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
 from helpers import ledger as read_ledger
 
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import CampaignConfig
@@ -69,7 +70,7 @@ def test_a_second_run_samples_nothing_and_matches_the_first(
     assert reused == second.state.trials_used == first.state.trials_used
     assert ledger(tmp_path / "a") == ledger(tmp_path / "b")
     assert second.decisions == first.decisions
-    summary = report_run(load(config_path), tmp_path / "b")
+    summary = summary_dict(report_run(load(config_path), tmp_path / "b"))
     assert summary["provenance"]["library"]["reused"] == reused
     assert summary["provenance"]["library"]["sampled"] == 0
     assert (

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from adaptive_eval.backends import model_files
+from adaptive_eval.base.summary_schema import Provenance
 from adaptive_eval.base.types import Batch, Trial, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
 from adaptive_eval.control.library import TrialLibrary
 from adaptive_eval.datasets import ARITH20
 from adaptive_eval.outputs.provenance import markdown
-from adaptive_eval.outputs.summary_schema import Provenance
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 QUESTIONS = 3

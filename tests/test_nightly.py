@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
+from adaptive_eval.base.summary_schema import Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import CampaignConfig
@@ -25,7 +26,7 @@ from adaptive_eval.workflows.report import report_run
 QUESTIONS = 12
 
 
-def inline(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
+def inline(config: CampaignConfig, run_dir: Path) -> Summary:
     campaign = build_campaign(config)
     store, campaign_id, _ = open_run_dir(campaign, run_dir)
     port = attach(campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), campaign_id)

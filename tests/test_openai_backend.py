@@ -24,6 +24,7 @@ from adaptive_eval._testing import CPU_VLLM_ENV, free_port, vllm_import_error
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.backends.openai import OpenAIWorker
 from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import parse_config
@@ -278,7 +279,7 @@ def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> 
         }
         # One retry is enough: the dispatcher waits for the restarted actor before re-sending.
         data["execution"]["max_batch_retries"] = 1
-        summary = run_campaign(parse_config(data), tmp_path / "run", quiet=True)
+        summary = summary_dict(run_campaign(parse_config(data), tmp_path / "run", quiet=True))
     assert (tmp_path / "crash.marker").exists()
     store = TrialStore(tmp_path / "run", readonly=True)
     trials = list(store.trials())
@@ -472,14 +473,13 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
         run_inline(parse_config(data), tmp_path / "run")
         other = build_campaign(config(server.url, limit=2, revision="2026-11-02"))
         assert other.fingerprint != build_campaign(cfg).fingerprint
-    (model,) = collect(tmp_path / "run")["models"]
-    assert model["served"] == [server.model] == ["flaky"]  # what the server said, not our name
+    (model,) = collect(tmp_path / "run").models
+    assert model.served == [server.model] == ["flaky"]  # what the server said, not our name
     # What it said when the campaign was planned: its /models card (no /version here).
-    assert model["server"] == "card not reported; version none"  # it lists "flaky", not "srv"
+    assert model.server == "card not reported; version none"  # it lists "flaky", not "srv"
     from adaptive_eval.outputs.provenance import markdown
-    from adaptive_eval.outputs.summary_schema import Provenance
 
-    text = "\n".join(markdown(Provenance.model_validate(collect(tmp_path / "run"))))
+    text = "\n".join(markdown(collect(tmp_path / "run")))
     assert "server's model card at planning: card not reported; version none" in text
 
 

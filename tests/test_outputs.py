@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
+from adaptive_eval.base.summary_schema import read_summary
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.cli import main
 from adaptive_eval.loop import rundir
 from adaptive_eval.outputs.summary import SCHEMA_VERSION
-from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.report import report_run
 
@@ -42,13 +43,13 @@ def test_report_keeps_the_runs_packages_and_states_its_own_build_apart(
     run: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, run_dir = run
-    recorded = report_run(load(config), run_dir)["provenance"]["packages"]
+    recorded = summary_dict(report_run(load(config), run_dir))["provenance"]["packages"]
     assert recorded["numpy"] and recorded == rundir.package_versions()
     # Later, another environment (vllm installed, another numpy) rebuilds the report.
     monkeypatch.setattr(
         rundir, "package_versions", lambda: {**recorded, "numpy": "9.9", "vllm": "0.99"}
     )
-    provenance = report_run(load(config), run_dir)["provenance"]
+    provenance = summary_dict(report_run(load(config), run_dir))["provenance"]
     assert provenance["packages"] == recorded  # what the run used, not today's
     assert provenance["packages_later"] is None  # a report is not a resume
     assert provenance["report_build"]["numpy"] == "9.9"
@@ -71,7 +72,7 @@ def test_report_reads_a_run_folder_written_before_versions_were_kept(
     # A summary.json of schema version 1 (no version, Bayes@N as mu / sigma / ci_*).
     old = {"name": "x", "models": [{"name": "model-0", "mu": 0.3, "sigma": 0.1, "rank": 1}]}
     (run_dir / "summary.json").write_text(json.dumps(old))
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     assert summary["schema_version"] == SCHEMA_VERSION
     assert summary["provenance"]["packages"] is None
     assert "Packages the run used: not recorded" in (run_dir / "report.md").read_text()
@@ -98,7 +99,7 @@ def test_export_then_score_gives_the_runs_scores_from_all_trials(
     run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     out = tmp_path / "e.npz"
     assert main(["export", str(run_dir), "--out", str(out)]) == 0
     result = scored(capsys, str(out))
@@ -129,7 +130,7 @@ def test_export_to_every_eval_ever_validates_against_its_schema(
         json.loads((schemas / "instance_level_eval.schema.json").read_text())
     )
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     out = tmp_path / "eee"
     assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0
     records = sorted(out.glob("data/*/*/*/*.json"))
@@ -162,9 +163,9 @@ def test_the_pages_render_from_summary_json_read_back_as_the_typed_model(
     read back (``read_summary``) renders the same report.md the run wrote and the same console
     text ``report`` printed."""
     from adaptive_eval.base import markdown as md
+    from adaptive_eval.base.summary_schema import Summary
     from adaptive_eval.outputs.headline import headline
     from adaptive_eval.outputs.report import render_console, render_markdown
-    from adaptive_eval.outputs.summary_schema import Summary
 
     config, run_dir = run
     assert main(["report", str(run_dir), "--config", str(config)]) == 0
@@ -177,19 +178,18 @@ def test_the_pages_render_from_summary_json_read_back_as_the_typed_model(
     assert lead == f"**{headline(typed).kind.value}:** {md.text(headline(typed).text)}"
 
 
-def test_write_outputs_refuses_a_summary_missing_a_field_naming_it(run: tuple[Path, Path]) -> None:
+def test_a_summary_missing_a_field_is_refused_naming_it(run: tuple[Path, Path]) -> None:
+    """write_outputs takes only the validated model: a document missing a field never becomes
+    one (and so never reaches a page)."""
     from pydantic import ValidationError
 
-    from adaptive_eval.outputs.report import write_outputs
+    from adaptive_eval.base.summary_schema import validate
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
-    written = {page: (run_dir / page).read_text() for page in ("summary.json", "report.md")}
+    summary = summary_dict(report_run(load(config), run_dir))
     del summary["trials_used"]
     with pytest.raises(ValidationError, match=r"trials_used\n  Field required"):
-        write_outputs(run_dir, summary)
-    # Refused before anything is written: the folder keeps the run's files as they were.
-    assert {page: (run_dir / page).read_text() for page in written} == written
+        validate(summary)
 
 
 # -- issue 29, items 3.3 and 3.9: an unfinished run, negative savings, long names, device-s -----
@@ -199,7 +199,7 @@ def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Pa
     from adaptive_eval.outputs.report import render_console, write_outputs
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     assert summary["finished"] is True
     summary.update(stop_reason=None, stop_detail=None)
     summary.pop("finished")
@@ -207,7 +207,7 @@ def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Pa
     assert "None" not in console.splitlines()[0]
     assert console.startswith(f"campaign {summary['name']}: not finished")
     assert "not finished: no saving yet" in console and "saved" not in console.split("\n")[-1]
-    write_outputs(run_dir, summary)
+    write_outputs(run_dir, read_summary({**summary, "finished": False}))
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is False
     for page in ("report.md", "report.html"):
         text = (run_dir / page).read_text()
@@ -220,7 +220,7 @@ def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) 
     from adaptive_eval.outputs.report import render_console, render_markdown
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     summary["compute_saved"]["trials_fraction"] = -0.391
     typed = read_summary(summary)
     assert "saved -" not in render_console(typed) and "spent 39.1% more than" in (
@@ -248,7 +248,7 @@ def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, P
     from adaptive_eval.outputs.report import render_console
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     summary["score"]["half_width"] = 0.05
     summary["stop_reason"] = "ci_width"
     for model in summary["models"]:
@@ -269,7 +269,7 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
     from adaptive_eval.outputs.headline import Tone, headline
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     assert "budget" not in headline(read_summary(summary)).text
     summary["stop_reason"] = "trial_budget"
     summary["stop_detail"] = "3000 trials used of 3000"
@@ -288,8 +288,8 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
 
 
 def test_a_verdict_tells_the_regression_first() -> None:
+    from adaptive_eval.base.summary_schema import CompareVerdict, Comparison, Summary
     from adaptive_eval.outputs.headline import headline
-    from adaptive_eval.outputs.summary_schema import CompareVerdict, Comparison, Summary
 
     # Only what the headline reads (model_construct: the rest of a summary left out).
     verdicts = [
@@ -313,8 +313,8 @@ def test_a_verdict_tells_the_regression_first() -> None:
 def test_a_night_whose_cost_left_its_forecast_leads_with_that_alert() -> None:
     """The headline words every alert kind of the schema (a cost alert fell through to the
     ranking flip's sentence and its missing ``before``)."""
+    from adaptive_eval.base.summary_schema import CostOutsideForecast, Nightly, Summary
     from adaptive_eval.outputs.headline import Kind, headline
-    from adaptive_eval.outputs.summary_schema import CostOutsideForecast, Nightly, Summary
 
     alert = CostOutsideForecast(
         kind="cost_outside_forecast", measure="trials sampled", low=100, high=400, actual=2500
@@ -377,7 +377,7 @@ def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Pat
     from adaptive_eval.outputs.report_html import plural
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     page = (run_dir / "report.html").read_text()
     sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", page)}
     assert sizes and min(sizes) >= 9, sorted(sizes)  # ticks and legends were 7 px
@@ -393,7 +393,7 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     from adaptive_eval.outputs.report import write_outputs
 
     config, run_dir = run
-    summary = report_run(load(config), run_dir)
+    summary = summary_dict(report_run(load(config), run_dir))
     summary["stop_reason"] = "goal_met"
     summary["pairs"][0]["decision"] = "undecided"  # two incumbents: not the gate's business
     name = summary["models"][0]["name"]
@@ -415,7 +415,7 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
             }
         ],
     }
-    write_outputs(run_dir, summary)
+    write_outputs(run_dir, read_summary(summary))
     page = (run_dir / "report.html").read_text()
     assert "the gate was decided, exit 3 (goal_met)" in page
     assert "still undecided at the stop" not in page
@@ -426,8 +426,8 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     # One sign convention, the candidate's: a worse candidate's z and boundary are negative
     # whichever way the test computed them (the two-sided rule gave +4.29 where --margin gave
     # -3.91 beside a boundary of +3.31).
+    from adaptive_eval.base.summary_schema import CompareVerdict
     from adaptive_eval.outputs.presentation import candidate_side
-    from adaptive_eval.outputs.summary_schema import CompareVerdict
 
     def side(z: float, boundary: float, decision: str) -> tuple[float, float | None]:
         row = CompareVerdict.model_construct(z=z, boundary=boundary, decision=decision)
@@ -452,10 +452,10 @@ def test_report_reads_a_run_whose_inputs_changed_since_and_a_resume_refuses_it(
     from adaptive_eval.loop.rundir import open_run_dir
 
     config, run_dir = run
-    before = report_run(load(config), run_dir)["provenance"]["models"][0]["sha256"]
+    before = summary_dict(report_run(load(config), run_dir))["provenance"]["models"][0]["sha256"]
     write_scenario(config.parent / "s.npz", mimic_success(SCORES, questions=12, seed=9))
     capsys.readouterr()
-    after = report_run(load(config), run_dir)
+    after = summary_dict(report_run(load(config), run_dir))
     assert after["provenance"]["models"][0]["sha256"] == before  # what the run recorded
     assert "the run's input files or engine changed since it ran (files[0].scenario" in (
         capsys.readouterr().err

@@ -147,7 +147,7 @@ def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
 
 
 def test_the_console_says_a_stop_left_pairs_undecided() -> None:
-    from adaptive_eval.outputs import summary_schema as schema
+    from adaptive_eval.base import summary_schema as schema
 
     # Only what the console reads (model_construct: the rest of a summary left out).
     summary = schema.Summary.model_construct(

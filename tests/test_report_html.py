@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
+from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.cli import main
-from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.workflows.report import report_run
 
 SCORES = [0.25, 0.45, 0.47, 0.7]
@@ -208,8 +208,8 @@ def test_the_page_leads_with_a_one_line_ranking_verdict(run_dir: Path) -> None:
 def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     """Issue 22, workflow 10: the demo's plot had 6 "a pair decided" dots for 5 decided pairs
     (a pair logged again when it became adjacent again), one round late."""
+    from adaptive_eval.base.summary_schema import Baseline, PairRow, Provenance, Summary
     from adaptive_eval.outputs.report_html import RunData, compute_plot
-    from adaptive_eval.outputs.summary_schema import Baseline, PairRow, Provenance, Summary
 
     per_round = np.array([10, 10, 20, 20, 20])
     pairs = [
@@ -272,8 +272,8 @@ def test_trials_are_in_rank_order(run_dir: Path) -> None:
 
 
 def test_heatmap_is_sorted_and_sparsely_labelled() -> None:
+    from adaptive_eval.base.summary_schema import ModelRow, Summary
     from adaptive_eval.outputs.report_html import HEATMAP_LABELS, RunData, heatmap_plot
-    from adaptive_eval.outputs.summary_schema import ModelRow, Summary
 
     questions = [f"q{i:03d}" for i in range(120)]
     trials = np.tile(np.arange(120), (2, 1))  # the last question is the most sampled

@@ -17,6 +17,7 @@ from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.decide.contracts import adjacent_only
 from adaptive_eval.logs import SilentLog
 from adaptive_eval.loop.runner import _NoDispatch
+from adaptive_eval.outputs.provenance import collect
 from adaptive_eval.outputs.summary import build_summary
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.report import report_run
@@ -46,19 +47,20 @@ def test_the_snapshot_is_frozen_and_detached_from_the_controller(
     try:
         run = finished_run(controller, "cid", RunFacts(resumed=True))
         counts, trials = run.view.counts.copy(), run.view.trials.copy()
-        summary = build_summary(controller.campaign, run)
+        provenance = collect(run_dir, store)
+        summary = build_summary(controller.campaign, run, provenance)
         # The live state moves on (another round applied, a plan added): the snapshot does not.
         controller.state.counts += 1
         controller.state.trials += 2
         controller.state.plans.append(np.ones_like(run.plans[0]))
         assert np.array_equal(run.view.counts, counts) and np.array_equal(run.view.trials, trials)
         assert len(run.plans) == len(controller.state.plans) - 1
-        assert build_summary(controller.campaign, run) == summary
+        assert build_summary(controller.campaign, run, provenance) == summary
         with pytest.raises(ValueError, match="read-only"):
             run.plans[0][0, 0] = 99
         with pytest.raises(dataclasses.FrozenInstanceError):
             run.campaign_id = "other"  # type: ignore[misc]
-        assert summary["resumed"] is True and "dispatch" not in summary
+        assert summary.resumed is True and summary.dispatch is None
     finally:
         store.close()
 
@@ -68,19 +70,19 @@ def test_the_summary_comes_from_the_snapshot_alone(recorded: tuple[Path, Path]) 
     controller, store = _replayed(config, run_dir)
     try:
         run = finished_run(controller, "cid", RunFacts())
-        summary = build_summary(controller.campaign, run)
+        summary = build_summary(controller.campaign, run, collect(run_dir, store))
     finally:
         store.close()
     assert isinstance(run, FinishedRun)
-    assert summary["trials_used"] == int(run.view.trials.sum())
-    scores = {m["name"]: m["score"] for m in summary["models"]}
+    assert summary.trials_used == int(run.view.trials.sum())
+    scores = {m.name: m.score for m in summary.models}
     for index, name in enumerate(controller.campaign.names):
         assert scores[name] == pytest.approx(float(run.view.theta[index]), abs=0)
     names = controller.campaign.names
-    assert [(p["a"], p["b"], p["decision"]) for p in summary["pairs"]] == [
+    assert [(p.a, p.b, p.decision) for p in summary.pairs] == [
         (names[d.a], names[d.b], d.verdict.value) for d in adjacent_only(run.decisions, run.view)
     ]
-    assert summary["pairs"]
+    assert summary.pairs
 
 
 def test_report_rereads_without_writing_an_event(recorded: tuple[Path, Path]) -> None:
@@ -97,15 +99,18 @@ def test_report_rereads_without_writing_an_event(recorded: tuple[Path, Path]) ->
     after = store.events()
     store.close()
     assert after == before and before
-    assert first["pairs"] == second["pairs"] and first["finished"] is True
-    assert json.loads((run_dir / "summary.json").read_text())["trials_used"] == first["trials_used"]
+    assert first.pairs == second.pairs and first.finished is True
+    assert json.loads((run_dir / "summary.json").read_text())["trials_used"] == first.trials_used
 
 
-# -- the dispatch counters: a typed value, written back as recorded ----------------------------
+# -- the dispatch counters: summary.json's typed block, written back as recorded --------------
 
 
-def test_dispatch_counts_give_back_the_recorded_block_exactly() -> None:
-    from adaptive_eval.dispatch import DispatchCounts, combine_dispatch
+def test_dispatch_block_gives_back_the_recorded_counts() -> None:
+    from pydantic import ValidationError
+
+    from adaptive_eval.base.summary_schema import Dispatch, record
+    from adaptive_eval.dispatch import combine_dispatch
 
     leg = {
         "workers": 2,
@@ -118,29 +123,32 @@ def test_dispatch_counts_give_back_the_recorded_block_exactly() -> None:
         "request_retries": 1,
         "request_retry_reasons": {"timeout": 1},
     }
-    counts = DispatchCounts.from_record(leg)
+    counts = Dispatch.model_validate(leg)
     assert counts.workers == 2 and counts.worker_utilisation == 0.5
     assert counts.request_retry_reasons == {"timeout": 1}
-    assert json.dumps(counts.as_record()) == json.dumps(leg)
+    assert json.dumps(record(counts)) == json.dumps(leg)
     # A block recorded by an earlier version: a key no longer counted, another order, a null.
     old = {"prefetch": {"sent": 3, "used": 2, "unused": 1}, "batches": 4, "workers": None}
-    counts = DispatchCounts.from_record(old)
-    assert counts.other == {"prefetch": {"sent": 3, "used": 2, "unused": 1}}
+    counts = Dispatch.model_validate(old)
+    assert counts.model_extra == {"prefetch": {"sent": 3, "used": 2, "unused": 1}}
     assert counts.batches == 4 and counts.workers is None and counts.load_s is None
-    assert json.dumps(counts.as_record()) == json.dumps(old)
-    merged = combine_dispatch(old, leg, True)
-    assert json.dumps(DispatchCounts.from_record(merged).as_record()) == json.dumps(merged)
-    assert DispatchCounts(workers=1, load_s=2.5).as_record() == {"workers": 1, "load_s": 2.5}
-    with pytest.raises(TypeError, match=r"dispatch\.batches"):
-        DispatchCounts.from_record({"batches": "7"})
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert record(counts) == old  # nothing it did not record is added
+    merged = combine_dispatch(counts, Dispatch.model_validate(leg), True)
+    assert merged.batches == 11 and merged.workers == 2
+    assert merged.model_extra == {"prefetch": {"sent": 3, "used": 2, "unused": 1}}
+    assert combine_dispatch(counts, Dispatch.model_validate(leg), False) == counts
+    assert record(Dispatch(workers=1, load_s=2.5)) == {"workers": 1, "load_s": 2.5}
+    for damaged in ({"batches": "7"}, {"batches": True}):
+        with pytest.raises(ValidationError, match=r"batches"):
+            Dispatch.model_validate(damaged)
+    with pytest.raises(ValidationError, match="frozen"):
         counts.batches = 5  # type: ignore[misc]
 
 
 def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> None:
-    """The run's RunFacts carry DispatchCounts; summary.json's block is written as before: the
-    run's own counts in dispatch's order after the run, the store's record as it holds it after
-    ``report`` re-reads the run."""
+    """The run's RunFacts carry the typed dispatch block; summary.json's block is the store's
+    record, in the schema's order, after the run and after ``report`` re-reads it."""
+    from adaptive_eval.base.summary_schema import record
     from adaptive_eval.cli import main
     from adaptive_eval.dispatch import dispatch_summary
     from adaptive_eval.dispatch.inline import InlineDispatcher
@@ -159,8 +167,8 @@ def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> Non
     written = json.loads((run_dir / "summary.json").read_text())["dispatch"]
     assert written == recorded
     campaign = build_campaign(load(config))
-    order = list(dispatch_summary(InlineDispatcher(campaign.plans, campaign.offsets)))
+    order = list(record(dispatch_summary(InlineDispatcher(campaign.plans, campaign.offsets))))
     assert list(written) == order
     assert main(["report", str(run_dir), "--json"]) == 0
     reread = json.loads((run_dir / "summary.json").read_text())["dispatch"]
-    assert json.dumps(reread, indent=2) == json.dumps(recorded, indent=2)
+    assert reread == recorded and list(reread) == order

@@ -21,6 +21,8 @@ from scipy import optimize
 from scipy.stats import dirichlet_multinomial, multinomial, norm
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import read_summary
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import StopReason
 from adaptive_eval.campaign.build import build_campaign, fingerprint_of
 from adaptive_eval.control.simulate import SimPolicy, Truth, simulate
@@ -28,7 +30,6 @@ from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.outputs.report import render_console, render_markdown
-from adaptive_eval.outputs.summary_schema import read_summary
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import (
@@ -310,7 +311,7 @@ def test_a_width_campaign_reports_each_interval_its_guarantee_and_trials(
     config = load(write_config(tmp_path / "c.yaml", data))
     done = run_inline(config, tmp_path / "run")
     assert done.stop is not None and done.stop.reason is StopReason.CI_WIDTH
-    summary = report_run(config, tmp_path / "run")
+    summary = summary_dict(report_run(config, tmp_path / "run"))
     info = summary["score"]
     assert info["interval"] == "group_sequential" and info["half_width"] == 0.06
     assert "repeated confidence interval" in info["guarantee"] and info["width_goal_met"]
@@ -329,7 +330,7 @@ def test_ranking_and_width_together(tmp_path: Path, scenario: Path) -> None:
     data = base_config("s.npz", stopping=[both], max_trials_per_question=400)
     config = load(write_config(tmp_path / "c.yaml", data))
     done = run_inline(config, tmp_path / "run")
-    summary = report_run(config, tmp_path / "run")
+    summary = summary_dict(report_run(config, tmp_path / "run"))
     assert summary["score"]["width_goal_met"]
     assert all(d.settled or d.futile for d in done.decisions)
 

@@ -15,6 +15,7 @@ from helpers import count_view
 from scipy.stats import binomtest, norm
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.config import parse_config
 from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
@@ -416,16 +417,16 @@ def test_resume_after_crash_is_exact_with_sequential_rules(
 def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, rule: str) -> None:
     from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
 
+    from adaptive_eval.base.summary_schema import read_summary
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_markdown
-    from adaptive_eval.outputs.summary_schema import read_summary
     from adaptive_eval.workflows.report import report_run
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.8], questions=10))
     data = base_config("s.npz", pair_rules=[rule])
     config = load_config(write_config(tmp_path / "c.yaml", data))
     run_inline(config, tmp_path / "run")
-    summary = report_run(config, tmp_path / "run")
+    summary = summary_dict(report_run(config, tmp_path / "run"))
     rules = summary["decision_rules"]
     assert rules["error_control"] == "ranking" and rules["pair_alpha"] == pytest.approx(0.025)
     settled = [p for p in summary["pairs"] if p["decision"] != "undecided"]

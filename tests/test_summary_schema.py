@@ -13,8 +13,8 @@ import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 from pydantic import ValidationError
 
+from adaptive_eval.base import summary_schema
 from adaptive_eval.cli import main
-from adaptive_eval.outputs import summary_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "docs" / "summary.schema.json"
@@ -56,7 +56,7 @@ def run_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
 
 def test_the_published_schema_is_the_models() -> None:
     assert PUBLISHED.read_text() == summary_schema.schema_text(), (
-        "docs/summary.schema.json is stale: python -m adaptive_eval.outputs.summary_schema > "
+        "docs/summary.schema.json is stale: python -m adaptive_eval.base.summary_schema > "
         "docs/summary.schema.json"
     )
 

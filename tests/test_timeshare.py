@@ -11,6 +11,7 @@ from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.workflows.run import run_campaign
 
 ledger = partial(read_ledger, columns="model, question, trial, category")
@@ -21,15 +22,19 @@ def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> No
     write_scenario(
         tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=8), names=["a", "b", "c"]
     )
-    shared = run_campaign(
-        load(write_config(tmp_path / "shared.yaml", timeshare_config(0.1, 1))),
-        tmp_path / "shared",
-        quiet=True,
+    shared = summary_dict(
+        run_campaign(
+            load(write_config(tmp_path / "shared.yaml", timeshare_config(0.1, 1))),
+            tmp_path / "shared",
+            quiet=True,
+        )
     )
-    dedicated = run_campaign(
-        load(write_config(tmp_path / "own.yaml", timeshare_config(0.0, None))),
-        tmp_path / "own",
-        quiet=True,
+    dedicated = summary_dict(
+        run_campaign(
+            load(write_config(tmp_path / "own.yaml", timeshare_config(0.0, None))),
+            tmp_path / "own",
+            quiet=True,
+        )
     )
     dispatch = shared["dispatch"]
     assert dispatch["workers"] == 1

@@ -22,6 +22,7 @@ from helpers import ledger as read_ledger
 from helpers import load, mimic_success, timeshare_config, write_config, write_scenario
 
 from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch, BatchResult, Trial, WorkItem
 from adaptive_eval.dispatch.actors import SlotActor
 
@@ -389,15 +390,19 @@ def test_time_sharing_with_the_feed_records_the_trials_of_dedicated_workers(
 ) -> None:
     from adaptive_eval.workflows.run import run_campaign
 
-    shared = run_campaign(
-        load(write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))),
-        tmp_path / "shared",
-        quiet=True,
+    shared = summary_dict(
+        run_campaign(
+            load(write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))),
+            tmp_path / "shared",
+            quiet=True,
+        )
     )
-    dedicated = run_campaign(
-        load(write_config(tmp_path / "own.yaml", engine_timeshare_config(tmp_path, None, 3))),
-        tmp_path / "own",
-        quiet=True,
+    dedicated = summary_dict(
+        run_campaign(
+            load(write_config(tmp_path / "own.yaml", engine_timeshare_config(tmp_path, None, 3))),
+            tmp_path / "own",
+            quiet=True,
+        )
     )
     assert shared["dispatch"]["workers"] == 1 and dedicated["dispatch"]["workers"] == 3
     assert shared["dispatch"]["model_loads"] >= 3

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import CompareVerdict, Comparison
 from adaptive_eval.base.types import PairDecision, Stop, StopReason, Verdict
 from adaptive_eval.campaign.build import Campaign, budget_rule, fingerprint_of
 from adaptive_eval.decide.contracts import (
@@ -331,7 +332,7 @@ def comparison(
     plans: Sequence[np.ndarray] = (),
     stop: Stop | None = None,
     meanings: Mapping[int, str] | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """compare's verdicts for summary.json. Per incumbent, ``trials`` is both models' trials at
     the end of the run and ``trials_at_decision`` their trials when the verdict was reached
     (the rounds' ``plans`` up to it); they differ when the run went on for other pairs.
@@ -359,11 +360,11 @@ def comparison(
             row["reason"] = verdict.reason
         rows.append(row)
     code = exit_code([v.decision for v in found])
-    return {
-        "candidate": candidate,
-        "margin": judge.margin,
-        "verdicts": rows,
-        "exit_code": code,
-        "meaning": (meanings or {}).get(code, ""),
-        "stopped": None if stop is None else stop.detail,
-    }
+    return Comparison(
+        candidate=candidate,
+        margin=judge.margin,
+        verdicts=[CompareVerdict.model_validate(row) for row in rows],
+        exit_code=code,
+        meaning=(meanings or {}).get(code, ""),
+        stopped=None if stop is None else stop.detail,
+    )

@@ -10,18 +10,17 @@ controller's mutable state, so an output cannot depend on when it was built.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from adaptive_eval.base.accounting import Savings
+from adaptive_eval.base.summary_schema import Dispatch, Nightly
 from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import frozen_copy
-from adaptive_eval.dispatch.stats import DispatchCounts
 
 
 @dataclass(frozen=True)
@@ -29,25 +28,14 @@ class RunFacts:
     """What only the run itself knew, kept in its store's metadata: whether this leg resumed
     one before it, the wall time over every leg, what dispatch counted, whether the loop ran to
     its end, and a nightly run's night (``None``: not known, e.g. a folder from before the
-    metadata was kept). ``dispatch`` is summary.json's block as a typed value, written back
-    exactly as the store recorded it."""
+    metadata was kept). ``dispatch`` and ``nightly`` are summary.json's blocks, as the store
+    recorded them."""
 
     resumed: bool | None = None
     elapsed_s: float | None = None
-    dispatch: DispatchCounts | None = None
+    dispatch: Dispatch | None = None
     finished: bool | None = None
-    nightly: Mapping[str, object] | None = None
-
-    def as_fields(self) -> dict[str, object]:
-        """summary.json's run fields, the unknown ones left out."""
-        known = {
-            "resumed": self.resumed,
-            "elapsed_s": self.elapsed_s,
-            "dispatch": None if self.dispatch is None else self.dispatch.as_record(),
-            "finished": self.finished,
-            "nightly": None if self.nightly is None else dict(self.nightly),
-        }
-        return {key: value for key, value in known.items() if value is not None}
+    nightly: Nightly | None = None
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@ from adaptive_eval.dispatch.inline import InlineDispatcher
 from adaptive_eval.dispatch.launch import LaunchRequest, Workers, dispatch_modes, launcher
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import (
-    DispatchCounts,
     DispatchStats,
     combine_dispatch,
     dispatch_summary,
 )
 
 __all__ = [
-    "DispatchCounts",
     "DispatchStats",
     "Dispatcher",
     "InlineDispatcher",

@@ -3,12 +3,11 @@ summary.json's ``dispatch`` block over every leg of a run."""
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from adaptive_eval.base.summary_schema import Dispatch, record
 from adaptive_eval.base.types import Batch
 from adaptive_eval.logs import EventSink
 
@@ -81,42 +80,44 @@ def covered_length(windows: list[tuple[float, float]], start: float, end: float)
     return total
 
 
-def dispatch_summary(dispatcher: Any) -> dict[str, Any]:
+def dispatch_summary(dispatcher: Any) -> Dispatch:
+    """This leg's counts: summary.json's ``dispatch`` block for a run of one leg."""
     stats = dispatcher.stats
-    return {
-        "workers": dispatcher.num_workers,
-        "batches": stats.batches,
-        "failed_batches": stats.failures,
-        "worker_restarts": stats.restarts,
-        "worker_utilisation": stats.utilisation(),
-        "model_loads": stats.loads,
-        "load_s": stats.load_s,
-        "request_retries": stats.request_retries,
-        "request_retry_reasons": dict(stats.retry_reasons),
-    }
+    return Dispatch(
+        workers=dispatcher.num_workers,
+        batches=stats.batches,
+        failed_batches=stats.failures,
+        worker_restarts=stats.restarts,
+        worker_utilisation=stats.utilisation(),
+        model_loads=stats.loads,
+        load_s=stats.load_s,
+        request_retries=stats.request_retries,
+        request_retry_reasons=dict(stats.retry_reasons),
+    )
 
 
 #: Dispatch figures that describe the workers rather than add up over a run's legs.
 _LARGEST = ("workers",)
 
 
-def combine_dispatch(
-    before: dict[str, Any] | None, this_leg: dict[str, Any], dispatched: bool
-) -> dict[str, Any]:
+def combine_dispatch(before: Dispatch | None, this_leg: Dispatch, dispatched: bool) -> Dispatch:
     """summary.json's ``dispatch`` over every leg of a run (a resume is a leg): batches,
     failures, restarts, loads and retries summed, workers the most any leg had, utilisation
-    weighted by batches. A leg that started no worker adds nothing."""
-    if not isinstance(before, dict) or not before:
+    weighted by batches. A leg that started no worker adds nothing. What an earlier version
+    counted and this one does not (e.g. the removed prefetch's ``prefetch``) is kept."""
+    if before is None or not before.model_fields_set:
         return this_leg
     if not dispatched:
         return before
+    old_record, new_record = record(before), record(this_leg)
     merged: dict[str, Any] = {}
-    for key in before.keys() | this_leg.keys():
-        old, new = before.get(key), this_leg.get(key)
+    for key in [*old_record, *(k for k in new_record if k not in old_record)]:
+        old, new = old_record.get(key), new_record.get(key)
         if key in _LARGEST:
             merged[key] = max(old or 0, new or 0)
         elif key == "worker_utilisation":
-            old_batches, new_batches = before.get("batches") or 0, this_leg.get("batches") or 0
+            old_batches = old_record.get("batches") or 0
+            new_batches = new_record.get("batches") or 0
             weight = old_batches + new_batches
             merged[key] = (
                 ((old or 0.0) * old_batches + (new or 0.0) * new_batches) / weight
@@ -133,83 +134,4 @@ def combine_dispatch(
             merged[key] = old + new
         else:
             merged[key] = new if new is not None else old
-    return merged
-
-
-#: The counters of :class:`DispatchCounts`, in summary.json's order, and the types each holds.
-_COUNTERS: dict[str, tuple[type, ...]] = {
-    "workers": (int,),
-    "batches": (int,),
-    "failed_batches": (int,),
-    "worker_restarts": (int,),
-    "worker_utilisation": (int, float),
-    "model_loads": (int,),
-    "load_s": (int, float),
-    "request_retries": (int,),
-}
-
-
-@dataclass(frozen=True)
-class DispatchCounts:
-    """summary.json's ``dispatch`` block as a value (the summary schema's ``Dispatch``): what
-    dispatch counted over every leg of a run, as :func:`combine_dispatch` recorded it in the
-    store. ``None``: a counter the record does not hold (a run from before it was counted).
-
-    ``other`` keeps what earlier versions recorded and this one no longer counts (e.g. the
-    removed speculative prefetch's ``prefetch``); ``keys`` the record's keys in their order,
-    so :meth:`as_record` gives back the very block that was recorded, byte for byte once
-    written as JSON.
-    """
-
-    workers: int | None = None
-    batches: int | None = None
-    failed_batches: int | None = None
-    worker_restarts: int | None = None
-    worker_utilisation: float | None = None
-    model_loads: int | None = None
-    load_s: float | None = None
-    request_retries: int | None = None
-    request_retry_reasons: Mapping[str, int] | None = None
-    other: Mapping[str, object] = field(default_factory=dict)
-    keys: tuple[str, ...] = ()
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> DispatchCounts:
-        """The counts of a recorded ``dispatch`` block; ``TypeError`` naming a counter of the
-        wrong type."""
-        known: dict[str, Any] = {}
-        for key, value in record.items():
-            kinds = _COUNTERS.get(key)
-            wrong = isinstance(value, bool) or not isinstance(value, kinds or object)
-            if kinds is not None and value is not None and wrong:
-                raise TypeError(f"dispatch.{key} = {value!r}: not a count")
-            if key == "request_retry_reasons" and value is not None:
-                if not isinstance(value, Mapping) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) for n in value.values()
-                ):
-                    raise TypeError(f"dispatch.{key} = {value!r}: not counts by reason")
-                value = {str(reason): count for reason, count in value.items()}
-            known[key] = value
-        names = {f.name for f in fields(cls)} - {"other", "keys"}
-        return cls(
-            **{key: value for key, value in known.items() if key in names},
-            other={k: copy.deepcopy(v) for k, v in known.items() if k not in names},
-            keys=tuple(record),
-        )
-
-    def as_record(self) -> dict[str, Any]:
-        """The block as summary.json (and the store) hold it: the recorded keys, in order (a
-        value built without a record: the counters it holds, in the schema's order)."""
-        order = self.keys or (
-            *(
-                key
-                for key in (*_COUNTERS, "request_retry_reasons")
-                if getattr(self, key) is not None
-            ),
-            *self.other,
-        )
-        out: dict[str, Any] = {}
-        for key in order:
-            value = self.other[key] if key in self.other else getattr(self, key)
-            out[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
-        return out
+    return Dispatch.model_validate(merged)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import Dispatch, Nightly, Summary, record
 from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.cluster import RAY_LOG, ray_output_to
@@ -24,7 +27,6 @@ from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.pilot import run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
-    DispatchCounts,
     DispatchStats,
     LaunchRequest,
     Workers,
@@ -40,7 +42,9 @@ from adaptive_eval.store import TrialStore
 #: ``conclude(campaign, run, store)``: the caller's summary (and outputs) from the run's frozen
 #: snapshot, made while the folder is locked and its store open (provenance and the HTML
 #: report's per-round charts read it). Its result is what the loop returns.
-Conclude = Callable[[Campaign, FinishedRun, TrialStore], dict[str, Any]]
+Conclude = Callable[[Campaign, FinishedRun, TrialStore], Summary]
+
+Recorded = TypeVar("Recorded", bound=BaseModel)
 
 
 def execute(
@@ -51,7 +55,7 @@ def execute(
     console: IO[str] | None,
     quiet: bool,
     pilot: int | None = None,
-) -> dict[str, Any] | None:
+) -> Summary | None:
     """Run (or resume) ``campaign`` in ``run_dir``, which the caller has prepared and locked.
 
     Ray's own output goes to ``run_dir/ray.log`` for the run's lifetime; the workers (the
@@ -88,7 +92,7 @@ def _run_opened(
     quiet: bool,
     conclude: Conclude,
     pilot: int | None,
-) -> dict[str, Any] | None:
+) -> Summary | None:
     settings = campaign.settings
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
@@ -152,21 +156,23 @@ def _run_opened(
         finally:
             port.shutdown()
             progress.close(controller.finished(), int(store.get_meta("library_reused") or 0))
-        this_leg = dispatch_summary(dispatcher)
         # A resume that samples nothing (a finished run run again) used to zero the block.
-        dispatch = combine_dispatch(store.get_meta("dispatch"), this_leg, dispatcher.started)
-        store.set_meta(dispatch=dispatch, resumed=resumed)
+        dispatch = combine_dispatch(
+            _recorded(Dispatch, store.get_meta("dispatch"), run_dir),
+            dispatch_summary(dispatcher),
+            dispatcher.started,
+        )
+        store.set_meta(dispatch=record(dispatch), resumed=resumed)
         if not finished:
             log.info("pilot_done", trials=store.count_trials(), per_question=pilot)
             return None
-        counts = DispatchCounts.from_record(dispatch)
-        facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=counts)
+        facts = RunFacts(resumed=resumed, elapsed_s=controller.elapsed_s, dispatch=dispatch)
         summary = conclude(campaign, finished_run(controller, campaign_id, facts), store)
         log.info(
             "campaign_done",
-            stop_reason=summary["stop_reason"],
-            trials_used=summary["trials_used"],
-            trials_saved=summary["compute_saved"]["trials_fraction"],
+            stop_reason=summary.stop_reason,
+            trials_used=summary.trials_used,
+            trials_saved=summary.compute_saved.trials_fraction,
         )
         return summary
     finally:
@@ -227,7 +233,7 @@ class _NoDispatch:
         return 0
 
 
-def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, Any]:
+def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> Summary:
     """Rebuild a recorded run's state from its store (no Ray, nothing written to the store) and
     hand it to ``conclude``; ``run_dir`` must be locked by the caller."""
     store, campaign_id, resumed = open_run_dir(campaign, run_dir, leg=False)
@@ -248,14 +254,28 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> dict[str, A
             controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
         elif not store.get_meta("finished"):
             controller.stop = None
-        recorded = kept.get("dispatch")
         facts = RunFacts(
             resumed=kept.get("resumed"),
             elapsed_s=store.get_meta("elapsed_s"),
-            dispatch=None if recorded is None else DispatchCounts.from_record(recorded),
+            dispatch=_recorded(Dispatch, kept.get("dispatch"), run_dir),
             finished=bool(store.get_meta("finished")),
-            nightly=kept.get("nightly"),
+            nightly=_recorded(Nightly, kept.get("nightly"), run_dir),
         )
         return conclude(campaign, finished_run(controller, campaign_id, facts), store)
     finally:
         store.close()
+
+
+def _recorded(block: type[Recorded], value: object, run_dir: Path) -> Recorded | None:
+    """A block of summary.json the run's store kept (``None``: none was kept); a damaged one is
+    an error naming the run folder and the block, never a count taken from the wrong type."""
+    if value is None:
+        return None
+    try:
+        return block.model_validate(value)
+    except ValidationError as error:
+        where = error.errors()[0]
+        field = ".".join(str(part) for part in (block.__name__.lower(), *where["loc"]))
+        raise InputError(
+            f"the recorded {field} is damaged: {where['msg']}", source=str(run_dir)
+        ) from None

@@ -3,7 +3,7 @@
 A compare page used to open with "Stopped: max_trials ... saved -39.1%" and give its verdict
 (exit 3) further down; a nightly run's pages never mentioned its alert; a plain run's page had
 no one-line answer at all. :func:`headline` reads a summary (``summary.json`` as the typed
-:class:`~adaptive_eval.outputs.summary_schema.Summary`) and returns its headline, a typed value,
+:class:`~adaptive_eval.base.summary_schema.Summary`) and returns its headline, a typed value,
 in this order of precedence:
 
 - a run that has not finished: say so first (what follows is the state so far);
@@ -23,8 +23,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from adaptive_eval.outputs.presentation import saving
-from adaptive_eval.outputs.summary_schema import (
+from adaptive_eval.base.summary_schema import (
     CompareVerdict,
     Comparison,
     CostOutsideForecast,
@@ -33,6 +32,7 @@ from adaptive_eval.outputs.summary_schema import (
     ScoreDrop,
     Summary,
 )
+from adaptive_eval.outputs.presentation import saving
 
 
 class Kind(enum.Enum):

@@ -3,7 +3,7 @@ exit-code meanings.
 
 report.md, report.html, the console, compare and nightly all read a summary through these
 functions, so a score, a decision or an exit code is worded once. Pure: the typed summary
-(:class:`~adaptive_eval.outputs.summary_schema.Summary`, summary.json validated) in, strings
+(:class:`~adaptive_eval.base.summary_schema.Summary`, summary.json validated) in, strings
 out; nothing here imports an output or a workflow. A nightly history's records
 (``nights.jsonl``, of every version) are read as the dicts they are (:func:`score`).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaptive_eval.outputs.summary_schema import CompareVerdict, ForecastCheck, PairRow, Summary
+from adaptive_eval.base.summary_schema import CompareVerdict, ForecastCheck, PairRow, Summary
 
 #: What the leading score is, for every page that shows it.
 SCORE_STATISTIC = (

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from adaptive_eval.base.summary_schema import Provenance
 from adaptive_eval.loop import rundir
 
 if TYPE_CHECKING:
-    from adaptive_eval.outputs.summary_schema import Provenance
     from adaptive_eval.store import TrialStore
 
 #: How each recorded input is named in report.md (a model's identity, labelled for what it is).
@@ -59,7 +59,7 @@ def _served(store: TrialStore) -> dict[str, list[str]]:
     return out
 
 
-def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
+def collect(run_dir: Path, store: TrialStore | None = None) -> Provenance:
     """Provenance of the run in ``run_dir`` (empty parts are omitted); ``store``: the run's
     store where the caller holds it open."""
     from adaptive_eval.store import TrialStore, reading
@@ -117,7 +117,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
             "sha256": digest,
         }
     generating = dataset is not None
-    return {
+    found = {
         "written_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seed": config.get("seed"),
         "models": models,
@@ -138,6 +138,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> dict[str, Any]:
         "packages_later": later if isinstance(later, list) and later else None,
         "report_build": rundir.package_versions(),
     }
+    return Provenance.model_validate(found)
 
 
 def markdown(

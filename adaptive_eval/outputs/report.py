@@ -1,19 +1,23 @@
 """Outputs of a run: ``summary.json`` (the contract other tools read) and ``report.md``.
 
-:func:`write_outputs` validates the summary dict into the typed
-:class:`~adaptive_eval.outputs.summary_schema.Summary` once, writes the dict as summary.json and
-renders every page from the model (attribute access: a field the model lacks fails mypy, not a
-reader)."""
+:func:`write_outputs` writes the typed, validated
+:class:`~adaptive_eval.base.summary_schema.Summary` as summary.json and renders every page from
+it (attribute access: a field the model lacks fails mypy, not a reader)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adaptive_eval.base import markdown as md
+from adaptive_eval.base.summary_schema import (
+    Comparison,
+    DecisionRules,
+    PluginRecord,
+    Summary,
+    json_text,
+)
 from adaptive_eval.files import atomic_write
-from adaptive_eval.outputs import summary_schema
 from adaptive_eval.outputs.headline import markdown_lines as headline_markdown
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
@@ -32,12 +36,6 @@ from adaptive_eval.outputs.presentation import (
     stop_text,
     undecided_note,
     width_goal_line,
-)
-from adaptive_eval.outputs.summary_schema import (
-    Comparison,
-    DecisionRules,
-    PluginRecord,
-    Summary,
 )
 
 if TYPE_CHECKING:
@@ -261,26 +259,15 @@ def render_console(summary: Summary) -> str:
 
 def write_outputs(
     run_dir: Path,
-    summary: dict[str, Any],
+    summary: Summary,
     store: TrialStore | None = None,
     history: list[dict[str, Any]] | None = None,
 ) -> None:
-    """summary.json, report.md and report.html; adds the run's provenance to ``summary``.
-    ``store``: the run's store where the caller holds it open; ``history``: a nightly run's
-    nights, for report.html's history plot."""
-    from adaptive_eval.outputs.provenance import collect
+    """summary.json, report.md and report.html, all from the one validated ``summary``.
+    ``store``: the run's store where the caller holds it open (report.html's per-round charts);
+    ``history``: a nightly run's nights, for report.html's history plot."""
     from adaptive_eval.outputs.report_html import write_html
 
-    summary.setdefault("finished", summary.get("stop_reason") is not None)
-    summary["provenance"] = collect(run_dir, store)
-    library = summary["provenance"].get("library")
-    if library is not None and summary["baseline"]["trials"]:
-        # Compute saved counting only what this run sampled (reused trials cost nothing now).
-        library["saved_fraction"] = 1 - library["sampled"] / summary["baseline"]["trials"]
-    # The contract holds before anything is written: a field the writer added without the
-    # model (and the published schema) knowing it fails here, in every workflow's tests.
-    # The pages are rendered from the validated model, summary.json from the dict itself.
-    typed = summary_schema.validate(summary)
-    atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    atomic_write(run_dir / "report.md", render_markdown(typed))
-    write_html(run_dir, typed, history=history, store=store)
+    atomic_write(run_dir / "summary.json", json_text(summary) + "\n")
+    atomic_write(run_dir / "report.md", render_markdown(summary))
+    write_html(run_dir, summary, history=history, store=store)

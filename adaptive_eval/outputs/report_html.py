@@ -15,7 +15,7 @@ Figures, each a ``<figure id=...>`` so tests and people can find them:
 - ``history`` (nightly runs): each model's score over the nights, nights with an alert shaded.
 
 Everything is read from ``summary`` (summary.json as the typed
-:class:`~adaptive_eval.outputs.summary_schema.Summary`) and the run folder's store, so
+:class:`~adaptive_eval.base.summary_schema.Summary`) and the run folder's store, so
 ``adaptive-eval report DIR`` draws the same page for any run. Plots are matplotlib (Agg
 backend) written as SVG with text kept as text.
 """
@@ -31,6 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adaptive_eval.base.summary_schema import (
+    CompareVerdict,
+    Comparison,
+    DecisionRules,
+    ModelRow,
+    PairRow,
+    Summary,
+)
 from adaptive_eval.files import atomic_write
 from adaptive_eval.outputs.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.outputs.presentation import (
@@ -47,14 +55,6 @@ from adaptive_eval.outputs.presentation import (
     stop_label,
     stop_text,
     undecided_count,
-)
-from adaptive_eval.outputs.summary_schema import (
-    CompareVerdict,
-    Comparison,
-    DecisionRules,
-    ModelRow,
-    PairRow,
-    Summary,
 )
 
 if TYPE_CHECKING:

@@ -1,9 +1,8 @@
 """summary.json: the contract other tools read, built from a campaign's final state.
 
 ``schema_version`` is its first field. The document's shape, its versions and the published
-JSON Schema are :mod:`adaptive_eval.outputs.summary_schema`'s;
-:func:`adaptive_eval.outputs.report.write_outputs`
-validates every summary against it before writing.
+JSON Schema are :mod:`adaptive_eval.base.summary_schema`'s: :func:`build_summary` returns the
+validated model, which :func:`adaptive_eval.outputs.report.write_outputs` writes and renders.
 """
 
 from __future__ import annotations
@@ -14,12 +13,18 @@ import numpy as np
 
 from adaptive_eval import stats
 from adaptive_eval.base.accounting import Savings
+from adaptive_eval.base.summary_schema import (
+    SCHEMA_VERSION,
+    Comparison,
+    ForecastCheck,
+    Provenance,
+    Summary,
+)
 from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.campaign.build import Campaign, describe_rules
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.decide.contracts import adjacent_only
 from adaptive_eval.outputs.presentation import SCORE_STATISTIC, bayes_description
-from adaptive_eval.outputs.summary_schema import SCHEMA_VERSION
 from adaptive_eval.stats.intervals import IntervalDesign, ScoreIntervals
 
 
@@ -170,17 +175,32 @@ def _decision_ranks(order: np.ndarray, decisions: tuple[PairDecision, ...]) -> d
 def build_summary(
     campaign: Campaign,
     run: FinishedRun,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """summary.json's document for a finished run (``extra``: what a workflow adds, e.g.
-    compare's ``comparison``), from the run's snapshot alone."""
+    provenance: Provenance,
+    *,
+    comparison: Comparison | None = None,
+    forecast: ForecastCheck | None = None,
+) -> Summary:
+    """summary.json for a finished run, from the run's snapshot alone, validated against the
+    contract before anyone reads it. ``provenance``: the run folder's
+    (:func:`adaptive_eval.outputs.provenance.collect`); ``comparison`` and ``forecast``: what
+    compare and a run launched from a forecast add."""
     view = run.view
     mu, sigma = view.posterior()
     trials = np.asarray(view.trials)
     with np.errstate(invalid="ignore", divide="ignore"):
         weighted = (view.counts @ campaign.weights).sum(axis=1) / trials.sum(axis=1)
-    theta_se = view.theta_se
-    summary = summarize(
+    facts = run.facts
+    known = {
+        "resumed": facts.resumed,
+        "elapsed_s": facts.elapsed_s,
+        "dispatch": facts.dispatch,
+        "finished": run.stop is not None if facts.finished is None else facts.finished,
+        "provenance": _counting_sampled(provenance, run.savings),
+        "comparison": comparison,
+        "nightly": facts.nightly,
+        "forecast": forecast,
+    }
+    document = summarize(
         name=campaign.settings.name,
         campaign_id=run.campaign_id,
         names=campaign.names,
@@ -191,20 +211,32 @@ def build_summary(
         stop=run.stop,
         savings=run.savings,
         prior_note=campaign.prior_note,
-        score_se=theta_se,
+        score_se=view.theta_se,
         intervals=view.score_intervals(campaign.interval_design),
         design=campaign.interval_design,
         bayes_mu=mu,
         bayes_sigma=sigma,
         bayes_prior=view.bayes_prior,
-        extra={**run.facts.as_fields(), **(extra or {})},
+        extra={key: value for key, value in known.items() if value is not None},
         weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
         decision_rules=describe_rules(campaign),
     )
-    _mark_open_boundaries(summary, campaign, run)
+    _mark_open_boundaries(document, campaign, run)
     if campaign.fixed_n_note is not None:
-        summary["baseline"]["note"] = campaign.fixed_n_note
-    return summary
+        document["baseline"]["note"] = campaign.fixed_n_note
+    return Summary.model_validate(document)
+
+
+def _counting_sampled(provenance: Provenance, savings: Savings) -> Provenance:
+    """The library's compute saved counting only what this run sampled (reused trials cost
+    nothing now)."""
+    library = provenance.library
+    if library is None or not savings.baseline_trials:
+        return provenance
+    saved = 1 - library.sampled / savings.baseline_trials
+    return provenance.model_copy(
+        update={"library": library.model_copy(update={"saved_fraction": saved})}
+    )
 
 
 def _mark_open_boundaries(summary: dict[str, Any], campaign: Campaign, run: FinishedRun) -> None:

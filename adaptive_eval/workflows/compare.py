@@ -8,15 +8,15 @@ as ``run`` runs a campaign (run-folder lock, ``ray.log``, progress) and renders 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.outputs.headline import trials_text
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
-from adaptive_eval.outputs.summary_schema import CompareVerdict
 from adaptive_eval.workflows.run import Finish, run_campaign
 
 
@@ -24,8 +24,8 @@ def comparison_finish(candidate: str, judge: Judge) -> Finish:
     """summary.json's ``comparison`` block from the finished controller: what a compare run
     and ``report``'s re-read of its folder both add."""
 
-    def finish(campaign: Campaign, run: FinishedRun) -> dict[str, Any]:
-        found = comparison(
+    def finish(campaign: Campaign, run: FinishedRun) -> Comparison:
+        return comparison(
             campaign,
             run.view,
             run.decisions,
@@ -35,7 +35,6 @@ def comparison_finish(candidate: str, judge: Judge) -> Finish:
             run.stop,
             COMPARE_EXIT_MEANING,
         )
-        return {"comparison": found}
 
     return finish
 
@@ -49,7 +48,7 @@ def run_compare(
     settle_all: bool | None = None,
     console: IO[str] | None = None,
     quiet: bool = True,
-) -> dict[str, Any]:
+) -> Summary:
     """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
     progress, the config's dispatch mode); write summary.json and the reports."""
     campaign, judge = compare_campaign(build_campaign(config), candidate, margin, settle_all)
@@ -63,16 +62,13 @@ def run_compare(
     )
 
 
-def render(result: dict[str, Any]) -> str:
-    margin = result.get("margin")
+def render(result: Comparison) -> str:
+    margin = result.margin
     test = f" (non-inferiority, margin {margin})" if margin is not None else ""
-    lines = [f"candidate {result['candidate']}{test}:"]
-    for row in result["verdicts"]:
-        typed = CompareVerdict.model_validate(row)
-        lines.append(
-            f"  vs {row['incumbent']}: {row['decision']} (z = {row['z']:.2f}; {trials_text(typed)})"
-        )
-    lines.append(f"exit code {result['exit_code']}: {COMPARE_EXIT_MEANING[result['exit_code']]}")
-    if result.get("stopped"):
-        lines.append(f"sampling stopped: {result['stopped']}")
+    lines = [f"candidate {result.candidate}{test}:"]
+    for row in result.verdicts:
+        lines.append(f"  vs {row.incumbent}: {row.decision} (z = {row.z:.2f}; {trials_text(row)})")
+    lines.append(f"exit code {result.exit_code}: {COMPARE_EXIT_MEANING[result.exit_code]}")
+    if result.stopped:
+        lines.append(f"sampling stopped: {result.stopped}")
     return "\n".join(lines)

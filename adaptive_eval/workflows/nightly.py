@@ -52,7 +52,9 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base import markdown as md
+from adaptive_eval.base import summary_schema
 from adaptive_eval.base.errors import AdaptiveEvalError, InputError
+from adaptive_eval.base.summary_schema import Nightly, Summary
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
@@ -61,7 +63,6 @@ from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import RunState, ViewSettings
 from adaptive_eval.files import atomic_output, atomic_write, foreign_entries
-from adaptive_eval.outputs import summary_schema
 from adaptive_eval.outputs.presentation import bayes_at_n, score, spread
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.store import RunLock, TrialStore
@@ -71,7 +72,7 @@ from adaptive_eval.workflows.run import run_campaign
 EXIT_ALERT = 3
 #: What a nightly history folder holds (see the module docstring).
 HISTORY_FILES = ("library.sqlite", "nights.jsonl", "summary.md", "runs", "error.log")
-Runner = Callable[[CampaignConfig, Path], dict[str, Any]]
+Runner = Callable[[CampaignConfig, Path], Summary]
 
 
 def _night(value: str | None) -> str:
@@ -370,7 +371,7 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
 
 def _write_night_outputs(
     run_dir: Path,
-    summary: dict[str, Any],
+    summary: Summary,
     night: str,
     alerts: list[dict[str, Any]],
     records: list[dict[str, Any]],
@@ -379,16 +380,15 @@ def _write_night_outputs(
     alerts (the run wrote them before the night was compared with the last one: its pages never
     mentioned an alert); kept in the store, so ``adaptive-eval report`` keeps them too."""
 
-    summary["nightly"] = {
-        "night": night,
-        "alerts": alerts,
-        "exit_code": EXIT_ALERT if alerts else 0,
-    }
+    nightly = Nightly.model_validate(
+        {"night": night, "alerts": alerts, "exit_code": EXIT_ALERT if alerts else 0}
+    )
     with RunLock(run_dir):
         store = TrialStore(run_dir)
         try:
-            store.set_meta(nightly=summary["nightly"])
-            write_outputs(run_dir, summary, store, history=records)
+            store.set_meta(nightly=summary_schema.record(nightly))
+            tonight = summary.model_copy(update={"nightly": nightly})
+            write_outputs(run_dir, tonight, store, history=records)
         finally:
             store.close()
 
@@ -431,12 +431,13 @@ def run_nightly(
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
     if runner is None:
 
-        def runner(c: CampaignConfig, d: Path) -> dict[str, Any]:
+        def runner(c: CampaignConfig, d: Path) -> Summary:
             return run_campaign(c, d, quiet=quiet)
 
     run_dir = runs / tonight
     forecast = night_forecast(config, run_dir)
     summary = runner(config, run_dir)
+    tonight_document = summary_schema.record(summary)  # read as the nights before it are
     save_posterior(campaign, run_dir)
     alerts: list[dict[str, Any]] = []
     news: list[dict[str, Any]] = []
@@ -446,12 +447,12 @@ def run_nightly(
         if before is not None and now is not None:
             alerts += score_drops(campaign, before, now)
         last = summary_schema.upgrade(json.loads((previous[-1] / "summary.json").read_text()))
-        for flip in ranking_flips(last, summary):
+        for flip in ranking_flips(last, tonight_document):
             alerting = flip_alerts == "any" or (
                 flip_alerts == "down" and flip["direction"] == "down"
             )
             (alerts if alerting else news).append(flip)
-    record = _night_record(tonight, summary, alerts, news)
+    record = _night_record(tonight, tonight_document, alerts, news)
     if forecast is not None:
         record["forecast"] = forecast
         alert = cost_alert(forecast, record["sampled"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig
@@ -18,7 +19,7 @@ from adaptive_eval.workflows.compare import comparison_finish
 from adaptive_eval.workflows.run import Finish, concluder
 
 
-def report_run(config: CampaignConfig, run_dir: Path) -> dict[str, Any]:
+def report_run(config: CampaignConfig, run_dir: Path) -> Summary:
     """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs.
 
     Keeps what only the run itself knew (``dispatch``, ``resumed``) from the store's metadata,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from adaptive_eval.base.summary_schema import Comparison, ForecastCheck, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
@@ -21,6 +22,7 @@ from adaptive_eval.control.preflight import check_before_sampling
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.loop import runner
 from adaptive_eval.loop.rundir import prepare_run_dir
+from adaptive_eval.outputs.provenance import collect
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.outputs.summary import build_summary
 from adaptive_eval.store import TrialStore
@@ -28,8 +30,8 @@ from adaptive_eval.store import TrialStore
 #: Where a run launched from a forecast finds it (``adaptive-eval forecast --out``).
 FORECAST_FILE = "forecast.json"
 
-#: ``finish(campaign, run)``: what a command adds to summary.json (compare's verdicts).
-Finish = Callable[[Campaign, FinishedRun], dict[str, Any]]
+#: ``finish(campaign, run)``: compare's verdicts, which a compare run adds to summary.json.
+Finish = Callable[[Campaign, FinishedRun], Comparison]
 
 
 def run_campaign(
@@ -40,7 +42,7 @@ def run_campaign(
     quiet: bool = False,
     campaign: Campaign | None = None,
     finish: Finish | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Run (or resume) a campaign to its stop; write summary.json, report.md and report.html.
 
     ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
@@ -62,7 +64,7 @@ def sample(
     quiet: bool = False,
     finish: Finish | None = None,
     pilot: int | None = None,
-) -> dict[str, Any] | None:
+) -> Summary | None:
     """Check the inputs against the cluster, lock ``run_dir`` and run the campaign there to its
     stop (or, with ``pilot``, through its first ``pilot`` trials per question: ``None``)."""
     check_before_sampling(campaign)
@@ -83,18 +85,26 @@ def sample(
 
 
 def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
-    """The end of a run or a re-read: ``finish``'s keys added, the summary built and every
-    output written while the folder is still locked."""
+    """The end of a run or a re-read: the summary built (with ``finish``'s verdicts and, for a
+    run launched from a forecast, how it compares) and every output written while the folder is
+    still locked."""
 
-    def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> dict[str, Any]:
-        extra = {} if finish is None else finish(campaign, run)
+    def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> Summary:
+        forecast = None
         forecast_file = run_dir / FORECAST_FILE
-        if forecast_file.exists():  # the run was launched from a forecast: how it compares
+        if forecast_file.exists():
             record = json.loads(forecast_file.read_text())
             reused = int(store.get_meta("library_reused") or 0)
             actual = realised(record, run, reused)
-            extra["forecast"] = forecast_check(record, actual, campaign.fingerprint)
-        summary = build_summary(campaign, run, extra=extra)
+            check = forecast_check(record, actual, campaign.fingerprint)
+            forecast = ForecastCheck.model_validate(check)
+        summary = build_summary(
+            campaign,
+            run,
+            collect(run_dir, store),
+            comparison=None if finish is None else finish(campaign, run),
+            forecast=forecast,
+        )
         write_outputs(run_dir, summary, store)
         return summary
 

@@ -18,7 +18,7 @@ field list of each version and fails when one disappears without a new version):
 :func:`upgrade` reads every earlier version into the current shape (what nightly and the
 exports read from folders written before); :func:`read_summary` validates it.
 
-    python -m adaptive_eval.outputs.summary_schema > docs/summary.schema.json   # after a change
+    python -m adaptive_eval.base.summary_schema > docs/summary.schema.json   # after a change
 """
 
 from __future__ import annotations
@@ -152,6 +152,10 @@ class DecisionRules(_Closed):
 
 class Dispatch(_Recorded):
     """What dispatch counted over every leg of the run."""
+
+    # Counted by adaptive_eval.dispatch.stats and kept in the store as this block; strict, so
+    # that a counter recorded as text is a damaged record, never a count.
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     workers: int | None = None
     batches: int | None = None
@@ -367,6 +371,17 @@ def field_paths(schema: dict[str, Any] | None = None) -> list[str]:
 def validate(document: dict[str, Any]) -> Summary:
     """The document as the model, or ``pydantic.ValidationError`` naming each bad field."""
     return Summary.model_validate(document)
+
+
+def record(block: BaseModel) -> dict[str, Any]:
+    """A block as summary.json (or the store) holds it: the fields it was given, absent ones
+    left out (a run that never counted a figure does not write it as null)."""
+    return block.model_dump(mode="json", exclude_unset=True)
+
+
+def json_text(block: BaseModel) -> str:
+    """summary.json's text, or one block's (what ``--json`` prints)."""
+    return json.dumps(record(block), indent=2)
 
 
 #: Version 1's Bayes@N names -> the current ones (the unbiased score took the lead names).
