@@ -16,6 +16,7 @@ import numpy as np
 from adaptive_eval import registry, stats
 from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.summary_schema import DecisionRules, PluginRecord
 from adaptive_eval.campaign.checks import (
     build_stopping,
     check_contents,
@@ -261,7 +262,7 @@ def fingerprint_of(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def describe_rules(campaign: Campaign) -> dict[str, Any]:
+def describe_rules(campaign: Campaign) -> DecisionRules:
     """What the pair rules guarantee, for summary.json and report.md."""
     policy = campaign.settings.policy
     alpha = 1 - policy.confidence
@@ -289,22 +290,22 @@ def describe_rules(campaign: Campaign) -> dict[str, Any]:
         else "the prior trials enter the reported Bayes@N score and the per-question variance "
         "of the test only; the decision statistic uses this campaign's own trials"
     )
-    return {
-        "rules": names,
-        "plugins": plugin_records(campaign),
-        "error_control": policy.error_control,
-        "confidence": policy.confidence,
-        "pair_alpha": pair_alpha,
-        "rope": policy.rope,
-        "error_controlled": not uncontrolled,
-        "statistic": "Decisions use the mean of per-question empirical means with the "
+    return DecisionRules(
+        rules=names,
+        plugins=plugin_records(campaign),
+        error_control=policy.error_control,
+        confidence=policy.confidence,
+        pair_alpha=pair_alpha,
+        rope=policy.rope,
+        error_controlled=not uncontrolled,
+        statistic="Decisions use the mean of per-question empirical means with the "
         "Bayesian per-trial variance (unbiased under unequal trial counts).",
-        "prior_in_test": prior_in_test,
-        "warning": warning,
-    }
+        prior_in_test=prior_in_test,
+        warning=warning,
+    )
 
 
-def plugin_records(campaign: Campaign) -> list[dict[str, Any]]:
+def plugin_records(campaign: Campaign) -> list[PluginRecord]:
     """Each registered plug-in that decides (pair rules, stopping rules, the allocator) with the
     parameters it was built with, defaults included (:func:`adaptive_eval.registry.resolved`);
     rules the campaign builds itself (compare's gate, the composite stop) are not listed."""
@@ -317,7 +318,7 @@ def plugin_records(campaign: Campaign) -> list[dict[str, Any]]:
         except LookupError:
             continue
         params = {key: list(v) if isinstance(v, tuple) else v for key, v in found.items}
-        records.append({"kind": found.kind, "name": found.name, "params": params})
+        records.append(PluginRecord(kind=found.kind, name=found.name, params=params))
     return records
 
 

@@ -16,6 +16,7 @@ from adaptive_eval.base.accounting import Savings
 from adaptive_eval.base.summary_schema import (
     SCHEMA_VERSION,
     Comparison,
+    DecisionRules,
     ForecastCheck,
     Provenance,
     Summary,
@@ -48,7 +49,7 @@ def summarize(
     bayes_prior: str = "empirical",
     extra: dict[str, Any] | None = None,
     weight_range: tuple[float, float] = (0.0, 1.0),
-    decision_rules: dict[str, Any] | None = None,
+    decision_rules: DecisionRules | None = None,
 ) -> dict[str, Any]:
     """The summary document. ``trials`` is (L, M); ``weighted_mean`` is each model's avg@n.
 
@@ -153,7 +154,7 @@ def summarize(
             "tokens_fraction": savings.tokens_fraction,
             "gpu_fraction": savings.gpu_fraction,
         },
-        "decision_rules": decision_rules or {},
+        "decision_rules": decision_rules or DecisionRules(),
         "models": models,
         "pairs": pairs,
         **(extra or {}),
