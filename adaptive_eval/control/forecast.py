@@ -30,6 +30,11 @@ keeping its path (trials, tokens, GPU-seconds, pairs settled and width goals met
 round); a budget ``B`` stops a run at the first round its spending reaches ``B`` and the core only
 clips the last plan, so the same paths give the configured budget's forecast and the whole
 budget-decision curve. Ranges are the 10th, 50th and 90th percentiles over the simulations.
+
+A forecast of ``compare`` (given its :class:`~adaptive_eval.campaign.checkpoint.Judge`) also
+judges each path after every round with compare's own judge, so the share of simulations ending
+in each exit code, at the cap or where a budget stops them, is the forecast of the gate's
+verdict (:class:`VerdictForecast`).
 """
 
 from __future__ import annotations
