@@ -32,6 +32,23 @@ whose replicates run side by side). Also timed: one forecast of a synthetic L = 
 binary campaign (cap 80, pilot K, ``--scale-simulations``) on ``--processes`` processes
 (the last command above: only that).
 
+``--verdict N``: instead, the calibration of compare's verdict forecast (``forecast --candidate
+NAME [--margin X]``): N seeded compare campaigns (one candidate, two incumbents, 30 binary
+questions of shared difficulty, cap ``--cap``), the candidate's true score better than the
+stronger incumbent by 0.08 ("better"), equal to it ("tie"), below it by the margin ("at the
+margin"; the rope without ``--verdict-margin``) or by 0.10 ("worse"), in turn. Per campaign, from
+a pilot of ``--pilot`` trials per question, the forecast's probability of each exit code
+(0 / 3 / 4) against the exit code of the realised compare run served the same tape; with
+``--verdict-budget B``, also the probability within a trial budget B against the realised run
+with that budget. Reported: the Brier score (summed over the three codes) against the naive
+forecast that gives every campaign the realised base rates, and a reliability table (forecast
+probability bins against the realised frequency), in ``OUT/verdict.json`` and
+``OUT/verdict.md``::
+
+    python benchmarks/forecast.py --out runs/bv/margin --verdict 200 --verdict-margin 0.05 \
+        --verdict-budget 2000                                                   # 1.7 min
+    python benchmarks/forecast.py --out runs/bv/plain --verdict 200 --verdict-budget 2000
+
 Campaigns: the demo (``configs/demo.yaml``, its scenario with ``tokens_mean``), campaigns of
 ``benchmarks/sequential.py``'s suite written as simulated-backend scenarios (30 questions, cap
 ``--cap``, a per-cell ``tokens_mean``), and replays of every ``*.npz`` under ``--real`` (capped
@@ -53,6 +70,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -61,6 +79,7 @@ import numpy as np
 import yaml
 
 from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.control.forecast import Evidence, Forecast, forecast
 from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
@@ -318,6 +337,323 @@ def markdown(rows: list[dict[str, Any]], scale: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- compare's verdict -------------------------------------------------------------------------
+
+#: The candidate's true score minus the stronger incumbent's, per kind of campaign (``None``:
+#: minus the margin, or the rope without one).
+VERDICT_KINDS: dict[str, float | None] = {
+    "better": 0.08,
+    "tie": 0.0,
+    "at the margin": None,
+    "worse": -0.10,
+}
+#: compare's exit codes (adaptive_eval.outputs.presentation.COMPARE_EXIT_MEANING).
+EXIT_CODES = (0, 3, 4)
+#: Reliability bins of a forecast probability (the last one closed).
+BINS = (0.0, 0.05, 0.2, 0.4, 0.6, 0.8, 0.95, 1.0)
+
+
+@dataclass(frozen=True)
+class VerdictTask:
+    index: int
+    config: str  # the compare campaign's config (simulated backend)
+    scenario: str
+    kind: str
+    delta: float
+    simulations: int
+    pilot: int
+    margin: float | None
+    budget: int | None
+
+
+def shared_difficulty(rng: np.random.Generator, scores: list[float], questions: int) -> np.ndarray:
+    """(L, M) success probabilities: ``expit(d_q + s_i)`` with each question's difficulty
+    ``d_q ~ N(0, 1.2)`` shared by the models and ``s_i`` fitted so model i's mean is its score
+    (the models' per-question outcomes correlate, as real checkpoints' do)."""
+    from scipy.optimize import brentq
+    from scipy.special import expit
+
+    difficulty = rng.normal(0.0, 1.2, questions)
+    rows = []
+    for score in scores:
+        shift = brentq(lambda x, t=score: expit(difficulty + x).mean() - t, -20, 20, xtol=1e-12)
+        rows.append(np.clip(expit(difficulty + shift), 0.005, 0.995))
+    return np.asarray(rows, dtype=np.float64)
+
+
+def verdict_tasks(
+    folder: Path,
+    count: int,
+    simulations: int,
+    pilot: int,
+    cap: int,
+    questions: int,
+    margin: float | None,
+    budget: int | None,
+) -> list[VerdictTask]:
+    """``count`` compare campaigns, the kinds in turn, each a scenario and config."""
+    tasks = []
+    kinds = list(VERDICT_KINDS)
+    for index in range(count):
+        kind = kinds[index % len(kinds)]
+        rng = np.random.default_rng([70, index])
+        strong = float(rng.uniform(0.45, 0.7))
+        delta = VERDICT_KINDS[kind]
+        if delta is None:
+            delta = -(margin if margin is not None else POLICY["rope"])  # type: ignore[operator]
+        scores = [strong + delta, strong, strong - 0.1]  # candidate, incumbents
+        success = shared_difficulty(rng, scores, questions)
+        probs = np.stack([1 - success, success], axis=2)
+        scenario = folder / f"verdict{index}.npz"
+        np.savez(scenario, probs=probs, models=np.array(["cand", "inc-a", "inc-b"]))
+        data = {
+            "name": f"verdict{index}",
+            "seed": index,
+            "models": [{"backend": "simulated", "path": str(scenario)}],
+            "rubric": {"weights": [0, 1]},
+            "policy": {**POLICY, "min_trials_per_question": 2, "max_trials_per_question": cap},
+        }
+        config = _write_config(folder / f"verdict{index}.yaml", data)
+        tasks.append(
+            VerdictTask(
+                index, config, str(scenario), kind, delta, simulations, pilot, margin, budget
+            )
+        )
+    return tasks
+
+
+def run_verdict(task: VerdictTask) -> dict[str, Any]:
+    """One compare campaign: the verdict forecast from its pilot, and the realised run(s)."""
+    config = _config(task.config, task.pilot)
+    campaign, judge = compare_campaign(build_campaign(config), "cand", task.margin)
+    cap = campaign.settings.policy.max_trials_per_question
+    with np.load(task.scenario) as data:
+        probs = np.asarray(data["probs"], dtype=np.float64)
+    rng = np.random.default_rng([71, task.index])
+    draws = rng.random((*probs.shape[:2], cap))
+    tape = (draws[..., None] > probs.cumsum(axis=2)[:, :, None, :]).sum(axis=3)
+    evidence = pilot_evidence(tape, None, task.pilot)
+    budget = BudgetSettings(task.budget, None, None)
+    started = time.perf_counter()
+    found = forecast(
+        campaign,
+        evidence,
+        budget,
+        simulations=task.simulations,
+        seed=task.index,
+        processes=1,
+        judge=judge,
+    )
+    seconds = time.perf_counter() - started
+    assert found.verdict is not None
+
+    def realised(trial_budget: int | None) -> dict[str, Any]:
+        steered = config
+        if trial_budget is not None:
+            steered = load_config(
+                task.config,
+                [
+                    f"policy.min_trials_per_question={task.pilot}",
+                    f"budget.trials={trial_budget}",
+                ],
+            )
+        fresh, own_judge = compare_campaign(build_campaign(steered), "cand", task.margin)
+        real = simulate_campaign(
+            fresh,
+            Truth(probs, campaign.weights),
+            np.random.default_rng(0),
+            replay_sampler(tape, campaign.num_categories),
+        )
+        return {
+            "exit_code": own_judge.exit_code(real.decisions),
+            "decisions": [v.decision for v in own_judge(real.decisions)],
+            "trials": real.total_trials,
+        }
+
+    verdict = found.verdict
+    return {
+        "index": task.index,
+        "kind": task.kind,
+        "delta": task.delta,
+        "seconds": seconds,
+        "forecast": {str(code): verdict.at_cap[code] for code in EXIT_CODES},
+        "forecast_in_budget": None
+        if verdict.in_budget is None
+        else {str(code): verdict.in_budget[code] for code in EXIT_CODES},
+        "realised": realised(None),
+        "realised_in_budget": None if task.budget is None else realised(task.budget),
+    }
+
+
+def brier(forecasts: list[dict[str, float]], outcomes: list[int]) -> float:
+    """Mean over campaigns of sum_k (p_k - [k realised])^2 (0 best, 2 worst)."""
+    return float(
+        np.mean(
+            [
+                sum((f[str(k)] - (k == o)) ** 2 for k in EXIT_CODES)
+                for f, o in zip(forecasts, outcomes, strict=True)
+            ]
+        )
+    )
+
+
+def reliability(forecasts: list[dict[str, float]], outcomes: list[int]) -> list[dict[str, Any]]:
+    """Per probability bin and exit code: campaigns, mean forecast, realised frequency."""
+    rows = []
+    for low, high in pairwise(BINS):
+        row: dict[str, Any] = {"low": low, "high": high}
+        for code in EXIT_CODES:
+            inside = [
+                (f[str(code)], o == code)
+                for f, o in zip(forecasts, outcomes, strict=True)
+                if low <= f[str(code)] < high or (high == 1.0 and f[str(code)] == 1.0)
+            ]
+            row[str(code)] = {
+                "n": len(inside),
+                "forecast": float(np.mean([p for p, _ in inside])) if inside else None,
+                "realised": float(np.mean([hit for _, hit in inside])) if inside else None,
+            }
+        rows.append(row)
+    return rows
+
+
+def verdict_summary(results: list[dict[str, Any]], budgeted: bool) -> dict[str, Any]:
+    """Brier scores (forecast and base rate), reliability, and a row per kind."""
+    key, real = (
+        ("forecast_in_budget", "realised_in_budget") if budgeted else ("forecast", "realised")
+    )
+    forecasts = [r[key] for r in results]
+    outcomes = [r[real]["exit_code"] for r in results]
+    base = {str(k): float(np.mean([o == k for o in outcomes])) for k in EXIT_CODES}
+    found = brier(forecasts, outcomes)
+    naive = brier([base] * len(outcomes), outcomes)
+    kinds = []
+    for kind in VERDICT_KINDS:
+        mine = [i for i, r in enumerate(results) if r["kind"] == kind]
+        if not mine:
+            continue
+        kinds.append(
+            {
+                "kind": kind,
+                "campaigns": len(mine),
+                "forecast": {
+                    str(k): float(np.mean([forecasts[i][str(k)] for i in mine])) for k in EXIT_CODES
+                },
+                "realised": {
+                    str(k): float(np.mean([outcomes[i] == k for i in mine])) for k in EXIT_CODES
+                },
+                "brier": brier([forecasts[i] for i in mine], [outcomes[i] for i in mine]),
+                "brier_base_rate": brier([base] * len(mine), [outcomes[i] for i in mine]),
+            }
+        )
+    return {
+        "campaigns": len(results),
+        "base_rate": base,
+        "brier": found,
+        "brier_base_rate": naive,
+        "skill": 1 - found / naive if naive > 0 else None,
+        "kinds": kinds,
+        "reliability": reliability(forecasts, outcomes),
+    }
+
+
+def verdict_markdown(record: dict[str, Any]) -> str:
+    """Brier scores, the per-kind table and the reliability table (docs/forecast.md)."""
+    lines = []
+    for label, found in (
+        ("at the cap", record["at_cap"]),
+        ("within the budget", record["in_budget"]),
+    ):
+        if found is None:
+            continue
+        base = ", ".join(f"exit {k} {100 * v:.0f}%" for k, v in found["base_rate"].items())
+        lines += [
+            f"**{label}** ({found['campaigns']} campaigns; realised base rates: {base}): Brier "
+            f"{found['brier']:.3f} against {found['brier_base_rate']:.3f} for the base rates "
+            f"(skill {found['skill']:.2f}).",
+            "",
+            "| candidate | campaigns | forecast P(0 / 3 / 4) | realised 0 / 3 / 4 | Brier "
+            "| Brier, base rates |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in found["kinds"]:
+            shares = " / ".join(f"{100 * row['forecast'][str(k)]:.0f}%" for k in EXIT_CODES)
+            real = " / ".join(f"{100 * row['realised'][str(k)]:.0f}%" for k in EXIT_CODES)
+            lines.append(
+                f"| {row['kind']} | {row['campaigns']} | {shares} | {real} | "
+                f"{row['brier']:.3f} | {row['brier_base_rate']:.3f} |"
+            )
+        lines += [
+            "",
+            "| forecast probability | exit 0: n, mean forecast, realised | exit 3 | exit 4 |",
+            "|---|---:|---:|---:|",
+        ]
+        for row in found["reliability"]:
+            cells = []
+            for k in EXIT_CODES:
+                cell = row[str(k)]
+                cells.append(
+                    "-"
+                    if not cell["n"]
+                    else f"{cell['n']}, {cell['forecast']:.2f}, {cell['realised']:.2f}"
+                )
+            close = "]" if row["high"] == 1.0 else ")"
+            lines.append(
+                f"| [{row['low']:.2f}, {row['high']:.2f}{close} | " + " | ".join(cells) + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def verdict_main(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-verdict-") as tmp:
+        tasks = verdict_tasks(
+            Path(tmp),
+            args.verdict,
+            args.simulations,
+            args.pilot,
+            args.cap,
+            args.questions,
+            args.verdict_margin,
+            args.verdict_budget,
+        )
+        results = []
+        with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("fork")) as pool:
+            for result in pool.map(run_verdict, tasks):
+                results.append(result)
+                shares = "/".join(f"{result['forecast'][str(k)]:.2f}" for k in EXIT_CODES)
+                print(
+                    f"# {result['index']:>4} {result['kind']:<14} P(0/3/4) {shares} realised "
+                    f"{result['realised']['exit_code']} ({result['seconds']:.1f} s)",
+                    flush=True,
+                )
+    record = {
+        "campaigns": args.verdict,
+        "simulations": args.simulations,
+        "pilot": args.pilot,
+        "cap": args.cap,
+        "questions": args.questions,
+        "margin": args.verdict_margin,
+        "budget": args.verdict_budget,
+        "seconds_total": time.perf_counter() - started,
+        "seconds_median": float(statistics.median(r["seconds"] for r in results)),
+        "at_cap": verdict_summary(results, budgeted=False),
+        "in_budget": verdict_summary(results, budgeted=True) if args.verdict_budget else None,
+        "results": results,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "verdict.json").write_text(json.dumps(record, indent=2) + "\n")
+    text = verdict_markdown(record)
+    (args.out / "verdict.md").write_text(text)
+    print()
+    print(text)
+    print(
+        f"{args.verdict} campaigns x {args.simulations} simulations in "
+        f"{record['seconds_total']:.0f} s (median forecast {record['seconds_median']:.1f} s)"
+    )
+
+
 # --- campaigns ---------------------------------------------------------------------------------
 
 
@@ -438,7 +774,25 @@ def main() -> None:
     parser.add_argument("--scale-questions", type=int, default=500)
     parser.add_argument("--scale-simulations", type=int, default=40)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-forecast")
+    parser.add_argument(
+        "--verdict",
+        type=int,
+        default=0,
+        help="instead: calibrate compare's verdict forecast over this many compare campaigns",
+    )
+    parser.add_argument(
+        "--verdict-margin",
+        type=float,
+        default=None,
+        help="the compare campaigns' non-inferiority margin (default: none, the pair rules)",
+    )
+    parser.add_argument(
+        "--verdict-budget", type=int, default=None, help="also a trial budget's verdict"
+    )
     args = parser.parse_args()
+    if args.verdict > 0:
+        verdict_main(args)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "forecast.json"
     saved: dict[str, Any] = json.loads(store.read_text()) if store.exists() else {}

@@ -355,3 +355,120 @@ def test_a_pilot_below_the_configs_own_minimum_keeps_the_minimum(
     assert json.loads((out / "pilot.json").read_text()) == {"trials_per_question": 6}
     assert main(["run", str(config), "--out", str(out), "--quiet", *TEST_DISPATCH]) == 0
     assert json.loads((out / "summary.json").read_text())["forecast"]["same_campaign"]
+
+
+# -- compare's verdict ---------------------------------------------------------------------------
+
+
+def _shares_sum_to_one(record: dict[str, object]) -> None:
+    verdict = record["verdict"]
+    assert isinstance(verdict, dict)
+    codes = verdict["exit_codes"]
+    assert [row["code"] for row in codes] == [0, 3, 4]
+    assert sum(row["probability"] for row in codes) == pytest.approx(1.0)
+    if codes[0]["probability_in_budget"] is not None:
+        assert sum(row["probability_in_budget"] for row in codes) == pytest.approx(1.0)
+    for row in verdict["incumbents"]:
+        assert sum(row["at_cap"].values()) == pytest.approx(1.0)
+        if row["in_budget"] is not None:
+            assert sum(row["in_budget"].values()) == pytest.approx(1.0)
+    for point in record["curve"]:  # type: ignore[attr-defined]
+        assert sum(point["exit_codes"].values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "overrides", "code"),
+    [
+        ("model-3", [], 0),  # the best model: better than every incumbent
+        ("model-0", [], 3),  # the worst: a regression
+        ("model-1", ["policy.max_trials_per_question=6"], 4),  # too few trials to decide
+    ],
+)
+def test_a_forecast_from_every_trial_of_a_compare_run_is_its_exit_code(
+    tmp_path: Path,
+    no_ray: list[dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+    candidate: str,
+    overrides: list[str],
+    code: int,
+) -> None:
+    """Oracle: given the compare run's own trials (its folder, replayed), every simulation is
+    that run again, so the forecast puts probability 1 on its actual exit code and on each of
+    its verdicts."""
+    config, run_dir = _config(tmp_path), tmp_path / "run"
+    sets = [arg for value in overrides for arg in ("--set", value)]
+    compare = ["compare", str(config), "--candidate", candidate, "--out", str(run_dir), *sets]
+    assert main([*compare, "--quiet", *TEST_DISPATCH]) == code
+    comparison = json.loads((run_dir / "summary.json").read_text())["comparison"]
+    assert comparison["exit_code"] == code
+    capsys.readouterr()
+    args = ["forecast", str(config), "--candidate", candidate, "--from", str(run_dir)]
+    assert main([*args, "--out", str(run_dir), "--simulations", "10", "--json", *sets]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["evidence"]["replayed"] and record["evidence"]["source"] == "pilot"
+    probabilities = {row["code"]: row["probability"] for row in record["verdict"]["exit_codes"]}
+    assert probabilities[code] == 1.0
+    meanings = {row["code"]: row["meaning"] for row in record["verdict"]["exit_codes"]}
+    assert meanings[code] == comparison["meaning"]
+    forecast_sides = {row["incumbent"]: row["at_cap"] for row in record["verdict"]["incumbents"]}
+    assert forecast_sides == {v["incumbent"]: {v["decision"]: 1.0} for v in comparison["verdicts"]}
+    _shares_sum_to_one(record)
+
+
+def _compare_forecast(
+    tmp_path: Path, candidate: str, margin: float | None = None, budget: int | None = None
+) -> dict[str, object]:
+    """A compare forecast from a pilot of 4 trials per question of clearly spaced models."""
+    from adaptive_eval.campaign.checkpoint import compare_campaign
+    from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
+
+    scenario = write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.5, 0.55, 0.85], 30))
+    config = load(write_config(tmp_path / "c.yaml", base_config(str(scenario))))
+    campaign, judge = compare_campaign(build_campaign(config), candidate, margin)
+    tape = _tape(np.load(scenario)["probs"], 4, seed=2)
+    found = forecast(
+        campaign,
+        _evidence(tape),
+        BudgetSettings(budget, None, None),
+        simulations=20,
+        processes=1,
+        judge=judge,
+        meanings=COMPARE_EXIT_MEANING,
+    )
+    assert found.candidate == candidate and found.verdict is not None
+    return found.record()
+
+
+@pytest.mark.parametrize(
+    ("candidate", "margin", "code"),
+    [("model-3", None, 0), ("model-0", None, 3), ("model-3", 0.05, 0), ("model-0", 0.05, 3)],
+)
+def test_a_clearly_better_candidate_is_forecast_to_pass_and_a_clearly_worse_to_fail(
+    tmp_path: Path, candidate: str, margin: float | None, code: int
+) -> None:
+    record = _compare_forecast(tmp_path, candidate, margin)
+    probabilities = {row["code"]: row["probability"] for row in record["verdict"]["exit_codes"]}  # type: ignore[index]
+    assert probabilities[code] >= 0.8, probabilities
+    _shares_sum_to_one(record)
+
+
+def test_a_budget_too_small_to_decide_leaves_the_verdict_undecided(tmp_path: Path) -> None:
+    """The budget is applied to the same paths: a budget of the first round's trials stops
+    every simulation before anything is decided (exit 4 for sure), while at the cap the
+    clearly better candidate passes; the curve says the same at its first point."""
+    first = _compare_forecast(tmp_path, "model-3")["curve"][0]  # type: ignore[index]
+    assert first["exit_codes"] == {"0": 0.0, "3": 0.0, "4": 1.0}
+    record = _compare_forecast(tmp_path, "model-3", budget=first["trials"])
+    verdict = record["verdict"]
+    codes = {row["code"]: row for row in verdict["exit_codes"]}  # type: ignore[index]
+    assert codes[4]["probability_in_budget"] == 1.0
+    assert codes[0]["probability"] >= 0.8
+    assert all(row["in_budget"] == {"undecided": 1.0} for row in verdict["incumbents"])  # type: ignore[index]
+    _shares_sum_to_one(record)
+
+
+def test_a_forecast_without_a_candidate_has_no_verdict(tmp_path: Path) -> None:
+    campaign = build_campaign(load(_config(tmp_path)))
+    evidence = _evidence(_tape(np.load(tmp_path / "s.npz")["probs"], 3, 1))
+    record = forecast(campaign, evidence, NO_BUDGET, simulations=10, processes=1).record()
+    assert "verdict" not in record and all("exit_codes" not in p for p in record["curve"])

@@ -163,6 +163,11 @@ class Judge:
     def __call__(self, decisions: Sequence[PairDecision]) -> list[CandidateVerdict]:
         return verdicts(decisions, self.candidate)
 
+    def exit_code(self, decisions: Sequence[PairDecision]) -> int:
+        """The gate's exit code for these pair decisions (what ``compare`` exits with, and
+        what the forecast of a compare run counts per simulation)."""
+        return exit_code([v.decision for v in self(decisions)])
+
 
 class CandidatePlaced(StoppingRule):
     """Stop once the gate's exit code cannot change: at the first regression (a ``worse`` or,
@@ -359,7 +364,7 @@ def comparison(
         if verdict.reason is not None:
             row["reason"] = verdict.reason
         rows.append(row)
-    code = exit_code([v.decision for v in found])
+    code = judge.exit_code(decisions)
     return Comparison(
         candidate=candidate,
         margin=judge.margin,

@@ -30,13 +30,18 @@ keeping its path (trials, tokens, GPU-seconds, pairs settled and width goals met
 round); a budget ``B`` stops a run at the first round its spending reaches ``B`` and the core only
 clips the last plan, so the same paths give the configured budget's forecast and the whole
 budget-decision curve. Ranges are the 10th, 50th and 90th percentiles over the simulations.
+
+A forecast of ``compare`` (given its :class:`~adaptive_eval.campaign.checkpoint.Judge`) also
+judges each path after every round with compare's own judge, so the share of simulations ending
+in each exit code, at the cap or where a budget stops them, is the forecast of the gate's
+verdict (:class:`VerdictForecast`).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -47,6 +52,12 @@ import numpy as np
 from adaptive_eval.base.errors import first_few
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.checkpoint import (
+    EXIT_NOT_WORSE,
+    EXIT_REGRESSION,
+    EXIT_UNDECIDED,
+    Judge,
+)
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
 from adaptive_eval.decide.contracts import CampaignView
@@ -233,6 +244,13 @@ class SimPath:
     token_sd: float  # sd of the scatter of the final tokens around the expectation
     gpu_sd: float
     stop: str
+    #: compare's: the judge's exit code after each round (None: no candidate).
+    codes: np.ndarray | None = None  # (R,)
+    #: compare's: after each round, the candidate's decision against each incumbent (in
+    #: :attr:`incumbents` order), as the judge words it (better / worse / equivalent /
+    #: undecided; with a margin pass / fail / undecided).
+    sides: tuple[tuple[str, ...], ...] | None = None
+    incumbents: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,6 +265,7 @@ class _Job:
     gpu_s: CostModel | None
     seed: int
     candidate: int | None  # compare's candidate: only its pairs count
+    judge: Judge | None = None  # compare's judge: its exit code is forecast
 
 
 _JOB: _Job | None = None
@@ -297,6 +316,9 @@ def _simulate_one(index: int) -> SimPath:
     settled: list[int] = []
     widths: list[int] = []
     settled_at: dict[tuple[str, str], tuple[int, float]] = {}
+    codes: list[int] = []
+    sides: list[tuple[str, ...]] = []
+    incumbents: tuple[int, ...] = ()
 
     def watch(view: CampaignView, outcome: RoundDecision) -> None:
         new = view.counts - served(view.trials)
@@ -317,6 +339,12 @@ def _simulate_one(index: int) -> SimPath:
             found = view.score_intervals(design)
             width = np.where(np.isfinite(found.boundary), found.half_width, np.inf)
             widths.append(int((width <= design.half_width).sum()))
+        if job.judge is not None:
+            nonlocal incumbents
+            judged = job.judge(outcome.decisions)
+            incumbents = tuple(v.incumbent for v in judged)
+            sides.append(tuple(v.decision for v in judged))
+            codes.append(job.judge.exit_code(outcome.decisions))
 
     result = simulate_campaign(campaign, Truth(probs, campaign.weights), rng, sampler, watch)
     fresh = result.trials - np.minimum(result.trials, recorded)
@@ -331,6 +359,9 @@ def _simulate_one(index: int) -> SimPath:
         0.0 if job.tokens is None else math.sqrt(job.tokens.scatter(fresh)),
         0.0 if job.gpu_s is None else math.sqrt(job.gpu_s.scatter(fresh)),
         "" if result.stop is None else result.stop.reason.value,
+        None if job.judge is None else np.asarray(codes, dtype=np.int64),
+        None if job.judge is None else tuple(sides),
+        incumbents,
     )
 
 
@@ -385,12 +416,61 @@ class PairForecast:
 @dataclass(frozen=True)
 class CurvePoint:
     """What a trial budget buys: pairs settled (and width goals met) at the last round within
-    it, over the simulations."""
+    it, over the simulations; for compare, the probability of each exit code there."""
 
     trials: int
     settled: Range
     settled_mean: float
     widths_met: Range | None
+    exit_codes: dict[int, float] | None = None
+
+
+#: compare's exit codes, always listed in a verdict forecast (at probability 0 if need be).
+EXIT_CODES = (EXIT_NOT_WORSE, EXIT_REGRESSION, EXIT_UNDECIDED)
+
+
+@dataclass(frozen=True)
+class IncumbentForecast:
+    """The candidate's decision against one incumbent: probability of each (the judge's
+    words), at the cap and at the configured budget."""
+
+    incumbent: str
+    at_cap: dict[str, float]
+    in_budget: dict[str, float] | None
+
+
+@dataclass(frozen=True)
+class VerdictForecast:
+    """compare's verdict: the probability of each exit code of the run, where each simulated
+    campaign stops unbudgeted (``at_cap``) and where the configured budget stops it
+    (``in_budget``; None without one), judged by compare's own judge
+    (:meth:`~adaptive_eval.campaign.checkpoint.Judge.exit_code`)."""
+
+    margin: float | None
+    at_cap: dict[int, float]
+    in_budget: dict[int, float] | None
+    meanings: dict[int, str]
+    incumbents: tuple[IncumbentForecast, ...]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "margin": self.margin,
+            "exit_codes": [
+                {
+                    "code": code,
+                    "meaning": self.meanings.get(code, ""),
+                    "probability": self.at_cap[code],
+                    "probability_in_budget": None
+                    if self.in_budget is None
+                    else self.in_budget.get(code, 0.0),
+                }
+                for code in self.at_cap
+            ],
+            "incumbents": [
+                {"incumbent": i.incumbent, "at_cap": i.at_cap, "in_budget": i.in_budget}
+                for i in self.incumbents
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -421,6 +501,7 @@ class Forecast:
     #: The evidence's sd of a model's score (:func:`score_resolution`), None without it.
     score_sd: float | None = None
     candidate: str | None = None  # compare's: only its pairs count
+    verdict: VerdictForecast | None = None  # compare's exit code (with a candidate)
 
     def record(self) -> dict[str, Any]:
         """forecast.json."""
@@ -428,7 +509,7 @@ class Forecast:
         def rng(value: Range | None) -> dict[str, float] | None:
             return None if value is None else value.record()
 
-        return {
+        found = {
             "format": FORECAST_FORMAT,
             "campaign": self.campaign,
             "fingerprint": self.fingerprint,
@@ -471,10 +552,20 @@ class Forecast:
                     "pairs_settled": c.settled.record(),
                     "pairs_settled_mean": c.settled_mean,
                     "width_goals_met": rng(c.widths_met),
+                    # compare's (a key added to format 1, only with a candidate)
+                    **({} if c.exit_codes is None else {"exit_codes": _keyed(c.exit_codes)}),
                 }
                 for c in self.curve
             ],
         }
+        if self.verdict is not None:  # compare's (added to format 1, only with a candidate)
+            found["verdict"] = self.verdict.record()
+        return found
+
+
+def _keyed(probabilities: dict[int, float]) -> dict[str, float]:
+    """Exit code -> probability with the codes as JSON keys."""
+    return {str(code): p for code, p in probabilities.items()}
 
 
 def forecast(
@@ -486,10 +577,14 @@ def forecast(
     seed: int = 0,
     processes: int | None = None,
     candidate: str | None = None,
+    judge: Judge | None = None,
+    meanings: Mapping[int, str] | None = None,
 ) -> Forecast:
     """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
     ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
-    at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count."""
+    at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count; ``judge``
+    (compare's, :func:`~adaptive_eval.campaign.checkpoint.compare_campaign`'s) adds the
+    forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``)."""
     global _JOB
     num_categories = campaign.num_categories
     counts = evidence.counts(num_categories) + np.rint(np.maximum(campaign.prior - 1, 0)).astype(
@@ -516,13 +611,19 @@ def forecast(
             unknown.append(f"GPU-seconds: {_missing(campaign, known_gpu)} no GPU time")
         if evidence.elapsed_s is None or evidence.trials == 0:
             unknown.append("wall time: the evidence was not timed")
+    if judge is not None and candidate is None:
+        candidate = campaign.names[judge.candidate]
     focus = None if candidate is None else campaign.names.index(candidate)
-    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus)
+    if judge is not None and judge.candidate != focus:
+        raise ValueError(f"the judge's candidate is not {candidate}")
+    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus, judge)
     try:
         paths = _run_all(simulations, processes)
     finally:
         _JOB = None
-    found = summarise(campaign, evidence, budget, paths, seed, tuple(unknown))
+    found = summarise(
+        campaign, evidence, budget, paths, seed, tuple(unknown), judge=judge, meanings=meanings
+    )
     resolution = score_resolution(evidence, campaign.weights)
     return replace(found, candidate=candidate, score_sd=resolution)
 
@@ -582,8 +683,12 @@ def summarise(
     paths: list[SimPath],
     seed: int,
     unknown: tuple[str, ...],
+    *,
+    judge: Judge | None = None,
+    meanings: Mapping[int, str] | None = None,
 ) -> Forecast:
-    """The forecast's ranges, pairs and curve from the simulated paths."""
+    """The forecast's ranges, pairs and curve from the simulated paths (with compare's
+    ``judge``, the verdict its paths reached)."""
     rng = np.random.default_rng([seed, len(paths), 7])
     per_trial = (
         evidence.elapsed_s / evidence.trials
@@ -622,6 +727,9 @@ def summarise(
     num_pairs = campaign.num_models - 1  # the adjacent pairs, or the candidate's
     pairs = _pairs(paths, stops, budget)
     curve = _curve(paths, budget)
+    verdict = None
+    if judge is not None:
+        verdict = _verdict(campaign.names, paths, stops, budget, judge.margin, meanings or {})
     stop_counts: dict[str, int] = {}
     for p, r in zip(paths, stops, strict=True):
         reason = p.stop if r == len(p.trials) - 1 else "budget"
@@ -647,6 +755,7 @@ def summarise(
         curve,
         unknown,
         stop_counts,
+        verdict=verdict,
     )
 
 
@@ -658,7 +767,7 @@ def _pairs(
     for p in paths:
         keys.update(dict.fromkeys(p.settled_at))
     out = []
-    budgeted = any(v is not None for v in (budget.trials, budget.tokens, budget.wall_clock_s))
+    budgeted = _budgeted(budget)
     for key in sorted(keys):
         rounds = [p.settled_at.get(key) for p in paths]
         settled = float(np.mean([r is not None for r in rounds]))
@@ -679,6 +788,55 @@ def _pairs(
     return tuple(out)
 
 
+def _budgeted(budget: BudgetSettings) -> bool:
+    return any(v is not None for v in (budget.trials, budget.tokens, budget.wall_clock_s))
+
+
+def _shares(values: Sequence[Any], keys: Sequence[Any] = ()) -> dict[Any, float]:
+    """The share of each value among ``values``: ``keys`` first (at 0 if absent), then the
+    others in order of appearance; they sum to 1."""
+    found: dict[Any, float] = dict.fromkeys(keys, 0.0)
+    for value in values:
+        found[value] = found.get(value, 0.0) + 1.0
+    return {key: count / len(values) for key, count in found.items()}
+
+
+def _verdict(
+    names: Sequence[str],
+    paths: list[SimPath],
+    stops: list[int],
+    budget: BudgetSettings,
+    margin: float | None,
+    meanings: Mapping[int, str],
+) -> VerdictForecast:
+    """compare's exit code over the paths: where each stops unbudgeted (its last round) and
+    where the budget stops it (``stops``, :func:`_at_budget`), and per incumbent the
+    candidate's decision there."""
+    codes = tuple(dict.fromkeys([*EXIT_CODES, *meanings]))
+    last = [len(p.trials) - 1 for p in paths]
+    budgeted = _budgeted(budget)
+
+    def code_shares(where: list[int]) -> dict[int, float]:
+        return _shares([int(p.codes[r]) for p, r in zip(paths, where, strict=True)], codes)  # type: ignore[index]
+
+    incumbents = []
+    for slot, incumbent in enumerate(paths[0].incumbents):
+
+        def sides(where: list[int], slot: int = slot) -> dict[str, float]:
+            return _shares([p.sides[r][slot] for p, r in zip(paths, where, strict=True)])  # type: ignore[index]
+
+        incumbents.append(
+            IncumbentForecast(names[incumbent], sides(last), sides(stops) if budgeted else None)
+        )
+    return VerdictForecast(
+        margin,
+        code_shares(last),
+        code_shares(stops) if budgeted else None,
+        {code: meanings.get(code, "") for code in codes},
+        tuple(incumbents),
+    )
+
+
 def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ...]:
     """Pairs settled (and widths met) against trial budgets from the smallest first round to
     the largest run, on a geometric grid, plus the configured budget."""
@@ -697,7 +855,13 @@ def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ..
             widths = Range.of(
                 [int(p.widths_met[r]) for p, r in zip(paths, where, strict=True)]  # type: ignore[index]
             )
-        points.append(CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths))
+        exit_codes = None
+        if all(p.codes is not None for p in paths):
+            found = [int(p.codes[r]) for p, r in zip(paths, where, strict=True)]  # type: ignore[index]
+            exit_codes = _shares(found, EXIT_CODES)
+        points.append(
+            CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths, exit_codes)
+        )
     return tuple(points)
 
 

@@ -30,12 +30,13 @@ import numpy as np
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import Campaign, build_campaign
-from adaptive_eval.campaign.checkpoint import compare_campaign
+from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.forecast import (
     Evidence,
     Forecast,
     Range,
+    VerdictForecast,
     default_simulations,
     forecast,
 )
@@ -43,6 +44,7 @@ from adaptive_eval.control.library import library_trials
 from adaptive_eval.control.pilot import MIN_PILOT
 from adaptive_eval.files import atomic_write
 from adaptive_eval.loop.rundir import check_out_folder, differences, identity_changes
+from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.run import FORECAST_FILE, sample
 
@@ -128,12 +130,12 @@ def run_forecast(
         config = _check_pilot(config, pilot, source)
     if request.out is not None and pilot is None:
         config = with_recorded_pilot(config, request.out)
-    campaign = _campaign(config, request)
+    campaign = _campaign(config, request)[0]
     if pilot is not None:
         assert request.out is not None
         _sample_pilot(config, campaign, request.out, pilot, console, quiet)
     evidence = gather_evidence(campaign, request)
-    unbudgeted = _campaign(without_budget(config), request)
+    unbudgeted, judge = _campaign(without_budget(config), request)
     found = forecast(
         unbudgeted,
         evidence,
@@ -142,6 +144,8 @@ def run_forecast(
         or default_simulations(campaign.num_models * campaign.num_questions),
         seed=request.seed,
         candidate=request.candidate,
+        judge=judge,
+        meanings=COMPARE_EXIT_MEANING,
     )
     if request.out is not None:
         check_out_folder(request.out)
@@ -152,12 +156,12 @@ def run_forecast(
     return found
 
 
-def _campaign(config: CampaignConfig, request: ForecastRequest) -> Campaign:
-    """The campaign ``run`` (or ``compare --candidate``) would execute."""
+def _campaign(config: CampaignConfig, request: ForecastRequest) -> tuple[Campaign, Judge | None]:
+    """The campaign ``run`` (or ``compare --candidate``) would execute, and compare's judge."""
     campaign = build_campaign(config)
     if request.candidate is None:
-        return campaign
-    return compare_campaign(campaign, request.candidate, request.margin)[0]
+        return campaign, None
+    return compare_campaign(campaign, request.candidate, request.margin)
 
 
 def _check_pilot(config: CampaignConfig, pilot: int, source: str) -> CampaignConfig:
@@ -429,6 +433,8 @@ def render(found: Forecast, out: Path | None = None) -> str:
         lines.append(f"  under the budget ({shown}); stops: {_stops(found)}")
     else:
         lines.append(f"  stops: {_stops(found)}")
+    if found.verdict is not None:
+        lines += verdict_lines(found.verdict)
     if found.pairs:
         lines.append("  pairs most likely settled (probability by the cap; trials/question):")
         for pair in found.pairs[:8]:
@@ -443,11 +449,19 @@ def render(found: Forecast, out: Path | None = None) -> str:
                 else f", {pair.settled_in_budget:.0%} in the budget"
             )
             lines.append(f"    {pair.a} vs {pair.b}: {pair.settled:.0%}{budget_part}{where}")
-    lines.append("  budget -> pairs settled (median, 10-90%):")
+    codes = "" if found.verdict is None else "/".join(str(c) for c in found.verdict.at_cap)
+    lines.append(
+        "  budget -> pairs settled (median, 10-90%"
+        + (f"; probability of exit {codes}" if codes else "")
+        + "):"
+    )
     for point in found.curve:
+        shares = ""
+        if codes and point.exit_codes is not None:
+            shares = "; " + "/".join(f"{p:.0%}" for p in point.exit_codes.values())
         lines.append(
             f"    {point.trials:>12,} trials: {point.settled.p50:.0f} "
-            f"({point.settled.p10:.0f}-{point.settled.p90:.0f})"
+            f"({point.settled.p10:.0f}-{point.settled.p90:.0f}){shares}"
         )
     if found.score_sd is not None:
         lines.append(
@@ -463,6 +477,36 @@ def render(found: Forecast, out: Path | None = None) -> str:
     if out is not None:
         lines.append(f"  written to {out / FORECAST_FILE}")
     return "\n".join(lines)
+
+
+def verdict_lines(verdict: VerdictForecast) -> list[str]:
+    """compare's verdict: the probability of each exit code, and per incumbent of each
+    decision."""
+    budgeted = verdict.in_budget is not None
+    test = "" if verdict.margin is None else f" (non-inferiority, margin {verdict.margin:g})"
+    where = "at the cap, and within the budget" if budgeted else "at the cap"
+    lines = [f"  compare's exit code{test}, probability {where}:"]
+    for code, probability in verdict.at_cap.items():
+        within = (
+            ""
+            if verdict.in_budget is None
+            else f"; {verdict.in_budget.get(code, 0.0):.0%} within the budget"
+        )
+        meaning = verdict.meanings.get(code, "")
+        lines.append(f"    exit {code} ({meaning}): {probability:.0%}{within}")
+    lines.append(f"  the candidate against each incumbent ({where}):")
+    for row in verdict.incumbents:
+        shares = ", ".join(f"{side} {p:.0%}" for side, p in _by_share(row.at_cap))
+        if row.in_budget is not None:
+            shares += "; within the budget " + ", ".join(
+                f"{side} {p:.0%}" for side, p in _by_share(row.in_budget)
+            )
+        lines.append(f"    vs {row.incumbent}: {shares}")
+    return lines
+
+
+def _by_share(shares: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(shares.items(), key=lambda kv: -kv[1])
 
 
 def _stops(found: Forecast) -> str:
