@@ -413,6 +413,12 @@ def test_a_forecast_from_every_trial_of_a_compare_run_is_its_exit_code(
     forecast_sides = {row["incumbent"]: row["at_cap"] for row in record["verdict"]["incumbents"]}
     assert forecast_sides == {v["incumbent"]: {v["decision"]: 1.0} for v in comparison["verdicts"]}
     _shares_sum_to_one(record)
+    # The folder now holds the forecast: its summary (re-read) sets the verdict against it.
+    assert main(["report", str(run_dir), "--json"]) == 0
+    check = json.loads((run_dir / "summary.json").read_text())["forecast"]["verdict"]
+    assert check["exit_code"] == code and check["probabilities"][str(code)] == 1.0
+    assert sum(check["probabilities"].values()) == pytest.approx(1.0)
+    assert "| compare's exit code | " in (run_dir / "report.md").read_text()
 
 
 def _compare_forecast(

@@ -210,6 +210,16 @@ class ForecastCurvePoint(_Closed):
     p90: float
 
 
+class ForecastVerdict(_Closed):
+    """compare's exit code against the probability the forecast gave each exit code."""
+
+    exit_code: int = Field(description="the run's exit code")
+    probabilities: dict[str, float] = Field(
+        description="the forecast's probability of each exit code (within the budget where "
+        "the campaign has one)"
+    )
+
+
 class ForecastCheck(_Closed):
     """The forecast the run was launched from (its folder's forecast.json) against the run."""
 
@@ -221,6 +231,9 @@ class ForecastCheck(_Closed):
     )
     curve: list[ForecastCurvePoint] = Field(
         description="the forecast's budget-decision curve: pairs settled against trials"
+    )
+    verdict: ForecastVerdict | None = Field(
+        default=None, description="a compare run launched from a forecast --candidate"
     )
 
 

@@ -50,6 +50,12 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.errors import first_few
+from adaptive_eval.base.summary_schema import (
+    ForecastCheck,
+    ForecastCurvePoint,
+    ForecastMeasure,
+    ForecastVerdict,
+)
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.campaign.checkpoint import (
@@ -888,10 +894,14 @@ def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str,
 
 
 def forecast_check(
-    record: dict[str, Any], actual: dict[str, float | None], fingerprint: str
-) -> dict[str, Any]:
+    record: dict[str, Any],
+    actual: dict[str, float | None],
+    fingerprint: str,
+    exit_code: int | None = None,
+) -> ForecastCheck:
     """Forecast against what the run did: per measure the forecast's range, the actual value
-    and whether it fell inside the 10-90% range (summary.json's ``forecast``)."""
+    and whether it fell inside the 10-90% range (summary.json's ``forecast``); for a compare
+    run (``exit_code``) launched from a verdict forecast, the probability it gave each code."""
     rows = {}
     for key in ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled"):
         forecast_range = record.get(key)
@@ -899,14 +909,28 @@ def forecast_check(
         if not isinstance(forecast_range, dict) or value is None:
             continue
         found = Range(forecast_range["p10"], forecast_range["p50"], forecast_range["p90"])
-        rows[key] = {**found.record(), "actual": value, "inside": found.holds(float(value))}
-    return {
-        "same_campaign": record.get("fingerprint") == fingerprint,
-        "evidence": record.get("evidence", {}).get("source"),
-        "simulations": record.get("simulations"),
-        "measures": rows,
-        "curve": [
-            {"trials": point["trials"], **point["pairs_settled"]}
+        rows[key] = ForecastMeasure(**found.record(), actual=value, inside=found.holds(value))
+    verdict = None
+    forecast_verdict = record.get("verdict")
+    if exit_code is not None and isinstance(forecast_verdict, dict):
+        codes = forecast_verdict.get("exit_codes") or []
+        verdict = ForecastVerdict(
+            exit_code=exit_code,
+            probabilities={
+                str(row["code"]): row["probability"]
+                if row.get("probability_in_budget") is None
+                else row["probability_in_budget"]
+                for row in codes
+            },
+        )
+    return ForecastCheck(
+        same_campaign=record.get("fingerprint") == fingerprint,
+        evidence=record.get("evidence", {}).get("source"),
+        simulations=record.get("simulations"),
+        measures=rows,
+        curve=[
+            ForecastCurvePoint(trials=point["trials"], **point["pairs_settled"])
             for point in record.get("curve") or []
         ],
-    }
+        verdict=verdict,
+    )

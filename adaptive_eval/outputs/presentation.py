@@ -262,6 +262,17 @@ def forecast_rows(check: ForecastCheck) -> list[list[str]]:
                 "yes" if found.inside else "no",
             ]
         )
+    verdict = check.verdict
+    if verdict is not None:  # compare's exit code: the probability the forecast gave each
+        given = verdict.probabilities.get(str(verdict.exit_code), 0.0)
+        rows.append(
+            [
+                "compare's exit code",
+                ", ".join(f"{code}: {p:.0%}" for code, p in verdict.probabilities.items()),
+                str(verdict.exit_code),
+                f"forecast {given:.0%}",
+            ]
+        )
     return rows
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from adaptive_eval.base.summary_schema import Comparison, ForecastCheck, Summary
+from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
@@ -90,20 +90,16 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
     still locked."""
 
     def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> Summary:
+        comparison = None if finish is None else finish(campaign, run)
         forecast = None
         forecast_file = run_dir / FORECAST_FILE
         if forecast_file.exists():
             record = json.loads(forecast_file.read_text())
-            reused = int(store.get_meta("library_reused") or 0)
-            actual = realised(record, run, reused)
-            check = forecast_check(record, actual, campaign.fingerprint)
-            forecast = ForecastCheck.model_validate(check)
+            actual = realised(record, run, int(store.get_meta("library_reused") or 0))
+            exit_code = None if comparison is None else comparison.exit_code
+            forecast = forecast_check(record, actual, campaign.fingerprint, exit_code)
         summary = build_summary(
-            campaign,
-            run,
-            collect(run_dir, store),
-            comparison=None if finish is None else finish(campaign, run),
-            forecast=forecast,
+            campaign, run, collect(run_dir, store), comparison=comparison, forecast=forecast
         )
         write_outputs(run_dir, summary, store)
         return summary
