@@ -32,8 +32,7 @@ VALIDATE_PROBE_S = 3.0
 def cmd_run(args: argparse.Namespace) -> int:
     from adaptive_eval.config import load_config
     from adaptive_eval.outputs.report import render_console
-    from adaptive_eval.workflows.forecast import with_recorded_pilot
-    from adaptive_eval.workflows.run import run_campaign
+    from adaptive_eval.workflows.run import run_campaign, with_recorded_pilot
 
     # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
     config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
@@ -411,7 +410,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.base.summary_schema import json_text
     from adaptive_eval.config import load_config
     from adaptive_eval.workflows.compare import render, run_compare
-    from adaptive_eval.workflows.forecast import with_recorded_pilot
+    from adaptive_eval.workflows.run import with_recorded_pilot
 
     config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_compare(

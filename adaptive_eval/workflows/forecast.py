@@ -46,9 +46,15 @@ from adaptive_eval.files import atomic_write
 from adaptive_eval.loop.rundir import check_out_folder, differences, identity_changes
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.store import TrialStore
-from adaptive_eval.workflows.run import FORECAST_FILE, sample
+from adaptive_eval.workflows.run import (
+    FORECAST_FILE,
+    PILOT_FILE,
+    pilot_trials,
+    sample,
+    with_pilot,
+    with_recorded_pilot,
+)
 
-PILOT_FILE = "pilot.json"
 #: Identity sections that make two runs the same campaign for evidence: the cells' trials.
 SAME_TRIALS = ("config.models[", "config.dataset", "config.sampling", "config.grader", "files")
 #: Differences in how a config lists its models, not in the models (names are compared alone).
@@ -80,34 +86,6 @@ class ForecastRequest:
             )
         if self.margin is not None and self.candidate is None:
             raise InputError("--margin is compare's: give --candidate NAME too", field="--margin")
-
-
-def pilot_trials(run_dir: Path) -> int | None:
-    """The trials per question a pilot recorded in ``run_dir`` asks of every later leg (its
-    ``min_trials_per_question``), or ``None`` without a pilot."""
-    path = run_dir / PILOT_FILE
-    if not path.exists():
-        return None
-    try:
-        return int(json.loads(path.read_text())["trials_per_question"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InputError(f"cannot be read ({error})", source=str(path)) from None
-
-
-def with_recorded_pilot(config: CampaignConfig, run_dir: Path) -> CampaignConfig:
-    """``config`` as every leg in ``run_dir`` runs it: a pilot there raised
-    ``min_trials_per_question`` to its trials (never lowered it)."""
-    trials = pilot_trials(run_dir)
-    return config if trials is None else with_pilot(config, trials)
-
-
-def with_pilot(config: CampaignConfig, trials: int) -> CampaignConfig:
-    """``config`` with ``min_trials_per_question`` at least ``trials``."""
-    policy = config.policy
-    if policy.min_trials_per_question >= trials:
-        return config
-    raised = policy.model_copy(update={"min_trials_per_question": trials})
-    return config.model_copy(update={"policy": raised})
 
 
 def without_budget(config: CampaignConfig) -> CampaignConfig:

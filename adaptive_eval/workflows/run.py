@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
@@ -29,9 +30,40 @@ from adaptive_eval.store import TrialStore
 
 #: Where a run launched from a forecast finds it (``adaptive-eval forecast --out``).
 FORECAST_FILE = "forecast.json"
+#: A pilot's trials per question (``adaptive-eval forecast --pilot K --out``), which every later
+#: leg of the run in that folder keeps as its ``min_trials_per_question``.
+PILOT_FILE = "pilot.json"
 
 #: ``finish(campaign, run)``: compare's verdicts, which a compare run adds to summary.json.
 Finish = Callable[[Campaign, FinishedRun], Comparison]
+
+
+def pilot_trials(run_dir: Path) -> int | None:
+    """The trials per question a pilot recorded in ``run_dir`` asks of every later leg (its
+    ``min_trials_per_question``), or ``None`` without a pilot."""
+    path = run_dir / PILOT_FILE
+    if not path.exists():
+        return None
+    try:
+        return int(json.loads(path.read_text())["trials_per_question"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputError(f"cannot be read ({error})", source=str(path)) from None
+
+
+def with_recorded_pilot(config: CampaignConfig, run_dir: Path) -> CampaignConfig:
+    """``config`` as every leg in ``run_dir`` runs it: a pilot there raised
+    ``min_trials_per_question`` to its trials (never lowered it)."""
+    trials = pilot_trials(run_dir)
+    return config if trials is None else with_pilot(config, trials)
+
+
+def with_pilot(config: CampaignConfig, trials: int) -> CampaignConfig:
+    """``config`` with ``min_trials_per_question`` at least ``trials``."""
+    policy = config.policy
+    if policy.min_trials_per_question >= trials:
+        return config
+    raised = policy.model_copy(update={"min_trials_per_question": trials})
+    return config.model_copy(update={"policy": raised})
 
 
 def run_campaign(
