@@ -478,3 +478,17 @@ def test_a_forecast_without_a_candidate_has_no_verdict(tmp_path: Path) -> None:
     evidence = _evidence(_tape(np.load(tmp_path / "s.npz")["probs"], 3, 1))
     record = forecast(campaign, evidence, NO_BUDGET, simulations=10, processes=1).record()
     assert "verdict" not in record and all("exit_codes" not in p for p in record["curve"])
+
+
+def test_a_damaged_forecast_in_the_folder_is_one_line_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run reads its folder's forecast.json only at its end: a damaged one is refused
+    before sampling, naming the file, not after the trials were spent."""
+    config, run_dir = _config(tmp_path), tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "forecast.json").write_text('{"trials": {"p10": 1}}')
+    assert main(["run", str(config), "--out", str(run_dir), "--quiet", *TEST_DISPATCH]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "forecast.json" in line and "is not a forecast" in line
+    assert not (run_dir / "trials.sqlite").exists()

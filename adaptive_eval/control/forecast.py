@@ -39,17 +39,19 @@ verdict (:class:`VerdictForecast`).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adaptive_eval.base.errors import first_few
+from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.summary_schema import (
     ForecastCheck,
     ForecastCurvePoint,
@@ -871,16 +873,103 @@ def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ..
     return tuple(points)
 
 
-def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str, float | None]:
-    """What the run did, in the forecast's measures (``reused``: trials the library served)."""
-    evidence = record.get("evidence") or {}
+#: The measures a run is checked against its forecast on, in summary.json's order.
+CHECKED = ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled")
+
+
+@dataclass(frozen=True)
+class RecordedForecast:
+    """forecast.json (format 1) as a run launched from it reads it: what the forecast was made
+    of and the ranges the run is checked against."""
+
+    fingerprint: str | None
+    source: str | None  # the evidence: pilot, run, library or prior
+    replayed: bool  # the evidence's trials are the run's own first ones
+    evidence_trials: int
+    candidate: str | None
+    simulations: int | None
+    ranges: Mapping[str, Range]  # of CHECKED, those forecast
+    curve: tuple[tuple[int, Range], ...]  # trials -> pairs settled
+    exit_codes: Mapping[str, float] | None  # compare's, within the budget where one was set
+
+    @classmethod
+    def read(cls, path: Path) -> RecordedForecast:
+        """``path``'s forecast, or an error naming the file."""
+        try:
+            record = json.loads(path.read_text())
+            evidence = record.get("evidence") or {}
+            verdict = record.get("verdict")
+            return cls(
+                fingerprint=record.get("fingerprint"),
+                source=evidence.get("source"),
+                replayed=bool(evidence.get("replayed")),
+                evidence_trials=int(evidence.get("trials") or 0),
+                candidate=record.get("candidate"),
+                simulations=record.get("simulations"),
+                ranges={
+                    key: Range(**record[key])
+                    for key in CHECKED
+                    if isinstance(record.get(key), dict)
+                },
+                curve=tuple(
+                    (int(point["trials"]), Range(**point["pairs_settled"]))
+                    for point in record.get("curve") or []
+                ),
+                exit_codes=None
+                if not isinstance(verdict, dict)
+                else {
+                    str(row["code"]): row["probability"]
+                    if row.get("probability_in_budget") is None
+                    else row["probability_in_budget"]
+                    for row in verdict.get("exit_codes") or []
+                },
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise InputError(
+                f"is not a forecast this run can read ({error})", source=str(path)
+            ) from None
+
+
+def forecast_check(
+    forecast: RecordedForecast,
+    run: FinishedRun,
+    fingerprint: str,
+    *,
+    reused: int = 0,
+    exit_code: int | None = None,
+) -> ForecastCheck:
+    """Forecast against what the run did (summary.json's ``forecast``): per measure the
+    forecast's range, the actual value and whether it fell inside the 10-90% range; for a
+    compare run (``exit_code``) launched from a verdict forecast, the probability it gave each
+    exit code. ``reused``: the run's trials the library served (not new)."""
+    actual = _realised(forecast, run, reused)
+    measures = {
+        key: ForecastMeasure(**found.record(), actual=value, inside=found.holds(value))
+        for key, found in forecast.ranges.items()
+        if (value := actual[key]) is not None
+    }
+    verdict = None
+    if exit_code is not None and forecast.exit_codes is not None:
+        verdict = ForecastVerdict(exit_code=exit_code, probabilities=dict(forecast.exit_codes))
+    return ForecastCheck(
+        same_campaign=forecast.fingerprint == fingerprint,
+        evidence=forecast.source,
+        simulations=forecast.simulations,
+        measures=measures,
+        curve=[ForecastCurvePoint(trials=t, **found.record()) for t, found in forecast.curve],
+        verdict=verdict,
+    )
+
+
+def _realised(forecast: RecordedForecast, run: FinishedRun, reused: int) -> dict[str, float | None]:
+    """What the run did, in the forecast's measures."""
     trials = run.view.trials_used
-    candidate = record.get("candidate")
-    focus = run.view.names.index(candidate) if candidate in run.view.names else None
-    if evidence.get("source") == "library":
+    names = run.view.names
+    focus = names.index(forecast.candidate) if forecast.candidate in names else None
+    if forecast.source == "library":
         new = trials - reused
-    elif evidence.get("replayed"):
-        new = trials - int(evidence.get("trials") or 0)
+    elif forecast.replayed:
+        new = trials - forecast.evidence_trials
     else:
         new = trials
     gpu = run.savings.gpu_s_used
@@ -891,46 +980,3 @@ def realised(record: dict[str, Any], run: FinishedRun, reused: int) -> dict[str,
         "gpu_s": gpu if gpu else None,
         "pairs_settled": sum(d.settled and counts_pair(d, focus) for d in run.decisions),
     }
-
-
-def forecast_check(
-    record: dict[str, Any],
-    actual: dict[str, float | None],
-    fingerprint: str,
-    exit_code: int | None = None,
-) -> ForecastCheck:
-    """Forecast against what the run did: per measure the forecast's range, the actual value
-    and whether it fell inside the 10-90% range (summary.json's ``forecast``); for a compare
-    run (``exit_code``) launched from a verdict forecast, the probability it gave each code."""
-    rows = {}
-    for key in ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled"):
-        forecast_range = record.get(key)
-        value = actual.get(key)
-        if not isinstance(forecast_range, dict) or value is None:
-            continue
-        found = Range(forecast_range["p10"], forecast_range["p50"], forecast_range["p90"])
-        rows[key] = ForecastMeasure(**found.record(), actual=value, inside=found.holds(value))
-    verdict = None
-    forecast_verdict = record.get("verdict")
-    if exit_code is not None and isinstance(forecast_verdict, dict):
-        codes = forecast_verdict.get("exit_codes") or []
-        verdict = ForecastVerdict(
-            exit_code=exit_code,
-            probabilities={
-                str(row["code"]): row["probability"]
-                if row.get("probability_in_budget") is None
-                else row["probability_in_budget"]
-                for row in codes
-            },
-        )
-    return ForecastCheck(
-        same_campaign=record.get("fingerprint") == fingerprint,
-        evidence=record.get("evidence", {}).get("source"),
-        simulations=record.get("simulations"),
-        measures=rows,
-        curve=[
-            ForecastCurvePoint(trials=point["trials"], **point["pairs_settled"])
-            for point in record.get("curve") or []
-        ],
-        verdict=verdict,
-    )

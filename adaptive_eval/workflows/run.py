@@ -18,7 +18,7 @@ from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
-from adaptive_eval.control.forecast import forecast_check, realised
+from adaptive_eval.control.forecast import RecordedForecast, forecast_check
 from adaptive_eval.control.preflight import check_before_sampling
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.loop import runner
@@ -102,6 +102,8 @@ def sample(
     check_before_sampling(campaign)
     cluster.check_engines(campaign)
     cluster.check_local_placement(campaign)
+    if (run_dir / FORECAST_FILE).exists():  # read at the end: refused now, not after sampling
+        RecordedForecast.read(run_dir / FORECAST_FILE)
     lock = prepare_run_dir(run_dir)
     try:
         return runner.execute(
@@ -126,10 +128,13 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
         forecast = None
         forecast_file = run_dir / FORECAST_FILE
         if forecast_file.exists():
-            record = json.loads(forecast_file.read_text())
-            actual = realised(record, run, int(store.get_meta("library_reused") or 0))
-            exit_code = None if comparison is None else comparison.exit_code
-            forecast = forecast_check(record, actual, campaign.fingerprint, exit_code)
+            forecast = forecast_check(
+                RecordedForecast.read(forecast_file),
+                run,
+                campaign.fingerprint,
+                reused=int(store.get_meta("library_reused") or 0),
+                exit_code=None if comparison is None else comparison.exit_code,
+            )
         summary = build_summary(
             campaign, run, collect(run_dir, store), comparison=comparison, forecast=forecast
         )
