@@ -172,3 +172,21 @@ def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> Non
     assert main(["report", str(run_dir), "--json"]) == 0
     reread = json.loads((run_dir / "summary.json").read_text())["dispatch"]
     assert reread == recorded and list(reread) == order
+
+
+def test_a_damaged_dispatch_record_is_one_line_naming_it(
+    recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counter the store kept as text is a damaged record: ``report`` says so in one line
+    naming the block and the counter, never a summary that counts it."""
+    from helpers import one_error_line
+
+    from adaptive_eval.cli import main
+
+    config, run_dir = recorded
+    store = TrialStore(run_dir)
+    store.set_meta(dispatch={"batches": "7", "workers": 1})
+    store.close()
+    assert main(["report", str(run_dir), "--config", str(config)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "dispatch.batches" in line and str(run_dir) in line
