@@ -93,44 +93,75 @@ def split_integer(total: int, weights: np.ndarray, room: np.ndarray) -> np.ndarr
     >>> split_integer(10, np.array([1.0, 1.0, 2.0]), np.array([10, 1, 10])).tolist()
     [3, 1, 6]
     """
-    weights = np.where(room > 0, np.maximum(np.asarray(weights, dtype=np.float64), 0.0), 0.0)
+    open_ = room > 0
+    weights = np.where(open_, np.maximum(np.asarray(weights, dtype=np.float64), 0.0), 0.0)
     out = np.zeros(len(weights), dtype=np.int64)
     left = int(min(total, int(room.sum())))
+    # The first pass has every part with room open and the weights masked to them already.
+    free, w = room, weights
     while left > 0:
-        open_ = (room - out) > 0
-        w = np.where(open_, weights, 0.0)
-        if w.sum() <= 0:
+        if out.any():
+            free = room - out
+            open_ = free > 0
+            w = np.where(open_, weights, 0.0)
+        weight = w.sum()
+        if weight <= 0:
             w = open_.astype(np.float64)
-            if w.sum() == 0:
+            weight = w.sum()
+            if weight == 0:
                 break
-        share = left * w / w.sum()
+        share = left * w / weight
         base = np.floor(share).astype(np.int64)
         remainder = left - int(base.sum())
         if remainder:
             order = np.argsort(base - share, kind="stable")  # ties to the lower index
             base[order[:remainder]] += 1
-        base = np.minimum(base, room - out)
-        if base.sum() == 0:
+        base = np.minimum(base, free)
+        given = int(base.sum())
+        if given == 0:
             break
         out += base
-        left -= int(base.sum())
+        left -= given
     return out
 
 
-def question_weights(view: CampaignView, model: int, scheme: str, cost: str) -> np.ndarray:
-    """Per-question sampling weights of one model: Neyman ``sd_q / sqrt(cost_q)`` or equal.
+def question_weights(view: CampaignView, scheme: str, cost: str) -> np.ndarray:
+    """(L, M) per-question sampling weights of each model: Neyman ``sd_q / sqrt(cost_q)`` or
+    equal.
 
     ``sd_q`` is the per-trial sd under the plain posterior mean (:meth:`CampaignView.
     spread_variance`), not the decisions' pooled-centred one, which starves a question with no
     failure yet (issue 26, docs/sequential.md "Saturated ties")."""
-    num_questions = view.planned.shape[1]
+    shape = view.planned.shape
     if scheme == "uniform" or view.cell_variance is None:
-        return np.ones(num_questions)
+        return np.ones(shape)
     spread = view.spread_variance()
-    variance = view.cell_variance[model] if spread is None else spread[model]
+    variance = view.cell_variance if spread is None else spread
     sd = np.sqrt(np.maximum(variance, 1e-12))
-    weights: np.ndarray = sd / np.sqrt(cell_cost(view, cost)[model])
+    weights: np.ndarray = sd / np.sqrt(cell_cost(view, cost))
     return weights
+
+
+def spread_trials(
+    count: int, weights: np.ndarray, planned: np.ndarray, room: np.ndarray
+) -> np.ndarray:
+    """Give ``count`` trials of one model to its questions so that each question's total
+    (``planned`` plus its share) tracks its share of ``weights``: the questions furthest below
+    ``w_q / sum(w) * (sum(planned) + count)`` first, none beyond its ``room``
+    (:func:`split_integer`)."""
+    goal = weights / weights.sum() * (planned.sum() + count)
+    deficit = np.maximum(goal - planned, 0.0)
+    if deficit.sum() <= 0:
+        deficit = weights
+    return split_integer(count, deficit, room)
+
+
+def row_means(values: np.ndarray) -> np.ndarray:
+    """``values.mean(axis=1)`` of a float (L, M) array: the same row sums divided by ``M``
+    (``np.mean`` computes exactly that), without its per-call bookkeeping, which costs more
+    than the sums on a campaign's arrays."""
+    means: np.ndarray = values.sum(axis=1) / values.shape[1]
+    return means
 
 
 def cell_cost(view: CampaignView, cost: str) -> np.ndarray:
@@ -160,8 +191,8 @@ def per_trial_variance(view: CampaignView, scheme: str) -> np.ndarray:
         return fallback
     v = np.maximum(np.asarray(view.cell_variance, dtype=np.float64), 1e-12)
     if scheme == "neyman":
-        return np.asarray(np.sqrt(v).mean(axis=1) ** 2, dtype=np.float64)
-    return np.asarray(v.mean(axis=1), dtype=np.float64)
+        return np.asarray(row_means(np.sqrt(v)) ** 2, dtype=np.float64)
+    return np.asarray(row_means(v), dtype=np.float64)
 
 
 @allocators.register("track_and_stop")
@@ -193,7 +224,7 @@ class TrackAndStop:
         self, view: CampaignView, pairs: list[tuple[int, int]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """The program's solution T* (L,) and the model costs used."""
-        costs = cell_cost(view, self.cost).mean(axis=1)
+        costs = row_means(cell_cost(view, self.cost))
         if not pairs:
             return np.zeros(view.num_models), costs
         index = np.asarray(pairs, dtype=np.int64)
@@ -217,14 +248,14 @@ class TrackAndStop:
         room = np.maximum(view.capacity[:, None] - view.planned, 0)
         has_room = room.sum(axis=1) > 0
         goals = goals or Goals()
+        room_left = has_room.tolist()  # read per pair: Python bools index faster
         open_pairs = [
             (d.a, d.b)
             for d in decisions
-            if goals.settle_pairs and d.open and (has_room[d.a] or has_room[d.b])
+            if goals.settle_pairs and d.open and (room_left[d.a] or room_left[d.b])
         ]
         in_pairs = np.zeros(view.num_models, dtype=bool)
-        for a, b in open_pairs:
-            in_pairs[[a, b]] = True
+        in_pairs[[model for pair in open_pairs for model in pair]] = True
         target = np.zeros(view.num_models)
         if goals.trial_targets is not None:
             target = np.where(needs, np.asarray(goals.trial_targets, dtype=np.float64), 0.0)
@@ -259,26 +290,16 @@ class TrackAndStop:
         lacking = np.ceil(TARGET_STEP * np.maximum(target - totals, 0.0)).astype(np.int64)
         model_room = np.where(active & ~in_pairs, np.minimum(model_room, lacking), model_room)
         per_model = split_integer(size, deficit, model_room)
-        for model in np.nonzero(per_model)[0]:
+        # Each scheme's weights and the planned counts as floats, once for all the models.
+        weights: dict[str, np.ndarray] = {}
+        planned = view.planned.astype(np.float64)
+        for model in np.nonzero(per_model)[0].tolist():
             scheme: str = self.questions
             if goals.questions is not None and not in_pairs[model]:
                 scheme = goals.questions  # the goal's own scheme for a model only it needs
-            plan[model] += self.spread(view, int(model), int(per_model[model]), room[model], scheme)
+            if scheme not in weights:
+                weights[scheme] = question_weights(view, scheme, self.cost)
+            plan[model] += spread_trials(
+                int(per_model[model]), weights[scheme][model], planned[model], room[model]
+            )
         return plan
-
-    def spread(
-        self,
-        view: CampaignView,
-        model: int,
-        count: int,
-        room: np.ndarray,
-        scheme: str | None = None,
-    ) -> np.ndarray:
-        """Give ``count`` trials of ``model`` to its questions by the question scheme."""
-        weights = question_weights(view, model, scheme or self.questions, self.cost)
-        planned = view.planned[model].astype(np.float64)
-        goal = weights / weights.sum() * (planned.sum() + count)
-        deficit = np.maximum(goal - planned, 0.0)
-        if deficit.sum() <= 0:
-            deficit = weights
-        return split_integer(count, deficit, room)

@@ -38,6 +38,7 @@ Not error-controlled, kept for comparison with the paper: ``naive_z`` (alias ``z
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -172,7 +173,7 @@ class ConfidenceSequenceRule:
         control = self.error_control or view.error_control
         if not (self.step_down and control == "ranking" and view.num_models > 2):
             return view.pair_alpha(self.error_control)
-        order = [int(i) for i in view.order]
+        order = view.order.tolist()
         settled = sum(
             1
             for a, b in itertools.pairwise(order)
@@ -184,10 +185,11 @@ class ConfidenceSequenceRule:
         return self.epsilon if self.epsilon is not None else view.rope
 
     def look(
-        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float, spread: float
     ) -> tuple[_Look | None, PairMemory]:
         """The boundaries if the pair is tested this round (else ``None``), and its memory
-        after the look."""
+        after the look. ``spread``: the pair's standard error ``s`` this round (> 0; the
+        caller has it from :meth:`CampaignView.pair_stat`)."""
         raise NotImplementedError
 
     def final(
@@ -209,12 +211,13 @@ class ConfidenceSequenceRule:
         alpha = self.level(view, memory)
         remembered = dict(memory)
         answers = []
-        for a, b in pairs:
-            key = pair_key(a, b)
+        keys = [pair_key(a, b) for a, b in pairs]
+        gaps, spreads = pair_statistics(view, keys)
+        for (a, b), key, gap, spread in zip(pairs, keys, gaps, spreads, strict=True):
             known = remembered.get(key, PairMemory())
             answer = known.decision
             if answer is None:
-                answer, known = self._test(view, known, *key, alpha)
+                answer, known = self._test(view, known, *key, alpha, gap, spread)
                 if answer is not None and answer.settled:
                     known = replace(known, decision=answer)
                 remembered[key] = known
@@ -222,12 +225,19 @@ class ConfidenceSequenceRule:
         return tuple(answers), MappingProxyType(remembered)
 
     def _test(
-        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+        self,
+        view: CampaignView,
+        known: PairMemory,
+        a: int,
+        b: int,
+        alpha: float,
+        gap: float,
+        spread: float,
     ) -> tuple[PairDecision | None, PairMemory]:
-        gap, spread = view.pair_stat(a, b)
+        """Test the pair (a, b) at level ``alpha`` on its ``(D, s) = (gap, spread)``."""
         if spread <= 0:
             return None, known
-        tested, known = self.look(view, known, a, b, alpha)
+        tested, known = self.look(view, known, a, b, alpha, spread)
         z = abs(gap) / spread
         epsilon = self.rope(view)
         if tested is not None and z >= tested.resolve * self.widen:
@@ -273,6 +283,19 @@ class ConfidenceSequenceRule:
         )
 
 
+def pair_statistics(
+    view: CampaignView, pairs: Sequence[tuple[int, int]]
+) -> tuple[list[float], list[float]]:
+    """:meth:`CampaignView.pair_stat` of each pair, ``(D, s)``, for all the pairs at once:
+    the same differences of the decision scores and ``np.hypot`` of the same standard errors,
+    elementwise (one array operation each instead of a few scalar ones per pair)."""
+    index = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    theta, se = view.theta, view.theta_se
+    gaps = theta[index[:, 0]] - theta[index[:, 1]]
+    spreads = np.hypot(se[index[:, 0]], se[index[:, 1]])
+    return gaps.tolist(), spreads.tolist()
+
+
 def capped_se(view: CampaignView, a: int, b: int) -> float | None:
     """Standard error of the pair's difference with both models at their cap on every question
     (``None`` when the per-cell variances are unknown)."""
@@ -304,9 +327,8 @@ class Anytime(ConfidenceSequenceRule):
         return epsilon / 6 if epsilon else 0.005
 
     def look(
-        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float, spread: float
     ) -> tuple[_Look | None, PairMemory]:
-        _, spread = view.pair_stat(a, b)
         if spread <= 0:
             return None, known
         log_info = -2 * math.log(spread)
@@ -341,6 +363,41 @@ def anytime_table(sd_target: float, alpha: float, grid: int) -> tuple[np.ndarray
     weights = (1.0 if grid == 1 else 0.5,) + (rest,) * (grid - 1)
     center = math.log(rhos[0])
     return seq.mixture_boundary_table(rhos, weights, alpha, center - 25.0, center + 25.0)
+
+
+def looks_reached(fractions: tuple[float, ...], fraction: float) -> int:
+    """How many of the planned look ``fractions`` (increasing) lie below ``fraction``:
+    ``np.searchsorted(fractions, fraction)`` (NaN counts as above every look, as numpy sorts
+    it), by bisection on the tuple (a numpy call costs more than the search)."""
+    if math.isnan(fraction):
+        return len(fractions)
+    return bisect.bisect_left(fractions, fraction)
+
+
+@lru_cache(maxsize=256)
+def horizon_shares(
+    horizons: int, ratio: float, cap_share: float, shortest: int, cap: float
+) -> tuple[float, ...]:
+    """Budget share of each of ``horizons`` tests, the cap's first, for a pair capped at
+    ``cap`` trials per question: horizon ``j`` (``cap / ratio^j`` trials) is used if it holds
+    at least ``shortest``; the cap's test holds ``cap_share`` and the used ones split the rest
+    (all of it the cap's where none is used). Asked twice per pair per round, hence cached."""
+    used = sum(1 for j in range(1, horizons) if cap / ratio**j >= shortest)
+    if used == 0:
+        return (1.0,)
+    rest = (1.0 - cap_share) / used
+    return (cap_share,) + (rest,) * used
+
+
+@lru_cache(maxsize=1024)
+def look_boundaries(
+    design: seq.LookDesign, alpha: float
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(resolve, equivalent) boundaries at every look of ``design`` for a budget ``alpha``:
+    the two-sided ``alpha`` boundary and the one-sided one (two-sided ``2 alpha``). The
+    tables are cached by :func:`adaptive_eval.stats.sequential.spending_boundaries`; this
+    cache saves looking them up through the design, twice per pair per round."""
+    return design.boundaries(alpha), design.boundaries(2 * alpha)
 
 
 @pair_rules.register("group_sequential")
@@ -390,26 +447,26 @@ class GroupSequential(ConfidenceSequenceRule):
         return seq.LookDesign(self.looks, self.first_look, self.spending, self.gamma)
 
     @cached_property
-    def _fraction_grid(self) -> np.ndarray:
-        return np.asarray(self.fractions())
+    def _fraction_tuple(self) -> tuple[float, ...]:
+        return self.design.fractions()
 
     def fractions(self) -> tuple[float, ...]:
-        return self.design.fractions()
+        return self._fraction_tuple
 
     def shares(self, cap: float = math.inf) -> tuple[float, ...]:
         """Budget share of each horizon, the cap's first, for a pair capped at ``cap`` trials
         per question (shorter horizons below ``shortest`` trials are not used)."""
-        used = sum(1 for j in range(1, self.horizons) if cap / self.ratio**j >= self.shortest)
-        if used == 0:
-            return (1.0,)
-        rest = (1.0 - self.cap_share) / used
-        return (self.cap_share,) + (rest,) * used
+        return horizon_shares(self.horizons, self.ratio, self.cap_share, self.shortest, cap)
 
     def pair_shares(self, view: CampaignView, a: int, b: int) -> tuple[float, ...]:
         return self.shares(float(min(view.capacity[a], view.capacity[b])))
 
-    def information_fraction(self, view: CampaignView, a: int, b: int) -> float:
-        _, spread = view.pair_stat(a, b)
+    def information_fraction(
+        self, view: CampaignView, a: int, b: int, spread: float | None = None
+    ) -> float:
+        """``s_cap^2 / s^2`` (``spread``: ``s`` where the caller has it)."""
+        if spread is None:
+            _, spread = view.pair_stat(a, b)
         spread_cap = capped_se(view, a, b)
         if spread_cap is None or spread <= 0:
             return 0.0
@@ -417,33 +474,31 @@ class GroupSequential(ConfidenceSequenceRule):
 
     def boundaries(self, alpha: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(resolve, equivalent) boundaries at every planned look for a budget ``alpha``."""
-        design = self.design
-        return design.boundaries(alpha), design.boundaries(2 * alpha)
+        return look_boundaries(self.design, alpha)
 
     def final_at(self, view: CampaignView, a: int, b: int, alpha: float) -> tuple[float, float]:
         resolve, equivalent = self.boundaries(alpha * self.pair_shares(view, a, b)[0])
         return resolve[-1], equivalent[-1]
 
     def look(
-        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float
+        self, view: CampaignView, known: PairMemory, a: int, b: int, alpha: float, spread: float
     ) -> tuple[_Look | None, PairMemory]:
         """Each horizon's test looks once per planned look its information fraction reached
         (``known.looks``: the looks used so far, per horizon)."""
         fractions = self.fractions()
-        grid = self._fraction_grid
-        fraction = self.information_fraction(view, a, b)
+        fraction = self.information_fraction(view, a, b, spread)
         shares = self.pair_shares(view, a, b)
         looks = list(known.looks) + [0] * (len(shares) - len(known.looks))
         found: list[_Look] = []
         for horizon, share in enumerate(shares):
-            reached = int(np.searchsorted(grid, fraction * self.ratio**horizon + 1e-9))
+            reached = looks_reached(fractions, fraction * self.ratio**horizon + 1e-9)
             if reached <= looks[horizon]:
                 continue
             looks[horizon] = reached
             resolve, equivalent = self.boundaries(alpha * share)
             spent = self.design.spent(fractions[reached - 1], alpha * share)
             found.append(_Look(resolve[reached - 1], equivalent[reached - 1], spent))
-        known = replace(known, looks=tuple(looks))
+        known = PairMemory(tuple(looks), known.decision)
         if not found:
             return None, known
         return _Look(

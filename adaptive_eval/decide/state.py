@@ -138,8 +138,9 @@ class RunState:
         if self._estimate is None or self._estimate[0] != self.applied_rounds:
             nu = self.prior + self.counts
             pooled = self.pooled_variance
-            theta, se = sequential.empirical_estimate(self.counts, nu, self.weights, pooled)
-            variance = sequential.trial_variance(nu, self.weights, pooled)
+            theta, se, variance = sequential.estimate_with_variance(
+                self.counts, nu, self.weights, pooled
+            )
             self._estimate = (self.applied_rounds, theta, se, variance)
         return self._estimate[1], self._estimate[2], self._estimate[3]
 

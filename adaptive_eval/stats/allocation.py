@@ -82,7 +82,14 @@ def allocation_program(
 
 
 class _PairDual:
-    """The allocation program's dual (see :func:`allocation_program`) and its two solvers."""
+    """The allocation program's dual (see :func:`allocation_program`) and its two solvers.
+
+    The arrays are a few dozen long and the solvers take a handful of iterations, so a call
+    costs what its numpy operations cost one by one: each iterate's ``Lambda`` is summed once
+    and shared by the dual value, the gradient and the primal, and what depends on the pairs
+    alone is computed here once. Every number is still computed by the same operations in the
+    same order, so the iterates (and the solution) are the same to the last bit.
+    """
 
     def __init__(
         self, a: FloatArray, c: FloatArray, pairs: NDArray[np.int64], r: FloatArray
@@ -90,11 +97,18 @@ class _PairDual:
         self.a, self.c, self.pairs, self.r = a, c, pairs, r
         self.k = c * a
         self.i, self.j = pairs[:, 0], pairs[:, 1]
+        self.a_i, self.a_j = a[self.i], a[self.j]
         self.used = np.unique(pairs)
+        #: Every model is in some pair (a ranking with all its pairs open): no masks needed.
+        self.all_used = len(self.used) == len(a)
         self.flat = pairs.ravel()
         self.incidence = np.zeros((len(a), len(pairs)))
         self.incidence[self.i, np.arange(len(pairs))] = 1.0
         self.incidence[self.j, np.arange(len(pairs))] = 1.0
+        # Its transpose laid out by rows: scaling it by the curvature is then one pass. Each
+        # entry of the Hessian is a sum of at most two non-zero terms, so the product's
+        # summation order cannot change it.
+        self.incidence_t = np.ascontiguousarray(self.incidence.T)
 
     @cached_property
     def blocks(self) -> list[NDArray[np.int64]]:
@@ -109,18 +123,31 @@ class _PairDual:
 
     def value(self, lam: FloatArray) -> float:
         """The dual at ``lam``; -inf where a model of a pair would get no trials."""
-        total = self.totals(lam)
-        if (total[self.used] <= 0).any():
-            return -np.inf
-        return float(2 * np.sqrt(self.k[self.used] * total[self.used]).sum() - lam @ self.r)
+        return self.value_and_totals(lam)[0]
 
-    def primal(self, lam: FloatArray) -> tuple[FloatArray, float]:
-        """The feasible T built from ``lam`` (scaled onto the constraints) and its cost."""
+    def value_and_totals(self, lam: FloatArray) -> tuple[float, FloatArray]:
+        """The dual at ``lam`` (:meth:`value`) and the ``Lambda`` it was computed from."""
         total = self.totals(lam)
-        t = np.zeros_like(self.a)
-        used = self.used
-        t[used] = np.sqrt(self.a[used] * np.maximum(total[used], 1e-300) / self.c[used])
-        load = (self.a[self.i] / t[self.i] + self.a[self.j] / t[self.j]) / self.r
+        if self.all_used:
+            k, used_total = self.k, total
+        else:
+            k, used_total = self.k[self.used], total[self.used]
+        if (used_total <= 0).any():
+            return -np.inf, total
+        return float(2 * np.sqrt(k * used_total).sum() - lam @ self.r), total
+
+    def primal(self, lam: FloatArray, total: FloatArray | None = None) -> tuple[FloatArray, float]:
+        """The feasible T built from ``lam`` (scaled onto the constraints) and its cost
+        (``total``: ``Lambda`` at ``lam`` where the caller has it)."""
+        if total is None:
+            total = self.totals(lam)
+        if self.all_used:
+            t = np.sqrt(self.a * np.maximum(total, 1e-300) / self.c)
+        else:
+            t = np.zeros_like(self.a)
+            used = self.used
+            t[used] = np.sqrt(self.a[used] * np.maximum(total[used], 1e-300) / self.c[used])
+        load = (self.a_i / t[self.i] + self.a_j / t[self.j]) / self.r
         t *= max(1.0, float(load.max()))
         return t, float((self.c * t).sum())
 
@@ -129,48 +156,49 @@ class _PairDual:
         lam = lam.copy()
         count = len(lam)
         best, primal = np.inf, np.zeros_like(self.a)
-        value = self.value(lam)
+        value, total = self.value_and_totals(lam)
         for _ in range(100):
             # Models in no pair have Lambda = 0 and no term in the dual: they get no curvature.
-            total = self.totals(lam)
             inside = total > 0
-            root = np.zeros_like(total)
-            root[inside] = np.sqrt(self.k[inside] / total[inside])
+            root = np.sqrt(np.divide(self.k, total, out=np.zeros_like(total), where=inside))
             grad = root[self.i] + root[self.j] - self.r
-            curve = np.zeros_like(total)
-            curve[inside] = root[inside] / (2 * total[inside])  # -d2/dLambda2 of 2 sqrt(k Lambda)
-            t, cost = self.primal(lam)
+            # -d2/dLambda2 of 2 sqrt(k Lambda)
+            curve = np.divide(root, 2 * total, out=np.zeros_like(total), where=inside)
+            t, cost = self.primal(lam, total)
             if cost < best:
                 best, primal = cost, t
             if best - value <= tolerance * best:
                 return lam, primal, True
-            hessian = (self.incidence.T * curve) @ self.incidence  # minus the dual's Hessian
+            hessian = (self.incidence_t * curve) @ self.incidence  # minus the dual's Hessian
             diagonal = hessian.diagonal().copy()
-            regular = hessian.copy()
+            regular = hessian  # the diagonal is kept above: regularise in place
             regular.flat[:: count + 1] *= 1 + 1e-12
             # Multipliers held at their bound: those at 0 whose gradient pushes below it, and
             # those the Newton step on the others would carry past 0 (an active-set pass).
             held = (lam <= 0) & (grad < 0)
-            step = np.zeros(count)
+            step: np.ndarray = np.zeros(count)
             for _ in range(count):
                 free = ~held
-                step[:] = 0.0
-                if free.any():
-                    block = regular if free.all() else regular[free][:, free]
-                    try:
-                        step[free] = np.linalg.solve(block, grad[free])
-                    except np.linalg.LinAlgError:
-                        return lam, primal, False
+                try:
+                    if not held.any():
+                        step = np.linalg.solve(regular, grad)
+                    else:
+                        step[:] = 0.0
+                        if free.any():
+                            step[free] = np.linalg.solve(regular[free][:, free], grad[free])
+                except np.linalg.LinAlgError:
+                    return lam, primal, False
                 crossing = free & (grad < 0) & (lam + step < 0)
                 if not crossing.any():
                     break
                 held |= crossing
-            # A held multiplier goes to 0 at a full step (or further, projected back to 0).
-            step[held] = np.minimum(grad[held] / np.maximum(diagonal[held], 1e-300), -lam[held])
+            if held.any():
+                # A held multiplier goes to 0 at a full step (or further, projected back to 0).
+                step[held] = np.minimum(grad[held] / np.maximum(diagonal[held], 1e-300), -lam[held])
             size = 1.0
             while size > 1e-6:
                 trial = np.maximum(lam + size * step, 0.0)
-                trial_value = self.value(trial)
+                trial_value, trial_total = self.value_and_totals(trial)
                 if trial_value >= value + 1e-4 * float(grad @ (trial - lam)):
                     break
                 size *= 0.5
@@ -178,8 +206,8 @@ class _PairDual:
                 # The quadratic model is poor here (a multiplier near 0 where sqrt(Lambda)
                 # bends hard): one exact sweep over the pairs' own coordinates instead.
                 trial = self.sweep(lam)
-                trial_value = self.value(trial)
-            lam, value = trial, trial_value
+                trial_value, trial_total = self.value_and_totals(trial)
+            lam, value, total = trial, trial_value, trial_total
         return lam, primal, False
 
     def sweep(self, lam: FloatArray) -> FloatArray:
