@@ -113,6 +113,7 @@ def bench_decide(repeats: int = 200) -> None:
 
 def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     """Run a campaign in-process through Ray; return its summary and the loop's seconds."""
+    from adaptive_eval.base.summary_schema import record
     from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config import parse_config
     from adaptive_eval.control.cluster import init_ray
@@ -121,6 +122,7 @@ def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.logs import SilentLog
     from adaptive_eval.loop.rundir import open_run_dir
+    from adaptive_eval.outputs.provenance import collect
     from adaptive_eval.outputs.summary import build_summary
 
     config = parse_config(data, source=str(tmp / "c.yaml"))
@@ -138,7 +140,8 @@ def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     started = time.perf_counter()
     controller.run()
     seconds = time.perf_counter() - started
-    result = build_summary(campaign, finished_run(controller, campaign_id, RunFacts()))
+    run = finished_run(controller, campaign_id, RunFacts())
+    result = record(build_summary(campaign, run, collect(tmp / "run", store)))
     result["utilisation"] = dispatcher.stats.utilisation()
     dispatcher.shutdown()
     store.close()
