@@ -19,7 +19,7 @@ Each replicate of a campaign is one pilot-then-run, seeded:
    spread of shape 4 around the scenario's ``tokens_mean``), or each cell's recorded outcomes of
    a real file in a seeded shuffled order (replays; these files have no token counts).
 2. The pilot is the tape's first ``--pilot`` trials of every cell: the
-   :class:`~adaptive_eval.control.forecast.Evidence` (``replayed=True``) the forecast is given,
+   :class:`~adaptive_eval.control.evidence.Evidence` (``replayed=True``) the forecast is given,
    for the campaign built with ``policy.min_trials_per_question = K`` and no budget.
 3. The realised run is the same campaign (:func:`~adaptive_eval.control.simulate.simulate_campaign`)
    served the tape in order (its first K trials per cell are the pilot's).
@@ -81,7 +81,8 @@ import yaml
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import CampaignConfig, load_config
-from adaptive_eval.control.forecast import Evidence, Forecast, forecast
+from adaptive_eval.control.evidence import Evidence
+from adaptive_eval.control.forecast import Forecast, forecast
 from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
 from adaptive_eval.settings import BudgetSettings
 

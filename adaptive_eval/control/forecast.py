@@ -16,13 +16,13 @@ What differs from a run is only where outcomes come from:
    are mostly always or never solved gets a weak ``alpha`` and truths near 0 and 1, as it should;
    a model with no evidence gets the uniform Dirichlet (a prior guess, said so).
 2. **Recorded trials come first.** A pilot's trials are the run's own first trials
-   (:attr:`Evidence.replayed`): each simulated campaign is served them in order before it draws
-   anything, exactly as the run will reuse them.
+   (:attr:`~adaptive_eval.control.evidence.Evidence.replayed`): each simulated campaign is
+   served them in order before it draws anything, exactly as the run will reuse them.
 3. **Costs follow the outcomes.** A new trial of cell ``(i, a)`` in category ``k`` costs
    ``c_ik r_ia`` tokens (and GPU-seconds): ``c_ik`` the model's mean in that category (wrong
-   answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk toward
-   1 by :data:`COST_SHRINK` pseudo-trials; the per-trial scatter adds a normal term of variance
-   ``sum n_ia v_i``. Wall time is trials times the evidence's own seconds per trial, where the
+   answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk
+   toward 1 by :data:`~adaptive_eval.control.evidence.COST_SHRINK` pseudo-trials; the per-trial
+   scatter adds a normal term of variance ``sum n_ia v_i``. Wall time is trials times the evidence's own seconds per trial, where the
    evidence was timed.
 
 Each simulation runs to the campaign's natural stop with no trial, token or wall-clock budget,
@@ -39,25 +39,17 @@ verdict (:class:`VerdictForecast`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adaptive_eval.base.errors import InputError, first_few
-from adaptive_eval.base.summary_schema import (
-    ForecastCheck,
-    ForecastCurvePoint,
-    ForecastMeasure,
-    ForecastVerdict,
-)
+from adaptive_eval.base.errors import first_few
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.campaign.checkpoint import (
@@ -66,7 +58,7 @@ from adaptive_eval.campaign.checkpoint import (
     EXIT_UNDECIDED,
     Judge,
 )
-from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
 from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
@@ -75,8 +67,6 @@ from adaptive_eval.stats.posterior import empirical_bayes_prior
 
 #: forecast.json's format; a renamed or removed field is a new number.
 FORECAST_FORMAT = 1
-#: Pseudo-trials (at the model's mean) that shrink a cell's observed cost ratio toward 1.
-COST_SHRINK = 2.0
 #: The predictive range reported: 10th, 50th and 90th percentiles.
 QUANTILES = (0.1, 0.5, 0.9)
 #: Simulated campaigns per forecast unless asked otherwise (:func:`default_simulations`).
@@ -94,148 +84,6 @@ def default_simulations(cells: int) -> int:
 
 #: Points of the budget-decision curve (besides the configured budget).
 CURVE_POINTS = 12
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Recorded trials of the campaign's cells, per cell in trial order and ``-1``-padded.
-
-    ``replayed``: these are the run's own first trials (a pilot in its folder): every simulated
-    campaign is served them before it draws. Otherwise (an earlier run) they only inform the
-    predictive. ``elapsed_s``: the wall time that recorded them, where known (it times the
-    forecast's wall clock).
-    """
-
-    categories: np.ndarray  # (L, M, N) int64, -1 past a cell's recorded trials
-    tokens: np.ndarray  # (L, M, N) int64, -1 where unknown
-    gpu_s: np.ndarray  # (L, M, N) float64, 0 where unknown
-    replayed: bool
-    source: str  # pilot | run | library | prior
-    detail: str
-    elapsed_s: float | None = None
-
-    @classmethod
-    def none(cls, shape: tuple[int, int], detail: str) -> Evidence:
-        """No recorded trial: the forecast is the config's prior guess."""
-        empty = np.full((*shape, 0), -1, dtype=np.int64)
-        return cls(empty, empty.copy(), np.zeros(empty.shape), False, "prior", detail)
-
-    @classmethod
-    def from_trials(
-        cls,
-        shape: tuple[int, int],
-        model: np.ndarray,
-        question: np.ndarray,
-        trial: np.ndarray,
-        category: np.ndarray,
-        tokens: np.ndarray,
-        gpu_s: np.ndarray,
-        **kwargs: Any,
-    ) -> Evidence:
-        """From trial columns (campaign indices); trial indices must be 0..n-1 per cell."""
-        depth = int(trial.max()) + 1 if len(trial) else 0
-        categories = np.full((*shape, depth), -1, dtype=np.int64)
-        costs = np.full((*shape, depth), -1, dtype=np.int64)
-        seconds = np.zeros((*shape, depth), dtype=np.float64)
-        categories[model, question, trial] = category
-        costs[model, question, trial] = tokens
-        seconds[model, question, trial] = gpu_s
-        recorded = (categories >= 0).sum(axis=2)
-        if ((categories >= 0) != (np.arange(depth) < recorded[..., None])).any():
-            raise ValueError("recorded trials must be the first trials of each cell (0..n-1)")
-        return cls(categories, costs, seconds, **kwargs)
-
-    @property
-    def recorded(self) -> np.ndarray:
-        """(L, M) recorded trials per cell."""
-        return np.asarray((self.categories >= 0).sum(axis=2), dtype=np.int64)
-
-    @property
-    def trials(self) -> int:
-        return int(self.recorded.sum())
-
-    def counts(self, num_categories: int) -> np.ndarray:
-        """(L, M, K) recorded category counts."""
-        hits = self.categories[..., None] == np.arange(num_categories)
-        return np.asarray(hits.sum(axis=2), dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Expected cost of one new trial of cell ``(i, a)`` in category ``k``:
-    ``mean[i, k] * ratio[i, a]``; ``variance[i]``: one trial's scatter around it."""
-
-    mean: np.ndarray  # (L, K)
-    ratio: np.ndarray  # (L, M)
-    variance: np.ndarray  # (L,)
-    borrowed: tuple[int, ...] = ()  # models with no cost of their own: the others' means
-
-    def expected(self, counts: np.ndarray) -> float:
-        """Expected cost of trials with these (L, M, K) category counts."""
-        return float((counts * self.mean[:, None, :] * self.ratio[..., None]).sum())
-
-    def scatter(self, trials: np.ndarray) -> float:
-        """Variance of the cost of these (L, M) trials around :meth:`expected`."""
-        return float((trials * self.variance[:, None]).sum())
-
-
-def score_resolution(evidence: Evidence, weights: np.ndarray) -> float | None:
-    """How precisely the evidence measures a model's score: the median over models of the sd
-    of the mean of per-question means, ``sqrt(v_i sum_a 1 / n_ia) / M``, with ``v_i`` the
-    model's per-trial variance of the weighted score (the cells' unbiased variances, pooled).
-    Gaps between models below about ``2.8`` times it (two sd of a difference) are not resolved
-    by the evidence. ``None`` without a cell of two trials."""
-    counts = evidence.counts(len(weights)).astype(np.float64)
-    trials = counts.sum(axis=2)
-    sds = []
-    for model in range(counts.shape[0]):
-        n = trials[model]
-        if (n < 2).any():
-            continue
-        mean = counts[model] @ weights / n
-        second = counts[model] @ (weights**2) / n
-        variance = float(((second - mean**2) * n / (n - 1)).mean())
-        sds.append(math.sqrt(variance * float((1 / n).sum())) / len(n))
-    return float(np.median(sds)) if sds else None
-
-
-def fit_cost(
-    values: np.ndarray, categories: np.ndarray, known: np.ndarray, num_categories: int
-) -> CostModel | None:
-    """:class:`CostModel` from recorded per-trial costs (``known`` marks the recorded ones).
-    A model with no known cost (a checkpoint new to the library) borrows the other models'
-    mean per category (:attr:`CostModel.borrowed`); ``None`` when no model has one."""
-    num_models, num_questions = categories.shape[:2]
-    mean = np.zeros((num_models, num_categories))
-    variance = np.zeros(num_models)
-    ratio = np.ones((num_models, num_questions))
-    borrowed = tuple(m for m in range(num_models) if not known[m].any())
-    if len(borrowed) == num_models:
-        return None
-    for model in range(num_models):
-        mask = known[model]
-        if not mask.any():
-            continue
-        cost = values[model][mask].astype(np.float64)
-        cats = categories[model][mask]
-        overall = float(cost.mean())
-        for k in range(num_categories):
-            in_k = cats == k
-            mean[model, k] = float(cost[in_k].mean()) if in_k.any() else overall
-        expected = np.where(known[model], mean[model][np.maximum(categories[model], 0)], 0.0)
-        seen = np.where(known[model], values[model].astype(np.float64), 0.0)
-        # Per cell: observed over expected, each shrunk by COST_SHRINK trials at the mean.
-        ratio[model] = (seen.sum(axis=1) + COST_SHRINK * overall) / (
-            expected.sum(axis=1) + COST_SHRINK * overall
-        )
-        fitted = expected * ratio[model][:, None]
-        residual = (seen - fitted)[mask]
-        variance[model] = float((residual**2).mean())
-    measured = [m for m in range(num_models) if m not in borrowed]
-    for model in borrowed:
-        mean[model] = mean[measured].mean(axis=0)
-        variance[model] = float(variance[measured].mean())
-    return CostModel(mean, ratio, variance, borrowed)
 
 
 @dataclass(frozen=True)
@@ -871,112 +719,3 @@ def _curve(paths: list[SimPath], budget: BudgetSettings) -> tuple[CurvePoint, ..
             CurvePoint(trials, Range.of(settled), float(np.mean(settled)), widths, exit_codes)
         )
     return tuple(points)
-
-
-#: The measures a run is checked against its forecast on, in summary.json's order.
-CHECKED = ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled")
-
-
-@dataclass(frozen=True)
-class RecordedForecast:
-    """forecast.json (format 1) as a run launched from it reads it: what the forecast was made
-    of and the ranges the run is checked against."""
-
-    fingerprint: str | None
-    source: str | None  # the evidence: pilot, run, library or prior
-    replayed: bool  # the evidence's trials are the run's own first ones
-    evidence_trials: int
-    candidate: str | None
-    simulations: int | None
-    ranges: Mapping[str, Range]  # of CHECKED, those forecast
-    curve: tuple[tuple[int, Range], ...]  # trials -> pairs settled
-    exit_codes: Mapping[str, float] | None  # compare's, within the budget where one was set
-
-    @classmethod
-    def read(cls, path: Path) -> RecordedForecast:
-        """``path``'s forecast, or an error naming the file."""
-        try:
-            record = json.loads(path.read_text())
-            evidence = record.get("evidence") or {}
-            verdict = record.get("verdict")
-            return cls(
-                fingerprint=record.get("fingerprint"),
-                source=evidence.get("source"),
-                replayed=bool(evidence.get("replayed")),
-                evidence_trials=int(evidence.get("trials") or 0),
-                candidate=record.get("candidate"),
-                simulations=record.get("simulations"),
-                ranges={
-                    key: Range(**record[key])
-                    for key in CHECKED
-                    if isinstance(record.get(key), dict)
-                },
-                curve=tuple(
-                    (int(point["trials"]), Range(**point["pairs_settled"]))
-                    for point in record.get("curve") or []
-                ),
-                exit_codes=None
-                if not isinstance(verdict, dict)
-                else {
-                    str(row["code"]): row["probability"]
-                    if row.get("probability_in_budget") is None
-                    else row["probability_in_budget"]
-                    for row in verdict.get("exit_codes") or []
-                },
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            raise InputError(
-                f"is not a forecast this run can read ({error})", source=str(path)
-            ) from None
-
-
-def forecast_check(
-    forecast: RecordedForecast,
-    run: FinishedRun,
-    fingerprint: str,
-    *,
-    reused: int = 0,
-    exit_code: int | None = None,
-) -> ForecastCheck:
-    """Forecast against what the run did (summary.json's ``forecast``): per measure the
-    forecast's range, the actual value and whether it fell inside the 10-90% range; for a
-    compare run (``exit_code``) launched from a verdict forecast, the probability it gave each
-    exit code. ``reused``: the run's trials the library served (not new)."""
-    actual = _realised(forecast, run, reused)
-    measures = {
-        key: ForecastMeasure(**found.record(), actual=value, inside=found.holds(value))
-        for key, found in forecast.ranges.items()
-        if (value := actual[key]) is not None
-    }
-    verdict = None
-    if exit_code is not None and forecast.exit_codes is not None:
-        verdict = ForecastVerdict(exit_code=exit_code, probabilities=dict(forecast.exit_codes))
-    return ForecastCheck(
-        same_campaign=forecast.fingerprint == fingerprint,
-        evidence=forecast.source,
-        simulations=forecast.simulations,
-        measures=measures,
-        curve=[ForecastCurvePoint(trials=t, **found.record()) for t, found in forecast.curve],
-        verdict=verdict,
-    )
-
-
-def _realised(forecast: RecordedForecast, run: FinishedRun, reused: int) -> dict[str, float | None]:
-    """What the run did, in the forecast's measures."""
-    trials = run.view.trials_used
-    names = run.view.names
-    focus = names.index(forecast.candidate) if forecast.candidate in names else None
-    if forecast.source == "library":
-        new = trials - reused
-    elif forecast.replayed:
-        new = trials - forecast.evidence_trials
-    else:
-        new = trials
-    gpu = run.savings.gpu_s_used
-    return {
-        "trials": trials,
-        "new_trials": new,
-        "tokens": run.savings.tokens_used,
-        "gpu_s": gpu if gpu else None,
-        "pairs_settled": sum(d.settled and counts_pair(d, focus) for d in run.decisions),
-    }

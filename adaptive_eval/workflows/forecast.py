@@ -32,8 +32,8 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config import CampaignConfig
+from adaptive_eval.control.evidence import Evidence
 from adaptive_eval.control.forecast import (
-    Evidence,
     Forecast,
     Range,
     VerdictForecast,

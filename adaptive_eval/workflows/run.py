@@ -18,7 +18,7 @@ from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
-from adaptive_eval.control.forecast import RecordedForecast, forecast_check
+from adaptive_eval.control.forecast_check import RecordedForecast, forecast_check
 from adaptive_eval.control.preflight import check_before_sampling
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.loop import runner
