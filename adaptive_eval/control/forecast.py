@@ -22,8 +22,8 @@ What differs from a run is only where outcomes come from:
    ``c_ik r_ia`` tokens (and GPU-seconds): ``c_ik`` the model's mean in that category (wrong
    answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk
    toward 1 by :data:`~adaptive_eval.control.evidence.COST_SHRINK` pseudo-trials; the per-trial
-   scatter adds a normal term of variance ``sum n_ia v_i``. Wall time is trials times the evidence's own seconds per trial, where the
-   evidence was timed.
+   scatter adds a normal term of variance ``sum n_ia v_i``. Wall time is trials times the
+   evidence's own seconds per trial, where the evidence was timed.
 
 Each simulation runs to the campaign's natural stop with no trial, token or wall-clock budget,
 keeping its path (trials, tokens, GPU-seconds, pairs settled and width goals met after every
