@@ -79,7 +79,7 @@ import numpy as np
 import yaml
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.campaign.checkpoint import compare_campaign
+from adaptive_eval.campaign.checkpoint import compare_campaign, exit_code
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.control.evidence import Evidence
 from adaptive_eval.control.forecast import Forecast, forecast
@@ -465,9 +465,10 @@ def run_verdict(task: VerdictTask) -> dict[str, Any]:
             np.random.default_rng(0),
             replay_sampler(tape, campaign.num_categories),
         )
+        decided = [v.decision for v in own_judge(real.decisions)]
         return {
-            "exit_code": own_judge.exit_code(real.decisions),
-            "decisions": [v.decision for v in own_judge(real.decisions)],
+            "exit_code": exit_code(decided),
+            "decisions": decided,
             "trials": real.total_trials,
         }
 

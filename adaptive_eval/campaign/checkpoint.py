@@ -142,7 +142,9 @@ def _side(decision: PairDecision, candidate: int) -> str:
     return "better" if winner == candidate else "worse"
 
 
-def exit_code(decisions: list[str]) -> int:
+def exit_code(decisions: Sequence[str]) -> int:
+    """The gate's exit code for the candidate's decisions against its incumbents (what
+    ``compare`` exits with, and what the forecast of a compare run counts per simulation)."""
     if "worse" in decisions or FAIL in decisions:
         return EXIT_REGRESSION
     if "undecided" in decisions:
@@ -162,11 +164,6 @@ class Judge:
 
     def __call__(self, decisions: Sequence[PairDecision]) -> list[CandidateVerdict]:
         return verdicts(decisions, self.candidate)
-
-    def exit_code(self, decisions: Sequence[PairDecision]) -> int:
-        """The gate's exit code for these pair decisions (what ``compare`` exits with, and
-        what the forecast of a compare run counts per simulation)."""
-        return exit_code([v.decision for v in self(decisions)])
 
 
 class CandidatePlaced(StoppingRule):
@@ -364,7 +361,7 @@ def comparison(
         if verdict.reason is not None:
             row["reason"] = verdict.reason
         rows.append(row)
-    code = judge.exit_code(decisions)
+    code = exit_code([v.decision for v in found])
     return Comparison(
         candidate=candidate,
         margin=judge.margin,

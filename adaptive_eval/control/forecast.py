@@ -57,6 +57,7 @@ from adaptive_eval.campaign.checkpoint import (
     EXIT_REGRESSION,
     EXIT_UNDECIDED,
     Judge,
+    exit_code,
 )
 from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
 from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
@@ -199,8 +200,9 @@ def _simulate_one(index: int) -> SimPath:
             nonlocal incumbents
             judged = job.judge(outcome.decisions)
             incumbents = tuple(v.incumbent for v in judged)
-            sides.append(tuple(v.decision for v in judged))
-            codes.append(job.judge.exit_code(outcome.decisions))
+            words = tuple(v.decision for v in judged)
+            sides.append(words)
+            codes.append(exit_code(words))
 
     result = simulate_campaign(campaign, Truth(probs, campaign.weights), rng, sampler, watch)
     fresh = result.trials - np.minimum(result.trials, recorded)
@@ -300,7 +302,7 @@ class VerdictForecast:
     """compare's verdict: the probability of each exit code of the run, where each simulated
     campaign stops unbudgeted (``at_cap``) and where the configured budget stops it
     (``in_budget``; None without one), judged by compare's own judge
-    (:meth:`~adaptive_eval.campaign.checkpoint.Judge.exit_code`)."""
+    (:func:`~adaptive_eval.campaign.checkpoint.exit_code`)."""
 
     margin: float | None
     at_cap: dict[int, float]
