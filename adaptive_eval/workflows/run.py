@@ -102,14 +102,13 @@ def sample(
     check_before_sampling(campaign)
     cluster.check_engines(campaign)
     cluster.check_local_placement(campaign)
-    if (run_dir / FORECAST_FILE).exists():  # read at the end: refused now, not after sampling
-        RecordedForecast.read(run_dir / FORECAST_FILE)
+    conclude = concluder(run_dir, finish)  # a damaged forecast.json: refused before sampling
     lock = prepare_run_dir(run_dir)
     try:
         return runner.execute(
             campaign,
             run_dir,
-            concluder(run_dir, finish),
+            conclude,
             console=console,
             quiet=quiet,
             pilot=pilot,
@@ -121,15 +120,17 @@ def sample(
 def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
     """The end of a run or a re-read: the summary built (with ``finish``'s verdicts and, for a
     run launched from a forecast, how it compares) and every output written while the folder is
-    still locked."""
+    still locked. The folder's forecast.json is read now, once: the forecast the run starts
+    from (a damaged one is refused before anything is sampled)."""
+    forecast_file = run_dir / FORECAST_FILE
+    recorded = RecordedForecast.read(forecast_file) if forecast_file.exists() else None
 
     def conclude(campaign: Campaign, run: FinishedRun, store: TrialStore) -> Summary:
         comparison = None if finish is None else finish(campaign, run)
         forecast = None
-        forecast_file = run_dir / FORECAST_FILE
-        if forecast_file.exists():
+        if recorded is not None:
             forecast = forecast_check(
-                RecordedForecast.read(forecast_file),
+                recorded,
                 run,
                 campaign.fingerprint,
                 reused=int(store.get_meta("library_reused") or 0),
