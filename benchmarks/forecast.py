@@ -68,7 +68,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import pairwise
 from multiprocessing import get_context
@@ -83,7 +83,12 @@ from adaptive_eval.campaign.checkpoint import compare_campaign, exit_code
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.control.evidence import Evidence
 from adaptive_eval.control.forecast import Forecast, forecast
-from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.control.simulate import (
+    Truth,
+    recorded_costing,
+    replay_sampler,
+    simulate_campaign,
+)
 from adaptive_eval.settings import BudgetSettings
 
 HERE = Path(__file__).resolve().parent
@@ -126,6 +131,9 @@ class Case:
     config: str
     data: str  # the scenario (probs, tokens_mean) or the recorded file (outcomes)
     seed: int
+    #: The config the forecast is built from where it is not ``config`` (the equal-costs
+    #: ablation of a cost-aware campaign).
+    forecast_config: str | None = None
 
 
 @cache
@@ -173,7 +181,7 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
     """Replicate ``rep`` of ``case``: forecast from the pilot, then the realised run."""
     case, rep, simulations, pilot, processes = task
     config = _config(case.config, pilot)
-    campaign = build_campaign(config)
+    campaign = build_campaign(_config(case.forecast_config or case.config, pilot))
     cap = campaign.settings.policy.max_trials_per_question
     rng = np.random.default_rng([case.seed, rep])
     arrays, tokens_mean = _arrays(case)
@@ -199,6 +207,7 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
         Truth(probs, campaign.weights),
         rng,
         replay_sampler(tape, campaign.num_categories),
+        costing=None if tokens is None else recorded_costing(tokens),
     )
     settled = sum(d.settled for d in real.decisions)
     real_tokens = None
@@ -712,6 +721,29 @@ def suite_cases(folder: Path, questions: int, cap: int) -> list[Case]:
     return cases
 
 
+def cost_aware_cases(folder: Path, cases: list[Case], equal_costs: bool) -> list[Case]:
+    """The simulated ``cases`` with ``track_and_stop(cost=tokens)``: each model's trials
+    weighed by its mean completion length (the suite's models differ up to tenfold).
+    ``equal_costs``: forecast them as if every trial cost the same (what the forecast did before
+    it priced its simulated rounds), against the same cost-aware realised runs."""
+    out = []
+    for case in cases:
+        if case.kind != "simulated":
+            continue
+        data = yaml.safe_load(Path(case.config).read_text())
+        stem = Path(case.config).stem
+        data["policy"]["allocation"] = {"name": "track_and_stop", "cost": "tokens"}
+        config = _write_config(folder / f"{stem}-tokens.yaml", data)
+        name = f"cost-aware: {case.name.removeprefix('suite: ')}"
+        plain = None
+        if equal_costs:
+            data["policy"]["allocation"] = {"name": "track_and_stop", "cost": "trials"}
+            plain = _write_config(folder / f"{stem}-trials.yaml", data)
+            name += " [forecast at equal costs]"
+        out.append(replace(case, name=name, config=config, forecast_config=plain))
+    return out
+
+
 def replay_cases(folder: Path, real: Path) -> list[Case]:
     cases = []
     for index, path in enumerate(sorted(real.glob("*.npz"))):
@@ -771,6 +803,11 @@ def main() -> None:
         "--only", default=None, help="campaigns whose name contains one of these (a,b)"
     )
     parser.add_argument("--real", type=Path, default=REAL, help="folder of real outcome files")
+    parser.add_argument(
+        "--equal-costs",
+        action="store_true",
+        help="forecast the cost-aware campaigns as if every trial cost the same (an ablation)",
+    )
     parser.add_argument("--no-scale", action="store_true", help="skip the L x M timing")
     parser.add_argument("--scale-models", type=int, default=50)
     parser.add_argument("--scale-questions", type=int, default=500)
@@ -809,6 +846,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-forecast-") as tmp:
         folder = Path(tmp)
         cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
+        cases += cost_aware_cases(folder, cases, args.equal_costs)
         if args.real.is_dir():
             cases += replay_cases(folder, args.real)
         else:

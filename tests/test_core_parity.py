@@ -20,8 +20,16 @@ import numpy as np
 import pytest
 from helpers import run_inline, write_config
 
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.control.simulate import SimPolicy, Truth, replay_sampler, simulate
+from adaptive_eval.control.simulate import (
+    SimPolicy,
+    Truth,
+    recorded_costing,
+    replay_sampler,
+    simulate,
+    simulate_campaign,
+)
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.store import TrialStore
@@ -139,3 +147,45 @@ def test_the_docs_describe_the_design_the_rules_use() -> None:
     assert len(block) == 2, "docs/sequential.md lost its design block"
     assert block[1].split("<!-- /design -->")[0].strip() == describe_design()
     assert default_design() in DECISION_RULES
+
+
+def test_a_cost_aware_allocation_weighs_the_same_costs_in_both_loops(tmp_path: Path) -> None:
+    """``track_and_stop(cost=tokens)`` reads each cell's mean tokens from the run's ledger; the
+    simulator's rounds priced by :func:`recorded_costing` give it the same costs, so both loops
+    plan alike. Without the pricing the simulator plans as if trials cost the same (what the
+    forecast once did), which differs: the costs change the plans."""
+    truth = bench.suite(QUESTIONS)["12 models, gaps 3x rope"]
+    outcomes = _outcomes(truth, seed=11)
+    rng = np.random.default_rng(4)
+    level = np.where(np.arange(truth.shape[0]) % 3 == 0, 3000.0, 300.0)
+    tokens = np.rint(level[:, None, None] * rng.gamma(4.0, 0.25, outcomes.shape)).astype(np.int64)
+    config = _config(
+        tmp_path, truth, outcomes, allocation={"name": "track_and_stop", "cost": "tokens"}
+    )
+    np.savez(
+        tmp_path / "r.npz",
+        outcomes=outcomes,
+        tokens=tokens,
+        models=np.array([f"m{i}" for i in range(truth.shape[0])]),
+    )
+    controller = run_inline(load_config(config), tmp_path / "run")
+    sampler = replay_sampler(outcomes, truth.shape[2])
+
+    def simulated(costing: Any) -> Any:
+        campaign = build_campaign(load_config(config))
+        rng = np.random.default_rng(0)
+        return simulate_campaign(campaign, truth, rng, sampler, costing=costing)
+
+    priced = simulated(recorded_costing(tokens))
+    store = TrialStore(tmp_path / "run", readonly=True)
+    try:
+        recorded_plans = store.rounds()
+    finally:
+        store.close()
+    assert len(recorded_plans) == len(priced.plans)
+    for index, (ran, sim) in enumerate(zip(recorded_plans, priced.plans, strict=True)):
+        assert np.array_equal(ran, sim), f"round {index}: the plans differ"
+    assert _key(controller.decisions) == _key(priced.decisions)
+    assert controller.state.tokens_used == priced.state.tokens_used
+    blind = simulated(None)
+    assert not np.array_equal(blind.trials, priced.trials)

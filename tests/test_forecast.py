@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,12 @@ from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.control.evidence import Evidence, fit_cost
 from adaptive_eval.control.forecast import Range, forecast
-from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.control.simulate import (
+    Truth,
+    recorded_costing,
+    replay_sampler,
+    simulate_campaign,
+)
 from adaptive_eval.settings import BudgetSettings
 
 SCORES = [0.3, 0.45, 0.5, 0.7]
@@ -96,6 +102,53 @@ def test_a_forecast_from_every_trial_of_the_run_is_the_run_itself(tmp_path: Path
     settled = sum(d.settled for d in real.decisions)
     assert found.trials == Range(real.total_trials, real.total_trials, real.total_trials)
     assert found.settled == Range(settled, settled, settled)
+
+
+def test_a_cost_aware_forecast_from_every_trial_is_the_run_itself(tmp_path: Path) -> None:
+    """``track_and_stop(cost=tokens)``: the simulated rounds are priced as the run's ledger
+    prices them, so a forecast from every trial (tokens included) is the cost-aware run, trials
+    and tokens, and not the run that treats every trial alike."""
+    allocation = {"name": "track_and_stop", "cost": "tokens"}
+    config = load(_config(tmp_path, allocation=allocation))
+    probs = np.load(tmp_path / "s.npz")["probs"]
+    cap = config.policy.max_trials_per_question
+    tape = _tape(probs, cap, seed=3)
+    level = np.array([2000.0, 100.0, 100.0, 100.0])  # the first model's trials cost 20x
+    rng = np.random.default_rng(1)
+    tokens = np.rint(level[:, None, None] * rng.gamma(4.0, 0.25, tape.shape)).astype(np.int64)
+
+    def realised(costing: Any) -> Any:
+        campaign = build_campaign(config)
+        rng = np.random.default_rng(0)
+        return simulate_campaign(
+            campaign, Truth(probs, campaign.weights), rng, replay_sampler(tape, 2), costing=costing
+        )
+
+    priced, blind = realised(recorded_costing(tokens)), realised(None)
+    assert priced.trials[0].sum() < blind.trials[0].sum()  # the dear model is spared
+    found = forecast(
+        build_campaign(config), _evidence(tape, tokens), NO_BUDGET, simulations=4, processes=1
+    )
+    used = np.arange(cap) < priced.trials[..., None]
+    assert found.trials == Range(*[float(priced.total_trials)] * 3)
+    assert found.tokens == Range(*[float((tokens * used).sum())] * 3)
+
+
+def test_recorded_costing_prices_each_rounds_trials_by_their_own_costs() -> None:
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(1, 500, (2, 3, 6))
+    tokens[0, 1, 2] = -1  # unknown: neither counted nor summed
+    seconds = rng.random((2, 3, 6))
+    price = recorded_costing(tokens, seconds)
+    before = np.array([[0, 1, 2], [5, 0, 3]])
+    plan = np.array([[2, 3, 1], [4, 1, 0]])  # (1, 0) runs past the tape: nothing known there
+    found = price(plan, before, np.zeros((2, 3, 2), dtype=np.int64))
+    for cell in np.ndindex(2, 3):
+        span = slice(before[cell], min(before[cell] + plan[cell], 6))
+        known = tokens[cell][span] >= 0
+        assert found.tokens[cell] == tokens[cell][span][known].sum()
+        assert found.token_trials[cell] == known.sum()
+        assert found.gpu_s[cell] == pytest.approx(seconds[cell][span].sum())
 
 
 def test_forecast_ranges_bracket_the_runs_they_forecast(tmp_path: Path) -> None:

@@ -91,9 +91,14 @@ class CostModel:
     variance: np.ndarray  # (L,)
     borrowed: tuple[int, ...] = ()  # models with no cost of their own: the others' means
 
+    def per_cell(self, counts: np.ndarray) -> np.ndarray:
+        """(L, M) expected cost of trials with these (L, M, K) category counts."""
+        found: np.ndarray = (counts * self.mean[:, None, :] * self.ratio[..., None]).sum(axis=2)
+        return found
+
     def expected(self, counts: np.ndarray) -> float:
         """Expected cost of trials with these (L, M, K) category counts."""
-        return float((counts * self.mean[:, None, :] * self.ratio[..., None]).sum())
+        return float(self.per_cell(counts).sum())
 
     def scatter(self, trials: np.ndarray) -> float:
         """Variance of the cost of these (L, M) trials around :meth:`expected`."""

@@ -23,7 +23,11 @@ What differs from a run is only where outcomes come from:
    answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk
    toward 1 by :data:`~adaptive_eval.control.evidence.COST_SHRINK` pseudo-trials; the per-trial
    scatter adds a normal term of variance ``sum n_ia v_i``. Wall time is trials times the
-   evidence's own seconds per trial, where the evidence was timed.
+   evidence's own seconds per trial, where the evidence was timed. Each simulated round is
+   priced so (the replayed trials at their recorded costs) into the simulated run's ledgers,
+   so a cost-aware allocator (``track_and_stop(cost=tokens | gpu_s)``) weighs the models by
+   what their trials cost, as it will in the run, and the path's tokens are what those
+   ledgers hold.
 
 Each simulation runs to the campaign's natural stop with no trial, token or wall-clock budget,
 keeping its path (trials, tokens, GPU-seconds, pairs settled and width goals met after every
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -60,9 +64,16 @@ from adaptive_eval.campaign.checkpoint import (
     exit_code,
 )
 from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
-from adaptive_eval.control.simulate import Sampler, Truth, simulate_campaign
+from adaptive_eval.control.simulate import (
+    Costing,
+    Sampler,
+    Truth,
+    recorded_costing,
+    simulate_campaign,
+)
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
+from adaptive_eval.decide.state import RoundCosts
 from adaptive_eval.settings import BudgetSettings
 from adaptive_eval.stats.posterior import empirical_bayes_prior
 
@@ -93,7 +104,7 @@ class SimPath:
 
     trials: np.ndarray  # (R,)
     fresh: np.ndarray  # (R,) trials sampled beyond the replayed evidence
-    tokens: np.ndarray | None  # (R,) expected, new trials plus the replayed ones' recorded
+    tokens: np.ndarray | None  # (R,) the replayed trials' recorded, plus the new ones' expected
     gpu_s: np.ndarray | None
     settled: np.ndarray  # (R,) pairs settled
     widths_met: np.ndarray | None  # (R,) models whose width goal is met
@@ -162,10 +173,9 @@ def _simulate_one(index: int) -> SimPath:
         return drawn
 
     sampler: Sampler = draw
+    costing = _costing(job, served)
     design = campaign.interval_design
     names = campaign.names
-    sunk_tokens = _sunk(evidence.tokens, evidence, recorded)
-    sunk_gpu = _sunk(evidence.gpu_s, evidence, recorded)
     trials: list[int] = []
     sampled: list[int] = []
     tokens: list[float] = []
@@ -181,10 +191,12 @@ def _simulate_one(index: int) -> SimPath:
         new = view.counts - served(view.trials)
         trials.append(view.trials_used)
         sampled.append(int(new.sum()))
+        # What the simulated ledgers hold (costing): the replayed trials' recorded costs and
+        # the fresh ones' expected costs, as the run will report them.
         if job.tokens is not None:
-            tokens.append(sunk_tokens + job.tokens.expected(new))
-        if job.gpu_s is not None:
-            gpu.append(sunk_gpu + job.gpu_s.expected(new))
+            tokens.append(float(view.tokens_used or 0))
+        if job.gpu_s is not None and view.cell_gpu_s is not None:
+            gpu.append(float(np.where(view.trials > 0, view.cell_gpu_s * view.trials, 0).sum()))
         decided = [d for d in outcome.decisions if d.settled and counts_pair(d, job.candidate)]
         settled.append(len(decided))
         for d in decided:
@@ -204,7 +216,8 @@ def _simulate_one(index: int) -> SimPath:
             sides.append(words)
             codes.append(exit_code(words))
 
-    result = simulate_campaign(campaign, Truth(probs, campaign.weights), rng, sampler, watch)
+    truth = Truth(probs, campaign.weights)
+    result = simulate_campaign(campaign, truth, rng, sampler, watch, costing)
     fresh = result.trials - np.minimum(result.trials, recorded)
     return SimPath(
         np.asarray(trials, dtype=np.int64),
@@ -223,12 +236,34 @@ def _simulate_one(index: int) -> SimPath:
     )
 
 
-def _sunk(values: np.ndarray, evidence: Evidence, recorded: np.ndarray) -> float:
-    """The recorded cost of the trials a run reuses (its replayed evidence)."""
-    if not evidence.replayed or values.size == 0:
-        return 0.0
-    mask = np.arange(values.shape[2]) < recorded[..., None]
-    return float(np.where(mask, np.maximum(values, 0), 0).sum())
+def _costing(job: _Job, served: Callable[[np.ndarray], np.ndarray]) -> Costing | None:
+    """Each simulated round's cost per cell, as the run's ledgers will record it: the replayed
+    trials' recorded costs, and each fresh trial's expected cost given its drawn category
+    (:meth:`CostModel.per_cell`), so a cost-aware allocator (``track_and_stop(cost=tokens)``)
+    weighs the models as it will in the run. ``None`` with no cost known."""
+    if job.tokens is None and job.gpu_s is None:
+        return None
+    evidence = job.evidence
+    recorded = evidence.recorded if evidence.replayed else np.zeros_like(evidence.recorded)
+    depth = np.arange(evidence.tokens.shape[2])
+    kept = depth < recorded[..., None]
+    replayed = recorded_costing(
+        np.where(kept, evidence.tokens, -1), np.where(kept, evidence.gpu_s, 0.0)
+    )
+    no_cost = np.zeros(recorded.shape)
+
+    def price(plan: np.ndarray, before: np.ndarray, counts: np.ndarray) -> RoundCosts:
+        sunk = replayed(plan, before, counts)
+        fresh = counts - (served(before + plan) - served(before))
+        fresh_trials = fresh.sum(axis=2)
+        tokens, token_trials = sunk.tokens, sunk.token_trials
+        if job.tokens is not None:
+            tokens = tokens + job.tokens.per_cell(fresh)
+            token_trials = token_trials + fresh_trials
+        gpu_s = sunk.gpu_s + (no_cost if job.gpu_s is None else job.gpu_s.per_cell(fresh))
+        return RoundCosts(tokens, token_trials, gpu_s)
+
+    return price
 
 
 def counts_pair(decision: PairDecision, candidate: int | None) -> bool:

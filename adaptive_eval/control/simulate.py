@@ -20,7 +20,7 @@ from adaptive_eval.base.types import PairDecision, Stop, Verdict
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
-from adaptive_eval.decide.state import RunState, ViewSettings
+from adaptive_eval.decide.state import RoundCosts, RunState, ViewSettings
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,40 @@ Watch = Callable[[CampaignView, RoundDecision], None]
 Sampler = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
 
 
+#: Prices one drawn round: (plan (L, M), trials before it (L, M), its (L, M, K) counts) -> costs.
+Costing = Callable[[np.ndarray, np.ndarray, np.ndarray], RoundCosts]
+
+
+def recorded_costing(tokens: np.ndarray, gpu_s: np.ndarray | None = None) -> Costing:
+    """Price each cell's trials by their recorded costs (L, M, N), trial ``t`` of a cell costing
+    ``tokens[l, m, t]`` (``< 0``: unknown) and ``gpu_s[l, m, t]``, in the order
+    :func:`replay_sampler` serves them; trials past N cost nothing known."""
+    known = tokens >= 0
+    seconds = np.zeros(tokens.shape) if gpu_s is None else np.asarray(gpu_s, dtype=np.float64)
+
+    def cumulative(values: np.ndarray) -> np.ndarray:
+        zero = np.zeros((*values.shape[:2], 1), dtype=values.dtype)
+        return np.concatenate([zero, np.cumsum(values, axis=2)], axis=2)
+
+    token_sums = cumulative(np.where(known, tokens, 0).astype(np.float64))
+    token_counts = cumulative(known.astype(np.int64))
+    gpu_sums = cumulative(seconds)
+    rows, cols = np.indices(tokens.shape[:2])
+    depth = tokens.shape[2]
+
+    def price(plan: np.ndarray, before: np.ndarray, counts: np.ndarray) -> RoundCosts:
+        start = np.minimum(before, depth)
+        end = np.minimum(before + plan, depth)
+
+        def between(table: np.ndarray) -> np.ndarray:
+            found: np.ndarray = table[rows, cols, end] - table[rows, cols, start]
+            return found
+
+        return RoundCosts(between(token_sums), between(token_counts), between(gpu_sums))
+
+    return price
+
+
 def replay_sampler(outcomes: np.ndarray, num_categories: int) -> Sampler:
     """Serve each cell's recorded outcomes (L, M, N) in order, as a replay backend does.
 
@@ -149,17 +183,26 @@ def simulate_campaign(
     rng: np.random.Generator,
     sampler: Sampler | None = None,
     watch: Watch | None = None,
+    costing: Costing | None = None,
 ) -> SimResult:
     """One campaign to its stop exactly as built for users: the campaign's own decision core
     (:meth:`~adaptive_eval.campaign.build.Campaign.decision_core`: its pair rules, stopping rules,
     allocator, limits and budget), prior and view settings, with outcomes drawn from ``truth``
-    (or served by ``sampler``) instead of its backends. Build a fresh campaign for each
-    independent run (its sequential rules keep state)."""
+    (or served by ``sampler``) instead of its backends, each round priced by ``costing`` where
+    given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
+    Build a fresh campaign for each independent run (its sequential rules keep state)."""
     state = RunState(
         campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
     )
     return run_core(
-        campaign.decision_core(), state, campaign.view_settings(), truth, rng, sampler, watch
+        campaign.decision_core(),
+        state,
+        campaign.view_settings(),
+        truth,
+        rng,
+        sampler,
+        watch,
+        costing,
     )
 
 
@@ -171,12 +214,14 @@ def run_core(
     rng: np.random.Generator,
     sampler: Sampler | None = None,
     watch: Watch | None = None,
+    costing: Costing | None = None,
 ) -> SimResult:
     """The controller's loop with its I/O replaced by ``sampler`` (default: multinomial draws
     from ``truth``): rounds are planned ``rounds_in_flight`` ahead of the posterior, applied
     whole in order, and after each applied round the decision core decides and plans.
     ``watch`` sees the view and the core's decision after every applied round (the forecast
-    keeps each simulated campaign's path: trials, settled pairs, widths).
+    keeps each simulated campaign's path: trials, settled pairs, widths); ``costing`` prices
+    each round for the view (:class:`RoundCosts`).
     """
 
     def view() -> CampaignView:
@@ -193,10 +238,12 @@ def run_core(
     plan_ahead()
     while state.applied_rounds < len(state.plans):
         plan = state.plans[state.applied_rounds]
+        before = state.trials.copy()
         if sampler is None:
-            state.apply_counts(rng.multinomial(plan, truth.probs))
+            drawn = rng.multinomial(plan, truth.probs)
         else:
-            state.apply_counts(sampler(plan, state.trials, rng))
+            drawn = sampler(plan, before, rng)
+        state.apply_counts(drawn, None if costing is None else costing(plan, before, drawn))
         current = view()
         outcome = core.decide(current)
         if watch is not None:

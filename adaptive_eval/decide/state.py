@@ -26,6 +26,17 @@ from adaptive_eval.store import RoundCounts
 BAYES_PRIORS = ("empirical", "uniform")
 
 
+@dataclass(frozen=True)
+class RoundCosts:
+    """What one round's trials cost, per cell (L, M): tokens summed over the ``token_trials``
+    trials whose count is known, GPU-seconds summed over all. Applied with the round's counts,
+    they give the view the per-cell costs a cost-aware allocator reads, as a run's ledgers do."""
+
+    tokens: np.ndarray
+    token_trials: np.ndarray
+    gpu_s: np.ndarray
+
+
 class RunState:
     """``prior`` holds the Dirichlet counts of the uniform prior plus any prior trials
     (``policy.prior``); ``bayes_prior`` says what replaces the uniform part in the reported
@@ -113,10 +124,15 @@ class RunState:
         )
         self.applied_rounds += 1
 
-    def apply_counts(self, delta: np.ndarray) -> None:
-        """Add one round given as (L, M, K) category counts (simulation; no cost ledgers)."""
+    def apply_counts(self, delta: np.ndarray, costs: RoundCosts | None = None) -> None:
+        """Add one round given as (L, M, K) category counts (simulation), with its per-cell
+        ``costs`` where known (tokens rounded to whole tokens, as a ledger keeps them)."""
         self.counts += delta
         self.trials += delta.sum(axis=2)
+        if costs is not None:
+            self.tokens_sum += np.rint(costs.tokens).astype(np.int64)
+            self.tokens_count += costs.token_trials
+            self.gpu_s_sum += costs.gpu_s
         self.applied_rounds += 1
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
