@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -91,14 +92,15 @@ class CostModel:
     variance: np.ndarray  # (L,)
     borrowed: tuple[int, ...] = ()  # models with no cost of their own: the others' means
 
-    def per_cell(self, counts: np.ndarray) -> np.ndarray:
-        """(L, M) expected cost of trials with these (L, M, K) category counts."""
-        found: np.ndarray = (counts * self.mean[:, None, :] * self.ratio[..., None]).sum(axis=2)
+    @cached_property
+    def per_trial(self) -> np.ndarray:
+        """(L, M, K) expected cost of one new trial of each cell in each category."""
+        found: np.ndarray = self.mean[:, None, :] * self.ratio[..., None]
         return found
 
     def expected(self, counts: np.ndarray) -> float:
         """Expected cost of trials with these (L, M, K) category counts."""
-        return float(self.per_cell(counts).sum())
+        return float((counts * self.per_trial).sum())
 
     def scatter(self, trials: np.ndarray) -> float:
         """Variance of the cost of these (L, M) trials around :meth:`expected`."""

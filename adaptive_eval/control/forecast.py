@@ -239,7 +239,7 @@ def _simulate_one(index: int) -> SimPath:
 def _costing(job: _Job, served: Callable[[np.ndarray], np.ndarray]) -> Costing | None:
     """Each simulated round's cost per cell, as the run's ledgers will record it: the replayed
     trials' recorded costs, and each fresh trial's expected cost given its drawn category
-    (:meth:`CostModel.per_cell`), so a cost-aware allocator (``track_and_stop(cost=tokens)``)
+    (:attr:`CostModel.per_trial`), so a cost-aware allocator (``track_and_stop(cost=tokens)``)
     weighs the models as it will in the run. ``None`` with no cost known."""
     if job.tokens is None and job.gpu_s is None:
         return None
@@ -250,18 +250,26 @@ def _costing(job: _Job, served: Callable[[np.ndarray], np.ndarray]) -> Costing |
     replayed = recorded_costing(
         np.where(kept, evidence.tokens, -1), np.where(kept, evidence.gpu_s, 0.0)
     )
-    no_cost = np.zeros(recorded.shape)
+    unit_tokens = None if job.tokens is None else job.tokens.per_trial
+    unit_gpu_s = None if job.gpu_s is None else job.gpu_s.per_trial
+    nothing = np.zeros(recorded.shape)
+    no_trials = np.zeros(recorded.shape, dtype=np.int64)
+
+    def fresh_cost(fresh: np.ndarray, unit: np.ndarray | None) -> np.ndarray:
+        return nothing if unit is None else np.einsum("lmk,lmk->lm", fresh, unit)
 
     def price(plan: np.ndarray, before: np.ndarray, counts: np.ndarray) -> RoundCosts:
-        sunk = replayed(plan, before, counts)
-        fresh = counts - (served(before + plan) - served(before))
-        fresh_trials = fresh.sum(axis=2)
-        tokens, token_trials = sunk.tokens, sunk.token_trials
-        if job.tokens is not None:
-            tokens = tokens + job.tokens.per_cell(fresh)
+        fresh, fresh_trials = counts, plan
+        tokens, token_trials, gpu_s = nothing, no_trials, nothing
+        if (before < recorded).any():  # the round still serves replayed trials
+            sunk = replayed(plan, before, counts)
+            fresh = counts - (served(before + plan) - served(before))
+            fresh_trials = fresh.sum(axis=2)
+            tokens, token_trials, gpu_s = sunk.tokens, sunk.token_trials, sunk.gpu_s
+        if unit_tokens is not None:
+            tokens = tokens + fresh_cost(fresh, unit_tokens)
             token_trials = token_trials + fresh_trials
-        gpu_s = sunk.gpu_s + (no_cost if job.gpu_s is None else job.gpu_s.per_cell(fresh))
-        return RoundCosts(tokens, token_trials, gpu_s)
+        return RoundCosts(tokens, token_trials, gpu_s + fresh_cost(fresh, unit_gpu_s))
 
     return price
 
