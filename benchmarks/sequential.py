@@ -139,8 +139,10 @@ class Design:
     @property
     def label(self) -> str:
         params = ",".join(f"{k}={v}" for k, v in self.rule_params)
+        alloc = ",".join(f"{k}={v}" for k, v in self.alloc_params)
         return (
             f"{self.rule}{f'({params})' if params else ''}+{self.allocator}"
+            + (f"({alloc})" if alloc else "")
             + ("" if self.futility == DEFAULT_FUTILITY else f" futility={self.futility:g}")
             + ("" if self.pooled_variance else " variance=uniform")
             + ("" if self.error_control == "ranking" else f" [{self.error_control}]")
@@ -186,7 +188,8 @@ SMALL_SUITE = ("tie", "gap", "checkpoint")
 
 def parse_design(label: str) -> Design:
     """A design from its label, e.g. ``group_sequential(horizons=3)+track_and_stop futility=0.1
-    [pair]`` (designs are separated by ``;`` on the command line)."""
+    [pair]``; the allocator takes parameters the same way, ``track_and_stop(questions=uniform)``
+    (designs are separated by ``;`` on the command line)."""
     label = label.strip()
     error_control = "ranking"
     if label.endswith("]"):
@@ -199,13 +202,16 @@ def parse_design(label: str) -> Design:
     if " futility=" in label:
         label, _, value = label.partition(" futility=")
         futility = float(value)
-    rule_part, _, allocator = label.partition("+")
+    rule_part, _, allocator_part = label.partition("+")
     rule, _, params = rule_part.partition("(")
     pairs = [p.split("=", 1) for p in params.rstrip(")").split(",") if p]
+    allocator, _, alloc_text = allocator_part.partition("(")
+    alloc_pairs = [p.split("=", 1) for p in alloc_text.rstrip(")").split(",") if p]
     return Design(
         rule,
-        allocator,
+        allocator.strip(),
         tuple((k, _literal(v)) for k, v in pairs),
+        tuple((k, _literal(v)) for k, v in alloc_pairs),
         error_control=error_control,
         futility=futility,
         pooled_variance=pooled_variance,

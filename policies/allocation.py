@@ -218,6 +218,8 @@ class TrackAndStop:
     questions: Literal["neyman", "uniform"] = "neyman"
     cost: Literal["trials", "tokens", "gpu_s"] = "trials"
     trials_per_round: PerRound = None
+    #: The program's gap is at least ``gap_floor * epsilon`` (without a rope, 1e-3).
+    gap_floor: Annotated[float, Field(gt=0, le=2)] = 0.5
     name: str = "track_and_stop"
 
     def pair_targets(
@@ -231,7 +233,7 @@ class TrackAndStop:
         theta = view.theta
         epsilon = view.rope
         gap = lower_bound.pair_gap(theta[index[:, 0]] - theta[index[:, 1]], epsilon)
-        floor = epsilon / 2 if epsilon else 1e-3
+        floor = epsilon * self.gap_floor if epsilon else 1e-3
         gap = np.maximum(gap, floor)
         radius = gap**2 / (2 * lower_bound.kl_log_term(view.pair_alpha()))
         variance = per_trial_variance(view, self.questions)

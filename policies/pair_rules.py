@@ -157,6 +157,10 @@ class ConfidenceSequenceRule:
     #: (``stats.sequential.VARIANCE_INFLATION`` for ``group_sequential``, chosen by
     #: measurement; 1 for ``anytime``, not measured with it). The equivalence test keeps ``s``.
     inflation: Annotated[float, Field(ge=1, le=4)] = 1.0
+    #: The futility threshold grows with the pair's information fraction ``t = s_cap^2 / s^2``:
+    #: a pair is futile below ``futility (1 + futility_growth t)`` (0: the threshold stays
+    #: ``futility``). Non-binding like the threshold itself: it only drops pairs.
+    futility_growth: Annotated[float, Field(ge=0, le=4)] = 0.0
     name: str = "sequential"
 
     @property
@@ -263,6 +267,7 @@ class ConfidenceSequenceRule:
         spread_cap = capped_se(view, a, b)
         if threshold <= 0 or spread_cap is None or spread_cap >= spread:
             return None
+        threshold *= 1.0 + self.futility_growth * spread_cap**2 / spread**2
         per_model = view.trials_per_question()
         if min(per_model[a], per_model[b]) < self.futility_trials:
             return None
@@ -305,7 +310,7 @@ def capped_se(view: CampaignView, a: int, b: int) -> float | None:
     return math.sqrt(float(capped[a]) + float(capped[b]))
 
 
-@pair_rules.register("anytime", internal=("futility_trials", "inflation"))
+@pair_rules.register("anytime", internal=("futility_trials", "inflation", "futility_growth"))
 @dataclass(frozen=True)
 class Anytime(ConfidenceSequenceRule):
     """Anytime-valid confidence sequence: a mixture of normal mixtures, checked every round.
