@@ -302,3 +302,40 @@ def test_no_futility_stop_on_a_handful_of_trials() -> None:
     assert early.open
     eager = pair_rules.build("group_sequential", {"futility_trials": 0})
     assert decide_pairs(view_of(counts, 8, 0.45), (eager,))[0].futile
+
+
+def test_futility_growth_drops_a_near_tie_late_and_leaves_it_early() -> None:
+    """``futility_growth`` raises the threshold with the pair's information fraction: near the
+    cap a pair the flat threshold keeps open is futile; far from it nothing changes."""
+    counts = near_tie_counts(40)
+    flat = pair_rules.build("group_sequential")
+    growing = pair_rules.build("group_sequential", {"futility_growth": 4.0})
+    late = view_of(counts, 80, 0.03)
+    assert decide_pairs(late, (flat,))[0].open
+    assert decide_pairs(late, (growing,))[0].futile
+    early = view_of(counts, 4000, 0.03)
+    assert decide_pairs(early, (pair_rules.build("group_sequential", {"futility_growth": 4.0}),))[
+        0
+    ].open
+
+
+def test_gap_floor_lowers_the_target_of_a_gap_between_half_the_rope_and_the_rope() -> None:
+    """track-and-stop's program reads a gap below ``gap_floor * rope`` as that floor: at the
+    rope a pair whose ``|D|`` is 0.017 (rope 0.02) gets the target of a gap of 0.02, no longer
+    more than an equivalence at ``D = 0``; a clear gap and a tie are untouched."""
+    rng = np.random.default_rng(5)
+    p = rng.uniform(0.2, 0.8, 30)
+
+    def targets(shift: float, floor: float) -> np.ndarray:
+        counts = np.zeros((2, 30, 2), dtype=np.int64)
+        for model, half in enumerate((shift / 2, -shift / 2)):
+            right = np.round((p + half) * 40).astype(np.int64)
+            counts[model, :, 1], counts[model, :, 0] = right, 40 - right
+        allocator = allocators.build("track_and_stop", {"gap_floor": floor})
+        found, _ = allocator.pair_targets(view_of(counts, 400, 0.0), [(0, 1)])
+        return np.asarray(found)
+
+    assert (targets(0.014, 1.0) < 0.75 * targets(0.014, 0.5)).all()
+    assert (targets(0.014, 1.0) <= targets(0.0, 1.0) * 1.01).all()
+    for shift in (0.0, 0.1):
+        assert np.array_equal(targets(shift, 1.0), targets(shift, 0.5))

@@ -351,6 +351,8 @@ def test_bad_error_control_names_field_and_value() -> None:
         (pair_rules, "anytime", {"epsilon": float("nan")}, "epsilon"),
         (allocators, "track_and_stop", {"questions": "random"}, "random"),
         (allocators, "track_and_stop", {"cost": "dollars"}, "dollars"),
+        (allocators, "track_and_stop", {"gap_floor": 0.0}, "gap_floor"),
+        (pair_rules, "group_sequential", {"futility_growth": -0.5}, "futility_growth"),
     ],
 )
 def test_bad_rule_and_allocator_parameters(
