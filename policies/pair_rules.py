@@ -26,7 +26,7 @@ Two refinements make the rules cheaper without touching their error guarantee:
   ``alpha / (L - 1 - k)`` (:func:`adaptive_eval.stats.sequential.holm_alpha`). The boundaries
   grow monotonically smaller in ``alpha``, so a pair first crosses a true null's boundary only
   while every true null is still open (Bartroff & Song 2014's sequential Holm argument).
-* **Futility** (``policy.futility``, default 0.05): a pair whose predictive probability of being
+* **Futility** (``policy.futility``, default 0.2): a pair whose predictive probability of being
   settled by the cap is below the threshold is reported undecided with the trials per question it
   would need, and draws no more trials for its own sake. Non-binding: it is still tested at
   every look on whatever data other pairs bring, and it keeps its error budget (it is not a
