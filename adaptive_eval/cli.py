@@ -1,6 +1,8 @@
 """The ``adaptive-eval`` command line (``adaptive-eval --help`` lists every command).
 
-Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure, 130 interrupted.
+Exit codes: 0 success, 2 bad input (message on stderr), 1 any other failure; compare: 3 a
+regression, 4 undecided; nightly: 3 an alert; 128 + N when signal N ended the command (130
+Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 No traceback reaches the console: an unexpected error prints one line and the path of a log
 file that holds the traceback.
 """

@@ -22,9 +22,11 @@ Exit codes (:func:`exit_code`): 0 the candidate is not worse than any incumbent 
 equivalent within the rope; with a margin: passed against every one), 3 worse than at least one
 (a regression; with a margin: failed against one), 4 some comparison undecided at the budget or
 cap; 2 bad input, 1 failure. ``summary.json`` gains ``comparison``: ``{candidate, margin,
-verdicts: [{incumbent, decision, z, boundary, decided_at_round, trials}], exit_code, meaning}``,
-with ``decision`` one of ``better``, ``worse``, ``equivalent``, ``undecided`` (the candidate's
-side), or with a margin ``pass``, ``fail``, ``undecided``. The run goes through the same set-up
+verdicts: [{incumbent, decision, z, boundary, boundary_at_cap, decided_at_round,
+trials_at_decision, trials, reason}], exit_code, meaning, stopped}``
+(:class:`~adaptive_eval.base.summary_schema.Comparison`), with ``decision`` one of ``better``,
+``worse``, ``equivalent``, ``undecided`` (the candidate's side), or with a margin ``pass``,
+``fail``, ``undecided``. The run goes through the same set-up
 as ``run`` (run-folder lock, ``ray.log``, progress), and ``adaptive-eval report`` rebuilds it.
 """
 
