@@ -1,6 +1,6 @@
 """Campaign configuration: the YAML schema, loading and error reporting.
 
-One concept, kept whole (~700 lines): the schema is one tree of pydantic models whose field
+One concept, kept whole (~920 lines): the schema is one tree of pydantic models whose field
 descriptions are the config's documentation; splitting it would scatter that reference.
 
 Every model rejects unknown keys (``extra="forbid"``). A validation error becomes an

@@ -1,6 +1,6 @@
 """Rules that settle an adjacent pair of the ranking.
 
-One concept, kept whole (~540 lines): the pair rules share one state machine per pair
+One concept, kept whole (~510 lines): the pair rules share one state machine per pair
 (:class:`ConfidenceSequenceRule`); each rule is a short subclass of it.
 
 Error-controlled (the default, ``group_sequential``; and ``anytime``): confidence sequences

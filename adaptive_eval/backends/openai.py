@@ -1,6 +1,6 @@
 """``openai``: generation through any OpenAI-compatible HTTP server (vLLM, SGLang, TGI, OpenAI).
 
-One concept, kept whole (~510 lines): the HTTP worker, its retries and its response parsing.
+One concept, kept whole (~540 lines): the HTTP worker, its retries and its response parsing.
 
 Each trial is one request with ``n=1`` and ``seed`` = its trial seed, sent to
 ``/v1/chat/completions`` with the rendered question as the user message (the server applies the

@@ -1,6 +1,6 @@
 """``report.html``: one self-contained page with the run's plots (inline SVG, no scripts).
 
-One concept, kept whole (~550 lines): one page and its figures.
+One concept, kept whole (~660 lines): one page and its figures.
 
 Figures, each a ``<figure id=...>`` so tests and people can find them:
 

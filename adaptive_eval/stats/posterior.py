@@ -1,6 +1,6 @@
 """Dirichlet-multinomial posterior of a rubric-weighted score (Bayes@N), and rankings from it.
 
-One concept, kept whole (~540 lines): the paper's posterior, its priors and what is read off it.
+One concept, kept whole (~560 lines): the paper's posterior, its priors and what is read off it.
 
 Notation (paper "Don't Pass@k", Section 2 and Appendix A/B): ``L`` models, ``M`` questions,
 ``N`` trials, ``K = C + 1`` outcome categories ``0..C`` and a rubric weight vector ``w`` of
