@@ -73,6 +73,13 @@ class Evidence:
         return np.asarray((self.categories >= 0).sum(axis=2), dtype=np.int64)
 
     @property
+    def reused(self) -> np.ndarray:
+        """(L, M) trials per cell the run reuses as its first ones: every recorded trial when
+        :attr:`replayed`, none otherwise."""
+        recorded = self.recorded
+        return recorded if self.replayed else np.zeros_like(recorded)
+
+    @property
     def trials(self) -> int:
         return int(self.recorded.sum())
 

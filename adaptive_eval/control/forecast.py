@@ -160,7 +160,7 @@ def _simulate_one(index: int) -> SimPath:
         probs[empty] = (mean / mean.sum(axis=2, keepdims=True))[empty]
     num_categories = campaign.num_categories
     table = _replay_table(evidence, num_categories)
-    recorded = evidence.recorded if evidence.replayed else np.zeros_like(evidence.recorded)
+    recorded = evidence.reused
     rows, cols = np.indices(recorded.shape)
 
     def served(trials: np.ndarray) -> np.ndarray:
@@ -244,7 +244,7 @@ def _costing(job: _Job, served: Callable[[np.ndarray], np.ndarray]) -> Costing |
     if job.tokens is None and job.gpu_s is None:
         return None
     evidence = job.evidence
-    recorded = evidence.recorded if evidence.replayed else np.zeros_like(evidence.recorded)
+    recorded = evidence.reused
     depth = np.arange(evidence.tokens.shape[2])
     kept = depth < recorded[..., None]
     replayed = recorded_costing(
