@@ -148,9 +148,11 @@ def write_config(
     return path
 
 
-def one_case(args: tuple[Case, float, int, int, int]) -> list[tuple[str, float]]:
+def one_case(
+    args: tuple[Case, float, int, int, int, list[str]],
+) -> list[tuple[str, float]]:
     """(verdict, candidate's trials per question) of campaigns ``first .. first + count``."""
-    case, confidence, truths, first, count = args
+    case, confidence, truths, first, count, overrides = args
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         configs = {}
@@ -161,7 +163,7 @@ def one_case(args: tuple[Case, float, int, int, int]) -> list[tuple[str, float]]
                 folder.mkdir()
                 success = rates(case, 1_000 + which)
                 configs[which] = (
-                    load_config(write_config(folder, case, confidence, success)),
+                    load_config(write_config(folder, case, confidence, success), overrides),
                     Truth(np.stack([1 - success, success], axis=2), np.array([0.0, 1.0])),
                 )
             config, truth = configs[which]
@@ -192,7 +194,9 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
 EXIT_VERDICT = {0: "pass", 3: "fail", 4: "undecided"}
 
 
-def through_cli(case: Case, confidence: float, truths: int, first: int, count: int) -> list[str]:
+def through_cli(
+    case: Case, confidence: float, truths: int, first: int, count: int, overrides: list[str]
+) -> list[str]:
     """The gate's verdicts as a user gets them: ``adaptive-eval compare CONFIG --candidate
     candidate --margin 0.05 --set execution.dispatch=inline``, one process per campaign (the
     campaign's seed is its number), the verdict read off the exit code."""
@@ -220,6 +224,7 @@ def through_cli(case: Case, confidence: float, truths: int, first: int, count: i
                     "--quiet",
                     "--set",
                     "execution.dispatch=inline",
+                    *[arg for override in overrides for arg in ("--set", override)],
                 ],
                 capture_output=True,
                 text=True,
@@ -240,6 +245,15 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0, help="seed of the first campaign")
     parser.add_argument("--out", type=Path)
     parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="a config override for every campaign, as `run --set` (repeatable), e.g. "
+        "'policy.pair_rules=[{name: group_sequential, futility_growth: 0.65}]'",
+    )
+    parser.add_argument(
         "--cli",
         action="store_true",
         help="gate cases through the command line (slow: one process per campaign)",
@@ -249,7 +263,9 @@ def main() -> None:
     alpha = 1 - args.confidence
     print(
         f"confidence {args.confidence} (alpha {alpha:.3g}), {args.replicates} campaigns per case, "
-        f"{args.truths} rate profiles, cap {CAP}, margin {MARGIN}, rope {ROPE}\n"
+        f"{args.truths} rate profiles, cap {CAP}, margin {MARGIN}, rope {ROPE}"
+        + "".join(f", --set {o}" for o in args.overrides)
+        + "\n"
     )
     print(
         "| case | wrong | rate [Wilson 95%] | <= alpha | upper <= 1.3 alpha | shares | "
@@ -268,6 +284,7 @@ def main() -> None:
                     args.truths,
                     args.first_seed + first,
                     min(chunk, args.replicates - first),
+                    args.overrides,
                 )
                 for first in range(0, args.replicates, chunk)
             ]
