@@ -708,10 +708,15 @@ def demo_case(folder: Path) -> Case:
     return Case("demo (configs/demo.yaml)", "simulated", config, str(scenario), 1)
 
 
-def suite_cases(folder: Path, questions: int, cap: int) -> list[Case]:
+def suite_cases(folder: Path, questions: int, cap: int, whole: bool = False) -> list[Case]:
+    """The campaigns of ``SUITE``; ``whole``: every campaign of benchmarks/sequential.py (the
+    others after ``SUITE``'s, so that theirs keep their seeds)."""
     truths = suite(questions)
+    labels = dict(SUITE)
+    if whole:
+        labels |= {name: f"suite: {name}" for name in truths if name not in SUITE}
     cases = []
-    for index, (name, label) in enumerate(SUITE.items()):
+    for index, (name, label) in enumerate(labels.items()):
         truth = truths[name]
         tokens = token_means(truth.shape[:2], 100 + index)
         config, scenario = _simulated_config(
@@ -808,6 +813,11 @@ def main() -> None:
         action="store_true",
         help="forecast the cost-aware campaigns as if every trial cost the same (an ablation)",
     )
+    parser.add_argument(
+        "--whole-suite",
+        action="store_true",
+        help="also the other campaigns of benchmarks/sequential.py's suite (at --cap)",
+    )
     parser.add_argument("--no-scale", action="store_true", help="skip the L x M timing")
     parser.add_argument("--scale-models", type=int, default=50)
     parser.add_argument("--scale-questions", type=int, default=500)
@@ -847,6 +857,8 @@ def main() -> None:
         folder = Path(tmp)
         cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
         cases += cost_aware_cases(folder, cases, args.equal_costs)
+        if args.whole_suite:
+            cases += suite_cases(folder, args.questions, args.cap, whole=True)[len(SUITE) :]
         if args.real.is_dir():
             cases += replay_cases(folder, args.real)
         else:
