@@ -78,9 +78,10 @@ class ZRank(MemorylessRule):
     """The paper's rule: a > b once z = |mu_a - mu_b| / sqrt(s_a^2 + s_b^2) >= z_c.
 
     ``z_c = Phi^-1(confidence)``. Checked after every round, the first crossing is an optional
-    stopping test whose error rate exceeds ``1 - confidence`` (38% on a true tie at M = 30,
-    ``benchmarks/sequential.py``); ``looks`` > 1 applies a Bonferroni bound over that many looks
-    (``z_c = Phi^-1(1 - (1 - confidence) / looks)``), valid for up to ``looks`` checks.
+    stopping test whose error rate exceeds ``1 - confidence`` (0.44-0.49 on a true tie at
+    M = 30, ``benchmarks/sequential.py``, docs/benchmarks.md); ``looks`` > 1 applies a
+    Bonferroni bound over that many looks (``z_c = Phi^-1(1 - (1 - confidence) / looks)``),
+    valid for up to ``looks`` checks.
     """
 
     confidence: Confidence = None
