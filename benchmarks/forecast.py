@@ -12,6 +12,12 @@ docs/forecast.md's table (about 35 minutes on 2 loaded cores)::
         --replicates 0 --only replay --real-replicates 8
     python benchmarks/forecast.py --out runs/bench-forecast --replicates 0 --real-replicates 0
 
+The suite's other ten campaigns (docs/forecast.md, "The whole suite"; about 30 minutes)::
+
+    python benchmarks/forecast.py --out runs/bench-forecast --whole-suite --no-scale \
+        --only "tie (2,gap =,gap 0.,sparse,checkpoint,mimics,20 models" --replicates 100 \
+        --simulations 20 --real-replicates 0
+
 Each replicate of a campaign is one pilot-then-run, seeded:
 
 1. An outcome tape (L, M, N) is fixed: drawn from the scenario's true probabilities (simulated
