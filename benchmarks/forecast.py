@@ -714,15 +714,14 @@ def demo_case(folder: Path) -> Case:
     return Case("demo (configs/demo.yaml)", "simulated", config, str(scenario), 1)
 
 
-def suite_cases(folder: Path, questions: int, cap: int, whole: bool = False) -> list[Case]:
-    """The campaigns of ``SUITE``; ``whole``: every campaign of benchmarks/sequential.py (the
-    others after ``SUITE``'s, so that theirs keep their seeds)."""
+def suite_cases(folder: Path, questions: int, cap: int, others: bool = False) -> list[Case]:
+    """The campaigns of ``SUITE``; ``others``: instead the rest of benchmarks/sequential.py's
+    suite, numbered after ``SUITE``'s (whose seeds stay as they were)."""
     truths = suite(questions)
-    labels = dict(SUITE)
-    if whole:
-        labels |= {name: f"suite: {name}" for name in truths if name not in SUITE}
+    labels = {name: f"suite: {name}" for name in truths if name not in SUITE} if others else SUITE
+    first = len(SUITE) if others else 0
     cases = []
-    for index, (name, label) in enumerate(labels.items()):
+    for index, (name, label) in enumerate(labels.items(), start=first):
         truth = truths[name]
         tokens = token_means(truth.shape[:2], 100 + index)
         config, scenario = _simulated_config(
@@ -864,7 +863,7 @@ def main() -> None:
         cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
         cases += cost_aware_cases(folder, cases, args.equal_costs)
         if args.whole_suite:
-            cases += suite_cases(folder, args.questions, args.cap, whole=True)[len(SUITE) :]
+            cases += suite_cases(folder, args.questions, args.cap, others=True)
         if args.real.is_dir():
             cases += replay_cases(folder, args.real)
         else:
