@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config import load_config
@@ -235,6 +236,17 @@ def through_cli(
     return found
 
 
+def check_overrides(overrides: list[str], parser: argparse.ArgumentParser) -> None:
+    """Refuse a bad ``--set`` once, in one line (rc 2), before any campaign runs: the config
+    loader checks keys and values, building the campaign checks the plug-ins' parameters."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_config(Path(tmp), CASES[0], 0.95, rates(CASES[0], 0))
+        try:
+            build_campaign(load_config(path, overrides))
+        except InputError as error:
+            parser.error(f"--set: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--confidence", type=float, default=0.95)
@@ -260,6 +272,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     wanted = [c for c in CASES if not args.cases or any(w in c.name for w in args.cases.split(";"))]
+    if args.overrides:
+        check_overrides(args.overrides, parser)
     alpha = 1 - args.confidence
     print(
         f"confidence {args.confidence} (alpha {alpha:.3g}), {args.replicates} campaigns per case, "

@@ -306,6 +306,36 @@ def test_make_bench_has_its_entry_point() -> None:
     assert "benchmarks/run_all.py" in (REPO / "Makefile").read_text()
 
 
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("policy.nope=1", "policy.nope: unknown key"),
+        ("policy.allocation={name: track_and_stop, gap_floor: 9}", "gap_floor must be"),
+    ],
+)
+def test_verdicts_benchmark_refuses_a_bad_override_before_running(
+    override: str, named: str
+) -> None:
+    """A bad ``--set`` (a key, or a plug-in's parameter that only building the campaign
+    checks) is one line, rc 2, before any campaign."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "verdicts.py"),
+            "--replicates",
+            "2000",
+            "--set",
+            override,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-500:]
+    assert named in done.stderr and "Traceback" not in done.stderr
+    assert "| case |" not in done.stdout
+
+
 def test_validate_warns_about_a_missing_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
