@@ -18,7 +18,14 @@ real rules, stopping and allocators; outcomes drawn per round). Reported per des
 
 ``--replay FILE.npz`` runs the same designs on a recorded (L, M, N) outcome tensor: trials are
 resampled from each cell's recorded outcomes (at most N per cell) and decisions are scored
-against the full tensor's means.
+against the full tensor's means. ``--with-replacement`` draws them with replacement instead
+(fresh draws from each cell's recorded frequencies, which are then the truth), to tell what a
+finite recorded pool changes.
+
+The allocator ``track_and_stop_oracle`` (a design label such as
+``group_sequential+track_and_stop_oracle``) is ``track_and_stop`` whose plug-in program is
+given the true gaps and the true per-question variances: it measures what better allocation
+could buy the shipped rules, not a rule anyone can run.
 """
 
 from __future__ import annotations
@@ -45,10 +52,11 @@ from adaptive_eval.control.simulate import (
     simulate,
     wrong_calls,
 )
-from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.decide.contracts import CampaignView, any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as program
 from adaptive_eval.stats import sequential as seq
+from policies.allocation import TrackAndStop
 
 REPO = Path(__file__).resolve().parent.parent
 MIMICS = [0.2332, 0.2545, 0.3604, 0.3642, 0.3642, 0.4466, 0.5418, 0.5276, 0.608, 0.6213, 0.7327]
@@ -227,11 +235,54 @@ def _literal(text: str) -> object:
     return {"True": True, "False": False}.get(text, text)
 
 
-def policy_for(design: Design, cap: int, round_trials: int) -> SimPolicy:
+ORACLE = "track_and_stop_oracle"
+
+
+@dataclass(frozen=True)
+class OracleTrackAndStop(TrackAndStop):
+    """``track_and_stop`` whose program sees the true scores and the true Neyman variance
+    ``((1/M) sum_q sd_q)^2`` in place of the plug-in estimates (a benchmark's yardstick)."""
+
+    true_scores: tuple[float, ...] = ()
+    true_variance: tuple[float, ...] = ()
+
+    def pair_targets(
+        self, view: CampaignView, pairs: list[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        costs = np.ones(view.num_models)
+        if not pairs:
+            return np.zeros(view.num_models), costs
+        index = np.asarray(pairs, dtype=np.int64)
+        scores = np.asarray(self.true_scores)
+        gap = program.pair_gap(scores[index[:, 0]] - scores[index[:, 1]], view.rope)
+        gap = np.maximum(gap, view.rope * self.gap_floor if view.rope else 1e-3)
+        radius = gap**2 / (2 * program.kl_log_term(view.pair_alpha()))
+        variance = np.asarray(self.true_variance)
+        return program.allocation_program(variance, index, radius, costs), costs
+
+
+def oracle_allocator(truth: Truth, params: dict[str, object]) -> OracleTrackAndStop:
+    """The oracle for ``truth`` (binary or graded: the variance of the weighted score)."""
+    return OracleTrackAndStop(
+        **params,  # type: ignore[arg-type]
+        true_scores=tuple(truth.scores.tolist()),
+        true_variance=tuple(true_variance(truth, "neyman").tolist()),
+    )
+
+
+def policy_for(
+    design: Design, cap: int, round_trials: int, truth: Truth | None = None
+) -> SimPolicy:
+    if design.allocator == ORACLE:
+        if truth is None:
+            raise ValueError(f"{ORACLE} needs the campaign's truth")
+        allocator = oracle_allocator(truth, dict(design.alloc_params))
+    else:
+        allocator = allocators.build(design.allocator, dict(design.alloc_params))
     return SimPolicy(
         make_rules=design.rules(),  # type: ignore[arg-type]
         stopping=any_of(stopping_rules.build("pairs_settled")),
-        allocator=allocators.build(design.allocator, dict(design.alloc_params)),
+        allocator=allocator,
         rope=EPSILON,
         error_control=design.error_control,
         futility=design.futility,
@@ -250,26 +301,39 @@ def shuffled(outcomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.take_along_axis(outcomes, np.argsort(keys, axis=2), axis=2)
 
 
-def run_seeded(truth: Truth, policy: SimPolicy, rep: int, outcomes: np.ndarray | None) -> SimResult:
+def resampled(outcomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each cell's recorded outcomes drawn with replacement (fresh draws from its frequencies)."""
+    picks = rng.integers(0, outcomes.shape[2], size=outcomes.shape)
+    return np.take_along_axis(outcomes, picks, axis=2)
+
+
+def run_seeded(
+    truth: Truth,
+    policy: SimPolicy,
+    rep: int,
+    outcomes: np.ndarray | None,
+    with_replacement: bool = False,
+) -> SimResult:
     """Campaign ``rep`` (its seed): outcomes drawn from ``truth``, or served from each cell's
-    recorded ``outcomes`` in a shuffled order (no replacement)."""
+    recorded ``outcomes`` in a shuffled order (no replacement) or ``with_replacement``."""
     rng = np.random.default_rng(rep)
     sampler = None
     if outcomes is not None:
-        sampler = replay_sampler(shuffled(outcomes, rng), truth.shape[2])
+        served = resampled(outcomes, rng) if with_replacement else shuffled(outcomes, rng)
+        sampler = replay_sampler(served, truth.shape[2])
     return simulate(truth, policy, rng, sampler)
 
 
 def run_chunk(
-    args: tuple[Truth, Design, int, int, int, int, np.ndarray | None],
+    args: tuple[Truth, Design, int, int, int, int, np.ndarray | None, bool],
 ) -> list[tuple[Calls, int, bool, int]]:
     """Seeded campaigns ``first .. first + count - 1``: (calls, trials, all settled, futile)."""
-    truth, design, cap, round_trials, first, count, outcomes = args
-    policy = policy_for(design, cap, round_trials)
+    truth, design, cap, round_trials, first, count, outcomes, with_replacement = args
+    policy = policy_for(design, cap, round_trials, truth)
     scores = truth.scores
     out = []
     for rep in range(first, first + count):
-        result = run_seeded(truth, policy, rep, outcomes)
+        result = run_seeded(truth, policy, rep, outcomes, with_replacement)
         wrong = wrong_calls(result.decisions, scores, EPSILON)
         settled = [d for d in result.decisions if d.settled]
         calls = [(min(d.a, d.b), max(d.a, d.b), w) for d, w in zip(settled, wrong, strict=True)]
@@ -332,9 +396,17 @@ def true_variance(truth: Truth, scheme: str) -> np.ndarray:
     return np.asarray(var.mean(axis=1))
 
 
-def lower_bound(truth: Truth, alpha: float) -> float:
+def lower_bound(truth: Truth, alpha: float, cap: int | None = None) -> float:
+    """The delta-correct lower bound on expected trials (``x_lb``'s denominator), with the
+    program's constant ``log(1/(2.4 delta))``. With ``cap``: the theorem's own, larger
+    ``kl(delta, 1 - delta)`` and each model's trials capped at ``cap`` per question (a bound
+    for a capped campaign)."""
     t = program.lower_bound_trials(truth.scores, true_variance(truth, "neyman"), alpha, EPSILON)
-    return float(t.sum())
+    if cap is None:
+        return float(t.sum())
+    kl = (1 - 2 * alpha) * math.log((1 - alpha) / alpha)
+    scaled = t * kl / program.kl_log_term(alpha)
+    return float(np.minimum(scaled, cap * truth.shape[1]).sum())
 
 
 def fixed_n_reliability(
@@ -383,6 +455,7 @@ def evaluate(
     jobs: int,
     outcomes: np.ndarray | None = None,
     round_trials: int | None = None,
+    with_replacement: bool = False,
 ) -> list[dict[str, object]]:
     num_models, num_questions, _ = truth.shape
     # Rounds of one trial per cell (two for larger campaigns) unless stated: coarser than a
@@ -395,7 +468,16 @@ def evaluate(
         started = time.perf_counter()
         chunk = max(1, math.ceil(reps / (jobs * 4)))
         tasks = [
-            (truth, design, cap, round_trials, first, min(chunk, reps - first), outcomes)
+            (
+                truth,
+                design,
+                cap,
+                round_trials,
+                first,
+                min(chunk, reps - first),
+                outcomes,
+                with_replacement,
+            )
             for first in range(0, reps, chunk)
         ]
         if jobs > 1:
@@ -419,6 +501,7 @@ def evaluate(
         alpha = 1 - 0.95
         pair_alpha = alpha / (num_models - 1) if design.error_control == "ranking" else alpha
         lb = lower_bound(truth, pair_alpha)
+        capped_lb = lower_bound(truth, pair_alpha, cap)
         fixed_n = None
         if correct_all > 0 and outcomes is None:
             fixed_n = fixed_n_equal(truth, correct_all, pair_alpha, cap)
@@ -457,6 +540,10 @@ def evaluate(
                 "trials_p90": float(np.percentile(trials, 90)),
                 "lower_bound": lb,
                 "x_lb": float(trials.mean() / lb) if math.isfinite(lb) else None,
+                "lower_bound_kl_capped": capped_lb,
+                "x_lb_kl_capped": float(trials.mean() / capped_lb)
+                if math.isfinite(capped_lb)
+                else None,
                 "fixed_n_equal": fixed_n,
                 "x_fixed": None if fixed_trials is None else float(trials.mean() / fixed_trials),
                 "seconds": time.perf_counter() - started,
@@ -517,6 +604,13 @@ def scenario_truth(path: Path) -> Truth:
     return Truth(probs, np.linspace(0, 1, probs.shape[2]))
 
 
+def recorded_truth(outcomes: np.ndarray) -> Truth:
+    """The recorded outcomes' own per-cell frequencies as the truth."""
+    num_categories = max(2, int(outcomes.max()) + 1)
+    counts = np.stack([(outcomes == k).sum(axis=2) for k in range(num_categories)], axis=2)
+    return Truth(counts / counts.sum(axis=2, keepdims=True), np.linspace(0, 1, num_categories))
+
+
 def replay_truth(path: Path, key: str) -> tuple[Truth, np.ndarray]:
     """The recorded outcomes and the truth they are judged against: the full published pool
     (``correct_total / count_total``) where the file has it, else the recorded outcomes."""
@@ -525,14 +619,9 @@ def replay_truth(path: Path, key: str) -> tuple[Truth, np.ndarray]:
         pool = None
         if "correct_total" in data.files and "count_total" in data.files:
             pool = data["correct_total"] / np.maximum(data["count_total"], 1)
-    num_categories = max(2, int(outcomes.max()) + 1)
-    if pool is not None and num_categories == 2:
-        probs = np.stack([1 - pool, pool], axis=2)
-    else:
-        counts = np.stack([(outcomes == k).sum(axis=2) for k in range(num_categories)], axis=2)
-        probs = counts / counts.sum(axis=2, keepdims=True)
-    weights = np.linspace(0, 1, num_categories)
-    return Truth(probs, weights), outcomes
+    if pool is not None and int(outcomes.max()) <= 1:
+        return Truth(np.stack([1 - pool, pool], axis=2), np.linspace(0, 1, 2)), outcomes
+    return recorded_truth(outcomes), outcomes
 
 
 def main() -> None:
@@ -573,6 +662,12 @@ def main() -> None:
         help="recorded (L, M, N) outcome files; each cell's outcomes are served in a shuffled "
         "order (no replacement), decisions judged against the full pool's means",
     )
+    parser.add_argument(
+        "--with-replacement",
+        action="store_true",
+        help="replays draw each cell's outcomes with replacement, judged against the recorded "
+        "frequencies (the world they are drawn from)",
+    )
     parser.add_argument("--key", default="outcomes")
     parser.add_argument(
         "--scenario",
@@ -592,6 +687,8 @@ def main() -> None:
         campaigns = {}
         for path in args.replay:
             truth, served = replay_truth(path, args.key)
+            if args.with_replacement:
+                truth = recorded_truth(served)
             campaigns[f"replay {path.name}"] = truth
             recorded[f"replay {path.name}"] = served
     elif args.scenario is not None:
@@ -610,7 +707,17 @@ def main() -> None:
             reps = args.big_replicates
         outcomes = recorded.get(name)
         cap = args.cap if outcomes is None else min(args.cap, outcomes.shape[2])
-        rows += evaluate(name, truth, designs, reps, cap, args.jobs, outcomes, args.round_trials)
+        rows += evaluate(
+            name,
+            truth,
+            designs,
+            reps,
+            cap,
+            args.jobs,
+            outcomes,
+            args.round_trials,
+            args.with_replacement and outcomes is not None,
+        )
         (args.out / "sequential.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out / "sequential.md").write_text(markdown(rows))
     totals: dict[str, dict[str, float]] = {}

@@ -1,0 +1,90 @@
+"""benchmarks/sequential.py's yardsticks: the oracle allocator sees the truth, not the data, and
+replays drawn with replacement come from each cell's own recorded outcomes (the measurements
+in docs/sequential.md, "What stands between the defaults and 0.40x", rest on both)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from adaptive_eval.control.simulate import Truth
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.stats import allocation as program
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import sequential as bench  # noqa: E402
+
+
+def view_of(counts: np.ndarray, mu: tuple[float, float]) -> CampaignView:
+    trials = counts.sum(axis=2)
+    return CampaignView(
+        names=tuple(f"m{i}" for i in range(counts.shape[0])),
+        counts=counts.astype(np.float64),
+        bayes=(np.array(mu), np.full(counts.shape[0], 0.1)),
+        trials=trials,
+        planned=trials,
+        capacity=np.full(counts.shape[0], 400),
+        confidence=0.95,
+        min_trials=2,
+        round=0,
+        trials_used=int(trials.sum()),
+        tokens_used=None,
+        elapsed_s=0.0,
+        rope=0.02,
+    )
+
+
+def test_the_oracle_program_is_the_closed_form_on_the_truth_whatever_the_data() -> None:
+    p = np.array([[0.2, 0.5, 0.9], [0.3, 0.5, 0.6]])
+    truth = Truth(np.stack([1 - p, p], axis=2), np.array([0.0, 1.0]))
+    oracle = bench.oracle_allocator(truth, {})
+    first = view_of(np.array([[[5, 5], [5, 5], [1, 9]], [[7, 3], [5, 5], [4, 6]]]), (0.6, 0.5))
+    second = view_of(np.array([[[9, 1], [2, 8], [5, 5]], [[1, 9], [8, 2], [6, 4]]]), (0.5, 0.46))
+    targets, _ = oracle.pair_targets(first, [(0, 1)])
+    again, _ = oracle.pair_targets(second, [(0, 1)])
+    np.testing.assert_allclose(targets, again)
+    # min T0 + T1 s.t. A0/T0 + A1/T1 <= r: T_i = sqrt(A_i) (sqrt(A0) + sqrt(A1)) / r.
+    sd = np.sqrt(p * (1 - p))
+    variance = sd.mean(axis=1) ** 2
+    gap = max(abs(truth.scores[0] - truth.scores[1]), 0.02 - abs(truth.scores[0] - truth.scores[1]))
+    radius = gap**2 / (2 * program.kl_log_term(first.pair_alpha()))
+    expected = np.sqrt(variance) * np.sqrt(variance).sum() / radius
+    np.testing.assert_allclose(targets, expected, rtol=1e-4)
+    # The plug-in allocator reads the data: the two views give it different targets.
+    plug_in = bench.TrackAndStop()
+    a, _ = plug_in.pair_targets(first, [(0, 1)])
+    b, _ = plug_in.pair_targets(second, [(0, 1)])
+    assert not np.allclose(a, b)
+
+
+def test_replays_with_replacement_draw_from_each_cells_own_outcomes() -> None:
+    rng = np.random.default_rng(0)
+    outcomes = rng.integers(0, 3, size=(3, 4, 12))
+    drawn = bench.resampled(outcomes, np.random.default_rng(1))
+    assert drawn.shape == outcomes.shape
+    for model in range(3):
+        for question in range(4):
+            assert set(drawn[model, question]) <= set(outcomes[model, question])
+    # With replacement: some cell repeats a recorded trial more often than it was recorded.
+    counts = lambda x: [np.bincount(c, minlength=3) for c in x.reshape(-1, 12)]  # noqa: E731
+    assert any((d > o).any() for d, o in zip(counts(drawn), counts(outcomes), strict=True))
+    truth = bench.recorded_truth(outcomes)
+    np.testing.assert_allclose(truth.probs[..., 2], (outcomes == 2).mean(axis=2))
+    np.testing.assert_allclose(truth.weights, [0.0, 0.5, 1.0])
+
+
+def test_the_capped_bound_uses_the_theorems_constant_and_the_cap() -> None:
+    p = np.array([[0.2, 0.5, 0.9], [0.3, 0.5, 0.6], [0.1, 0.2, 0.4]])
+    truth = Truth(np.stack([1 - p, p], axis=2), np.array([0.0, 1.0]))
+    delta = 0.025
+    kl = (1 - 2 * delta) * np.log((1 - delta) / delta)
+    loose = bench.lower_bound(truth, delta)
+    uncapped = bench.lower_bound(truth, delta, cap=10**9)
+    assert np.isclose(uncapped, loose * kl / program.kl_log_term(delta), rtol=1e-12)
+    assert uncapped > loose
+    # A cap below every model's share: each model gets exactly cap trials per question.
+    assert bench.lower_bound(truth, delta, cap=1) == 3 * 3
