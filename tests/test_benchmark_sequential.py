@@ -88,3 +88,18 @@ def test_the_capped_bound_uses_the_theorems_constant_and_the_cap() -> None:
     assert uncapped > loose
     # A cap below every model's share: each model gets exactly cap trials per question.
     assert bench.lower_bound(truth, delta, cap=1) == 3 * 3
+
+
+def test_the_futility_calibration_records_each_check_and_restores_the_rule() -> None:
+    import futility_calibration
+
+    from adaptive_eval.stats import sequential as seq
+
+    before = seq.settle_probability
+    truth = bench.suite(10)["gap = eps"]
+    rows = futility_calibration.recorded_checks(truth, None, 60, 20, 3)
+    assert seq.settle_probability is before
+    assert len(rows) > 0
+    assert ((rows[:, 0] >= 0) & (rows[:, 0] <= 1)).all()
+    assert ((rows[:, 1] > 0) & (rows[:, 1] < 1)).all()  # checked only before the cap
+    assert set(np.unique(rows[:, 2])) <= {0.0, 1.0}
