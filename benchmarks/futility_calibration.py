@@ -25,17 +25,20 @@ import numpy as np
 from sequential import parse_design, policy_for, replay_truth, shuffled, suite
 
 import policies.pair_rules as pair_rules_module
+from adaptive_eval.base.types import PairDecision
 from adaptive_eval.control.simulate import Truth, replay_sampler, simulate
 
 CHANCE_BINS = (0.0, 0.1, 0.2, 0.3, 0.45, 0.7, 1.01)
 T_BINS = (0.0, 0.5, 0.8, 1.01)
 DESIGN = "group_sequential+track_and_stop"
+FUTILITY = 0.2  # policy.futility's default
 
 
 def recorded_checks(
     truth: Truth, outcomes: np.ndarray | None, cap: int, round_trials: int, replicates: int
 ) -> np.ndarray:
-    """(n, 3) array of (chance, t, settled by the end) over every futility check of the runs."""
+    """(n, 5) array over every futility check of the runs: (chance, t, settled by the end,
+    the pair's error budget at the check, its budget when it settled (NaN if it did not))."""
     original: Callable[..., float] = pair_rules_module.seq.settle_probability
     checks: list[tuple[float, float]] = []
 
@@ -51,40 +54,55 @@ def recorded_checks(
         checks.append((chance, se_cap**2 / se**2))
         return chance
 
-    # The pair each check is about: the rule's own _futile(view, a, b, ...) is wrapped too.
+    # The pair each check is about, and its budget: the rule's own _test(view, known, a, b,
+    # alpha, ...) is wrapped too (it runs the futility check when it settles nothing).
     built = type(parse_design(DESIGN).rules()()[0])
-    rule_type = next(c for c in built.__mro__ if "_futile" in vars(c))
-    futile = rule_type._futile  # type: ignore[attr-defined]
-    current: list[tuple[int, int]] = []
+    rule_type = next(c for c in built.__mro__ if "_test" in vars(c))
+    test = rule_type._test  # type: ignore[attr-defined]
+    current: list[tuple[tuple[int, int], float]] = []
+    budget_at_settling: dict[tuple[int, int], float] = {}
 
-    def tagged(self: object, view: object, a: int, b: int, *rest: object) -> object:
-        current.append((min(a, b), max(a, b)))
+    def tagged(
+        self: object, view: object, known: object, a: int, b: int, alpha: float, *rest: object
+    ) -> tuple[PairDecision | None, object]:
+        pair = (min(a, b), max(a, b))
+        current.append((pair, alpha))
         before = len(checks)
-        result = futile(self, view, a, b, *rest)
+        answer, memory = test(self, view, known, a, b, alpha, *rest)
         if len(checks) == before:
-            current.pop()  # no chance asked: the check stopped before it
-        return result
+            current.pop()  # no chance asked: settled, or the check stopped before it
+        if answer is not None and answer.settled:
+            budget_at_settling[pair] = alpha
+        return answer, memory
 
-    rows: list[tuple[float, float, float]] = []
+    rows: list[tuple[float, float, float, float, float]] = []
     policy = policy_for(parse_design(DESIGN), cap, round_trials)
     pair_rules_module.seq.settle_probability = recording  # type: ignore[assignment]
-    rule_type._futile = tagged  # type: ignore[attr-defined]
+    rule_type._test = tagged  # type: ignore[attr-defined]
     try:
         for rep in range(replicates):
             checks.clear()
             current.clear()
+            budget_at_settling.clear()
             rng = np.random.default_rng(rep)
             sampler = None if outcomes is None else replay_sampler(shuffled(outcomes, rng), 2)
             result = simulate(truth, policy, rng, sampler)
             settled = {(min(d.a, d.b), max(d.a, d.b)) for d in result.decisions if d.settled}
+            nan = float("nan")
             rows += [
-                (chance, t, float(pair in settled))
-                for (chance, t), pair in zip(checks, current, strict=True)
+                (
+                    chance,
+                    t,
+                    float(pair in settled),
+                    alpha,
+                    budget_at_settling[pair] if pair in settled else nan,
+                )
+                for (chance, t), (pair, alpha) in zip(checks, current, strict=True)
             ]
     finally:
         pair_rules_module.seq.settle_probability = original  # type: ignore[assignment]
-        rule_type._futile = futile  # type: ignore[attr-defined]
-    return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        rule_type._test = test  # type: ignore[attr-defined]
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 5)
 
 
 def table(rows: np.ndarray) -> str:
@@ -130,6 +148,13 @@ def main() -> None:
         round_trials = models * args.questions * (1 if models < 5 else 2)
     rows = recorded_checks(truth, outcomes, cap, round_trials, args.replicates)
     print(table(rows))
+    late = (rows[:, 0] < FUTILITY) & (rows[:, 2] == 1)
+    if late.any():
+        ratio = float(np.median(rows[late, 4] / rows[late, 3]))
+        print(
+            f"\nchecks below the default threshold {FUTILITY} whose pair settled later: "
+            f"{int(late.sum()):,}; median error budget at settling / at the check: {ratio:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,10 @@ def test_the_futility_calibration_records_each_check_and_restores_the_rule() -> 
     truth = bench.suite(10)["gap = eps"]
     rows = futility_calibration.recorded_checks(truth, None, 60, 20, 3)
     assert seq.settle_probability is before
-    assert len(rows) > 0
+    assert len(rows) > 0 and rows.shape[1] == 5
     assert ((rows[:, 0] >= 0) & (rows[:, 0] <= 1)).all()
     assert ((rows[:, 1] > 0) & (rows[:, 1] < 1)).all()  # checked only before the cap
     assert set(np.unique(rows[:, 2])) <= {0.0, 1.0}
+    settled = rows[:, 2] == 1
+    assert (rows[:, 3] > 0).all() and np.isnan(rows[~settled, 4]).all()
+    assert (rows[settled, 4] > 0).all()
