@@ -42,15 +42,8 @@ def recorded_checks(
     original: Callable[..., float] = pair_rules_module.seq.settle_probability
     checks: list[tuple[float, float]] = []
 
-    def recording(
-        difference: float,
-        se: float,
-        se_cap: float,
-        resolve: float,
-        equivalent: float,
-        epsilon: float | None,
-    ) -> float:
-        chance = original(difference, se, se_cap, resolve, equivalent, epsilon)
+    def recording(difference: float, se: float, se_cap: float, *boundaries: object) -> float:
+        chance = original(difference, se, se_cap, *boundaries)
         checks.append((chance, se_cap**2 / se**2))
         return chance
 

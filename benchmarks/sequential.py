@@ -246,19 +246,8 @@ class OracleTrackAndStop(TrackAndStop):
     true_scores: tuple[float, ...] = ()
     true_variance: tuple[float, ...] = ()
 
-    def pair_targets(
-        self, view: CampaignView, pairs: list[tuple[int, int]]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        costs = np.ones(view.num_models)
-        if not pairs:
-            return np.zeros(view.num_models), costs
-        index = np.asarray(pairs, dtype=np.int64)
-        scores = np.asarray(self.true_scores)
-        gap = program.pair_gap(scores[index[:, 0]] - scores[index[:, 1]], view.rope)
-        gap = np.maximum(gap, view.rope * self.gap_floor if view.rope else 1e-3)
-        radius = gap**2 / (2 * program.kl_log_term(view.pair_alpha()))
-        variance = np.asarray(self.true_variance)
-        return program.allocation_program(variance, index, radius, costs), costs
+    def program_inputs(self, view: CampaignView) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.true_scores), np.asarray(self.true_variance)
 
 
 def oracle_allocator(truth: Truth, params: dict[str, object]) -> OracleTrackAndStop:
@@ -307,6 +296,13 @@ def resampled(outcomes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.take_along_axis(outcomes, picks, axis=2)
 
 
+def served_outcomes(
+    outcomes: np.ndarray, rng: np.random.Generator, with_replacement: bool
+) -> np.ndarray:
+    """A replay's outcomes in the order they are served: shuffled, or drawn with replacement."""
+    return resampled(outcomes, rng) if with_replacement else shuffled(outcomes, rng)
+
+
 def run_seeded(
     truth: Truth,
     policy: SimPolicy,
@@ -319,8 +315,7 @@ def run_seeded(
     rng = np.random.default_rng(rep)
     sampler = None
     if outcomes is not None:
-        served = resampled(outcomes, rng) if with_replacement else shuffled(outcomes, rng)
-        sampler = replay_sampler(served, truth.shape[2])
+        sampler = replay_sampler(served_outcomes(outcomes, rng, with_replacement), truth.shape[2])
     return simulate(truth, policy, rng, sampler)
 
 
@@ -370,9 +365,15 @@ def one_look(
 
 
 def fixed_n_decisions(
-    truth: Truth, n: int, alpha: float, reps: int, outcomes: np.ndarray | None
+    truth: Truth,
+    n: int,
+    alpha: float,
+    reps: int,
+    outcomes: np.ndarray | None,
+    with_replacement: bool = False,
 ) -> tuple[float, float]:
-    """Mean pairs decided and mean wrong calls of the fixed-N test at N = n."""
+    """Mean pairs decided and mean wrong calls of the fixed-N test at N = n (recorded
+    outcomes served as the adaptive runs get them)."""
     rng = np.random.default_rng(777)
     if outcomes is None:
         counts = rng.multinomial(np.full((reps, *truth.shape[:2]), n), truth.probs)
@@ -380,7 +381,9 @@ def fixed_n_decisions(
         categories = np.arange(truth.shape[2])
         counts = np.stack(
             [
-                (shuffled(outcomes, rng)[..., :n, None] == categories).sum(axis=2)
+                (served_outcomes(outcomes, rng, with_replacement)[..., :n, None] == categories).sum(
+                    axis=2
+                )
                 for _ in range(reps)
             ]
         )
@@ -396,17 +399,15 @@ def true_variance(truth: Truth, scheme: str) -> np.ndarray:
     return np.asarray(var.mean(axis=1))
 
 
-def lower_bound(truth: Truth, alpha: float, cap: int | None = None) -> float:
-    """The delta-correct lower bound on expected trials (``x_lb``'s denominator), with the
-    program's constant ``log(1/(2.4 delta))``. With ``cap``: the theorem's own, larger
-    ``kl(delta, 1 - delta)`` and each model's trials capped at ``cap`` per question (a bound
-    for a capped campaign)."""
+def lower_bounds(truth: Truth, alpha: float, cap: int) -> tuple[float, float]:
+    """The delta-correct lower bound on expected trials, twice from one program solve: with
+    the program's constant ``log(1/(2.4 delta))`` (``x_lb``'s denominator), and with the
+    theorem's own, larger ``kl(delta, 1 - delta)`` and each model's trials capped at ``cap``
+    per question (a bound for a capped campaign)."""
     t = program.lower_bound_trials(truth.scores, true_variance(truth, "neyman"), alpha, EPSILON)
-    if cap is None:
-        return float(t.sum())
     kl = (1 - 2 * alpha) * math.log((1 - alpha) / alpha)
     scaled = t * kl / program.kl_log_term(alpha)
-    return float(np.minimum(scaled, cap * truth.shape[1]).sum())
+    return float(t.sum()), float(np.minimum(scaled, cap * truth.shape[1]).sum())
 
 
 def fixed_n_reliability(
@@ -500,8 +501,7 @@ def evaluate(
         correct_all = float(np.mean([d and not any(w for _, _, w in c) for c, _, d, _ in results]))
         alpha = 1 - 0.95
         pair_alpha = alpha / (num_models - 1) if design.error_control == "ranking" else alpha
-        lb = lower_bound(truth, pair_alpha)
-        capped_lb = lower_bound(truth, pair_alpha, cap)
+        lb, capped_lb = lower_bounds(truth, pair_alpha, cap)
         fixed_n = None
         if correct_all > 0 and outcomes is None:
             fixed_n = fixed_n_equal(truth, correct_all, pair_alpha, cap)
@@ -509,9 +509,11 @@ def evaluate(
         same_n = max(1, round(float(trials.mean()) / (num_models * num_questions)))
         fixed_reps = min(reps, 200)
         same_decided, same_wrong = fixed_n_decisions(
-            truth, same_n, pair_alpha, fixed_reps, outcomes
+            truth, same_n, pair_alpha, fixed_reps, outcomes, with_replacement
         )
-        cap_decided, cap_wrong = fixed_n_decisions(truth, cap, pair_alpha, fixed_reps, outcomes)
+        cap_decided, cap_wrong = fixed_n_decisions(
+            truth, cap, pair_alpha, fixed_reps, outcomes, with_replacement
+        )
         low, high = seq.wilson_interval(run_wrong, reps)
         plow, phigh = seq.wilson_interval(worst, reps)
         rows.append(

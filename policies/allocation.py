@@ -230,14 +230,19 @@ class TrackAndStop:
         if not pairs:
             return np.zeros(view.num_models), costs
         index = np.asarray(pairs, dtype=np.int64)
-        theta = view.theta
+        theta, variance = self.program_inputs(view)
         epsilon = view.rope
         gap = lower_bound.pair_gap(theta[index[:, 0]] - theta[index[:, 1]], epsilon)
         floor = epsilon * self.gap_floor if epsilon else 1e-3
         gap = np.maximum(gap, floor)
         radius = gap**2 / (2 * lower_bound.kl_log_term(view.pair_alpha()))
-        variance = per_trial_variance(view, self.questions)
         return lower_bound.allocation_program(variance, index, radius, costs), costs
+
+    def program_inputs(self, view: CampaignView) -> tuple[np.ndarray, np.ndarray]:
+        """What the program plugs in: the decision scores (L,) and each model's per-trial
+        variance A (L,) under the question scheme (benchmarks/sequential.py's oracle gives it
+        the truth instead)."""
+        return view.theta, per_trial_variance(view, self.questions)
 
     def __call__(
         self,

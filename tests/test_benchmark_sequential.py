@@ -82,12 +82,11 @@ def test_the_capped_bound_uses_the_theorems_constant_and_the_cap() -> None:
     truth = Truth(np.stack([1 - p, p], axis=2), np.array([0.0, 1.0]))
     delta = 0.025
     kl = (1 - 2 * delta) * np.log((1 - delta) / delta)
-    loose = bench.lower_bound(truth, delta)
-    uncapped = bench.lower_bound(truth, delta, cap=10**9)
+    loose, uncapped = bench.lower_bounds(truth, delta, cap=10**9)
     assert np.isclose(uncapped, loose * kl / program.kl_log_term(delta), rtol=1e-12)
     assert uncapped > loose
     # A cap below every model's share: each model gets exactly cap trials per question.
-    assert bench.lower_bound(truth, delta, cap=1) == 3 * 3
+    assert bench.lower_bounds(truth, delta, cap=1) == (loose, 3 * 3)
 
 
 def test_the_futility_calibration_records_each_check_and_restores_the_rule() -> None:
