@@ -129,7 +129,10 @@ def main() -> None:
         parser.error("give one of --campaign NAME or --replay FILE")
     outcomes = None
     if args.replay is not None:
-        truth, outcomes = replay_truth(args.replay, "outcomes")
+        try:
+            truth, outcomes = replay_truth(args.replay, "outcomes")
+        except (OSError, KeyError, ValueError) as error:
+            parser.error(f"--replay {args.replay}: cannot read its outcomes ({error})")
         cap, round_trials = outcomes.shape[2], 256
     else:
         campaigns = suite(args.questions)

@@ -105,3 +105,19 @@ def test_the_futility_calibration_records_each_check_and_restores_the_rule() -> 
     settled = rows[:, 2] == 1
     assert (rows[:, 3] > 0).all() and np.isnan(rows[~settled, 4]).all()
     assert (rows[settled, 4] > 0).all()
+
+
+def test_the_futility_calibration_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    script = str(REPO / "benchmarks" / "futility_calibration.py")
+    for args, named in (
+        (["--replay", str(tmp_path / "missing.npz")], "cannot read its outcomes"),
+        (["--campaign", "no such campaign"], "not one of"),
+        ([], "give one of --campaign NAME or --replay FILE"),
+    ):
+        done = subprocess.run(
+            [sys.executable, script, *args], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2, done.stderr[-400:]
+        assert named in done.stderr and "Traceback" not in done.stderr
