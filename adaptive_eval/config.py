@@ -697,21 +697,42 @@ def _clip(text: str, keep: int = 60) -> str:
     return repr(text) if len(text) <= keep else repr(text[:keep]) + f" ... ({len(text):,} chars)"
 
 
+_OVERRIDE_SHOWN = re.compile(r"[A-Za-z0-9_.\[\]-]*")
+
+
+def _shown_override(override: str) -> str:
+    """An override as an error line shows it: its key only, never its value (which may be a
+    credential: ``--set models[0].options.headers.x-api-key=...``).
+
+    >>> _shown_override("models[0].options.headers.x-key=sk-123")
+    "'models[0].options.headers.x-key=...'"
+    >>> _shown_override("headers.x-key: sk-123")
+    "'headers.x-key...'"
+    """
+    key, equals, _ = override.partition("=")
+    if equals:
+        return _clip(f"{key}=...")
+    shown = _OVERRIDE_SHOWN.match(override)
+    return _clip(f"{shown.group(0) if shown else ''}...")
+
+
 def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
-    """Set one ``KEY.PATH=VALUE`` (YAML value); list items by index: ``models[0].workers=2``."""
+    """Set one ``KEY.PATH=VALUE`` (YAML value); list items by index: ``models[0].workers=2``.
+    Error lines name the override by its key alone (:func:`_shown_override`)."""
+    shown = _shown_override(override)
     if "=" not in override:
-        raise InputError(f"override {override!r} is not KEY=VALUE", source=source)
+        raise InputError(f"override {shown} is not KEY=VALUE", source=source)
     dotted, raw = override.split("=", 1)
     if dotted.count(".") + dotted.count("[") >= MAX_YAML_DEPTH:
         raise InputError(
-            f"override {_clip(override)}: its key has more than {MAX_YAML_DEPTH} parts (a "
+            f"override {shown}: its key has more than {MAX_YAML_DEPTH} parts (a "
             "config nests a few levels)",
             source=source,
         )
     try:
         path = _override_path(dotted)
     except ValueError as error:
-        raise InputError(f"override {override!r}: bad key part {error}", source=source) from None
+        raise InputError(f"override {shown}: bad key part {error}", source=source) from None
     node: Any = data
     for depth, key in enumerate(path[:-1]):
         where = _location(tuple(path[: depth + 1]))
@@ -719,24 +740,31 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
             if not isinstance(node, list) or not -len(node) <= key < len(node):
                 size = len(node) if isinstance(node, list) else "no"
                 raise InputError(
-                    f"override {override!r}: {where} is not an item of a list ({size} items)",
+                    f"override {shown}: {where} is not an item of a list ({size} items)",
                     source=source,
                 )
             node = node[key]
         else:
             if not isinstance(node, dict):
-                raise InputError(f"override {override!r}: {where} is not a mapping", source=source)
+                raise InputError(f"override {shown}: {where} is not a mapping", source=source)
             node = node.setdefault(key, {})
     last = path[-1]
     if isinstance(last, int):
         if not isinstance(node, list) or not -len(node) <= last < len(node):
-            raise InputError(f"override {override!r}: no list item {last}", source=source)
+            raise InputError(f"override {shown}: no list item {last}", source=source)
     elif not isinstance(node, dict):
         raise InputError(
-            f"override {override!r}: {_location(tuple(path[:-1]))} is not a mapping",
+            f"override {shown}: {_location(tuple(path[:-1]))} is not a mapping",
             source=source,
         )
-    node[last] = load_yaml(raw, f"{source}: override {_clip(override)}")
+    try:
+        node[last] = load_yaml(raw, f"{source}: override {shown}")
+    except InputError as error:
+        # The parser's detail may quote the value, which may be a credential: its position only.
+        raise InputError(
+            f"override {shown}: its value is {error.message.split(':')[0]} (quote it: KEY='VALUE')",
+            source=source,
+        ) from None
 
 
 #: The most nodes a config may expand to once its aliases are followed. A config is a few

@@ -8,6 +8,13 @@ completion. ``fail_forever`` fails every request with ``fail_status``; ``reject_
 answers 400 to a request that asks for log-probs (as servers without them do); ``choices`` > 1
 answers with that many choices, as a server that ignores ``n=1`` would.
 
+Hostile steps (issue 40): ``"echo-401"`` answers 401 "Incorrect API key provided: <key>" with the
+bare key of the request's ``Authorization`` header and ``"echo-html"`` a 502 HTML page holding it
+and every other header value, as gateways do; ``"trickle"`` sends a valid answer one byte every
+``trickle_s`` seconds; ``"huge"`` answers 200 with ``huge_bytes`` of body, written as it goes
+(the server never holds it); a valid answer's ``usage`` is replaced by ``usage`` where given
+(``{"completion_tokens": 2**62}``), and its ``model`` by ``served_model``.
+
 ``GET /v1/models`` lists the model as ``{"id": model, **card}`` (``card``: vLLM's ``root``,
 ``owned_by``, ``max_model_len``, ...; ``models=False`` answers 404 instead) and ``GET /version``
 answers ``{"version": version}`` where ``version`` is set (else 404), as a vLLM server does;
@@ -63,7 +70,15 @@ class FlakyServer:
         card: Mapping[str, Any] | None = None,
         models: bool = True,
         version: str | None = None,
+        trickle_s: float = 0.2,
+        huge_bytes: int = 50 << 20,
+        usage: Mapping[str, Any] | None = None,
+        served_model: str | None = None,
     ) -> None:
+        self.trickle_s = trickle_s
+        self.huge_bytes = huge_bytes
+        self.usage = None if usage is None else dict(usage)
+        self.served_model = served_model
         self.choices = choices
         self.card = dict(card or {})
         self.models = models
@@ -237,6 +252,15 @@ class _Handler(BaseHTTPRequestHandler):
         if step == "hang":
             state._closed.wait(state.hang_s)
             step = None
+        if step in ("echo-401", "echo-html"):
+            self._echo(str(step))
+            return
+        if step == "huge":
+            self._huge(state.huge_bytes)
+            return
+        trickle = step == "trickle"
+        if trickle:
+            step = None
         if isinstance(step, int):
             headers = {}
             if state.retry_after is not None:
@@ -257,7 +281,64 @@ class _Handler(BaseHTTPRequestHandler):
         text = completion_text(seed, prompt, state.answers)
         answer = _response(body, chat, text, state.model)
         answer["choices"] = [{**answer["choices"][0], "index": i} for i in range(state.choices)]
+        if state.usage is not None:
+            answer["usage"] = state.usage
+        if state.served_model is not None:
+            answer["model"] = state.served_model
+        if trickle:
+            self._trickle(answer)
+            return
         self._send(200, answer)
+
+    def _echo(self, step: str) -> None:
+        """A gateway's error holding the credentials it was sent."""
+        bearer = self.headers.get("Authorization") or ""
+        key = bearer.removeprefix("Bearer ").strip()
+        if step == "echo-401":
+            message = f"Incorrect API key provided: {key}. You can find your API key at ..."
+            self._send(401, {"error": {"message": message, "code": "invalid_api_key"}})
+            return
+        values = " ".join(f"<li>{k}: {v}</li>" for k, v in self.headers.items())
+        page = f"<html><body><h1>502 Bad Gateway</h1><p>key {key}</p><ul>{values}</ul></body>"
+        data = page.encode()
+        self.send_response(502)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _trickle(self, answer: dict[str, Any]) -> None:
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.flush()
+        state = self.server_state
+        for i in range(len(data)):
+            if state._closed.wait(state.trickle_s):
+                return
+            try:
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up
+
+    def _huge(self, size: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")  # no Content-Length to refuse it by
+        self.end_headers()
+        block = b'{"pad": "' + b"x" * (1 << 20)
+        sent = 0
+        try:
+            while sent < size:
+                chunk = block[: min(len(block), size - sent)]
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return  # the client gave up, as it should
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ rendered question as a raw prompt (no template: use it for base models). A worke
 is the worker's, shared by every batch queued at it, so it stays full across batch boundaries.
 
 Failures: 429, 5xx, 408, dropped connections and timeouts are retried with exponential backoff
-(``backoff * 2**attempt`` seconds, capped at ``backoff_max``, honouring ``Retry-After``), up to
+(``backoff * 2**attempt`` seconds, capped at ``backoff_max``, or at least ``Retry-After`` where
+the server sends one, up to :data:`MAX_RETRY_AFTER_S`), up to
 ``max_retries`` times; a request that still fails, or any other error status, raises
 :class:`~adaptive_eval.base.errors.BackendError`, so the whole batch is re-dispatched later and
 nothing
@@ -28,6 +29,7 @@ The model's identity carries what the server reports serving when the campaign i
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -38,7 +40,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 from adaptive_eval.backends.generation import (
@@ -56,14 +61,16 @@ from adaptive_eval.backends.generation_worker import (
     Window,
 )
 from adaptive_eval.backends.served_identity import TIMEOUT_S, server_identity
-from adaptive_eval.base.errors import BackendError, InputError
-from adaptive_eval.base.redact import REDACTED
+from adaptive_eval.base.errors import BackendError, InputError, printable
+from adaptive_eval.base.redact import REDACTED, remember, remember_secret, scrub
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.grading import GeneratedSample, Graded
 from adaptive_eval.registry import backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")
+#: The longest ``Retry-After`` honoured, in seconds (a longer one is waited this long).
+MAX_RETRY_AFTER_S = 600.0
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 #: Where the server lives decides nothing about the trials: a resume may point at a moved server.
 OPENAI_EXECUTION_OPTIONS = EXECUTION_OPTIONS | {"base_url"}
@@ -75,10 +82,15 @@ BACKEND_OPTIONS = {
     "endpoint": "chat (default: /chat/completions with messages) or completions (raw prompt)",
     "api_key_env": "environment variable holding the API key (read in the worker)",
     "max_concurrency": "requests in flight per worker (default 8)",
-    "timeout_s": "seconds before a request times out (default 600)",
+    "timeout_s": "seconds a request may take in all, however slowly the server sends its answer "
+    "(a trickling server does not hold it longer; default 600): past it the request is "
+    "retried",
+    "max_response_bytes": "largest response read, in bytes (default 32 MiB): a larger one is "
+    "abandoned as it arrives and retried, so memory stays near this size",
     "max_retries": "retries of a failing request before the batch fails (default 5)",
     "backoff": "first retry delay in seconds, doubled each retry (default 1)",
-    "backoff_max": "longest retry delay in seconds (default 60)",
+    "backoff_max": "longest retry delay of our own backoff in seconds (default 60); a server's "
+    "Retry-After is waited in full (up to 600 s)",
     "prompt_logprobs": "ask for prompt log-probs (vLLM servers only; default false)",
     "extra_body": "more request fields (top_k, stop, ...), sent as they are",
     "headers": "more HTTP headers",
@@ -97,6 +109,7 @@ class OpenAISettings:
     api_key_env: str | None = None
     max_concurrency: int = 8
     timeout_s: float = 600.0
+    max_response_bytes: int = 32 << 20
     max_retries: int = 5
     backoff: float = 1.0
     backoff_max: float = 60.0
@@ -158,62 +171,126 @@ def _prompt_logprob_sum(entries: Any) -> float | None:
     return _sum_logprobs(values)
 
 
-def parse_response(
-    data: Any, endpoint: str, logprobs: bool
-) -> tuple[GeneratedSample, dict[str, Any]]:
-    """A chat or text completion response -> (sample without latency, extra signals)."""
-    if (
-        not isinstance(data, dict)
-        or not isinstance(data.get("choices"), list)
-        or not data["choices"]
-    ):
-        raise BackendError(f"malformed response (no choices): {str(data)[:300]}")
-    if len(data["choices"]) != 1:
+class _Lenient(BaseModel):
+    """The fields of a response that are read, typed; any other field is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+#: The most tokens one response may claim (``usage``): a count above it is a broken or hostile
+#: server, not a completion (``2**62`` made summary.json's ``tokens_used`` negative).
+MAX_TOKEN_COUNT = 1 << 30
+_Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKEN_COUNT)]
+
+
+class _Message(_Lenient):
+    content: str | None = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+
+
+class _ChoiceLogprobs(_Lenient):
+    content: list[Any] | None = None  # chat: [{"logprob": ...}, ...]
+    token_logprobs: list[Any] | None = None  # completions
+
+
+class _Choice(_Lenient):
+    message: _Message | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+    logprobs: _ChoiceLogprobs | None = None
+    prompt_logprobs: Any = None
+
+
+class _Usage(_Lenient):
+    prompt_tokens: _Count | None = None
+    completion_tokens: _Count | None = None
+
+
+class _Response(_Lenient):
+    id: Any = None
+    model: Any = None
+    system_fingerprint: Any = None
+    choices: list[_Choice]
+    usage: _Usage | None = None
+    prompt_logprobs: Any = None
+
+
+def _short(value: Any, most: int = 200) -> str | None:
+    """A server's descriptive value (id, model) as text cut to ``most`` characters; None for
+    anything that is not a string."""
+    return value[:most] if isinstance(value, str) else None
+
+
+def _validated(data: Any, source: str) -> _Response:
+    if not isinstance(data, dict):
+        raise BackendError(f"{source}: malformed response: not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BackendError(f"{source}: malformed response: no choices")
+    if len(choices) != 1:
         # n=1 was asked for: several choices mean the server ignored the request, and taking
         # the first would record a sample that was not drawn with this trial's seed alone.
         raise BackendError(
-            f"response has {len(data['choices'])} choices where n=1 was asked for; the server "
-            f"does not honour n (id {data.get('id')!r})"
+            f"{source}: response has {len(choices)} choices where n=1 was asked for; the "
+            f"server does not honour n (id {printable(str(data.get('id')))[:100]!r})"
         )
-    choice = data["choices"][0]
-    usage = data.get("usage") or {}
+    try:
+        return _Response.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        shown = printable(repr(first.get("input")))
+        shown = shown if len(shown) <= 80 else f"{shown[:80]}..."
+        raise BackendError(
+            f"{source}: malformed response: {where} = {shown}: {first['msg']}"
+        ) from None
+
+
+def parse_response(
+    data: Any, endpoint: str, logprobs: bool, source: str = "server"
+) -> tuple[GeneratedSample, dict[str, Any]]:
+    """A chat or text completion response -> (sample without latency, extra signals).
+
+    The fields read are validated first (:class:`_Response`): a wrong type, a negative or
+    absurd token count (above :data:`MAX_TOKEN_COUNT`) is a :class:`BackendError` naming
+    ``source`` (the server's URL), the field and its value."""
+    response = _validated(data, source)
+    choice = response.choices[0]
+    usage = response.usage or _Usage()
+    chat_logprobs = choice.logprobs or _ChoiceLogprobs()
     if endpoint == "chat":
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
+        message = choice.message or _Message()
+        text = message.content or ""
         token_logprobs = [
-            entry.get("logprob") for entry in ((choice.get("logprobs") or {}).get("content") or [])
+            entry.get("logprob") if isinstance(entry, dict) else None
+            for entry in chat_logprobs.content or []
         ]
     else:
-        text = choice.get("text") or ""
-        token_logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
-    if not isinstance(text, str):
-        raise BackendError(f"malformed response (text is {type(text).__name__})")
-    completion_tokens = usage.get("completion_tokens")
-    prompt_tokens = usage.get("prompt_tokens")
-    if not isinstance(completion_tokens, int):
+        text = choice.text or ""
+        token_logprobs = list(chat_logprobs.token_logprobs or [])
+    completion_tokens = usage.completion_tokens
+    if completion_tokens is None:
         completion_tokens = len(token_logprobs) if token_logprobs else 0
     cumulative = _sum_logprobs(token_logprobs) if logprobs and token_logprobs else None
     sample = GeneratedSample(
         text=text,
         completion_tokens=completion_tokens,
-        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else 0,
-        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=usage.prompt_tokens or 0,
+        finish_reason=choice.finish_reason,
         cumulative_logprob=cumulative,
         # vLLM puts them on the response (chat) or on the choice (completions).
-        prompt_logprob_sum=_prompt_logprob_sum(
-            choice.get("prompt_logprobs") or data.get("prompt_logprobs")
-        ),
+        prompt_logprob_sum=_prompt_logprob_sum(choice.prompt_logprobs or response.prompt_logprobs),
     )
     extra: dict[str, Any] = {
-        "response_id": data.get("id"),
-        "served_model": data.get("model"),
-        "system_fingerprint": data.get("system_fingerprint"),
+        "response_id": _short(response.id),
+        "served_model": _short(response.model),
+        "system_fingerprint": _short(response.system_fingerprint),
         "logprob_tokens": len(token_logprobs) if cumulative is not None else None,
     }
     if endpoint == "chat":
-        reasoning = (choice.get("message") or {}).get("reasoning_content") or (
-            choice.get("message") or {}
-        ).get("reasoning")
+        message = choice.message or _Message()
+        reasoning = message.reasoning_content or message.reasoning
         if isinstance(reasoning, str) and reasoning:
             extra["reasoning_chars"] = len(reasoning)
     return sample, extra
@@ -242,6 +319,7 @@ class OpenAIWorker(GenerationWorker):
             ) from error
         self._httpx = httpx
         headers = {"Content-Type": "application/json", **settings.headers}
+        remember(settings.headers, in_headers=True)  # this process may be a Ray worker's
         if settings.api_key_env:
             key = os.environ.get(settings.api_key_env)
             if not key:
@@ -250,6 +328,7 @@ class OpenAIWorker(GenerationWorker):
                     f"{settings.api_key_env}, which is not set in the worker's "
                     "environment"
                 )
+            remember_secret(key)  # a server echoing it is scrubbed from every message
             headers["Authorization"] = f"Bearer {key}"
         limits = httpx.Limits(
             max_connections=settings.max_concurrency,
@@ -310,49 +389,87 @@ class OpenAIWorker(GenerationWorker):
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         settings = self.settings
-        delay = settings.backoff * (2**attempt) * (1 + 0.1 * random.random())
+        backoff = settings.backoff * (2**attempt) * (1 + 0.1 * random.random())
+        delay = min(backoff, settings.backoff_max)
         if retry_after is not None:
-            delay = max(delay, retry_after)
-        return float(min(delay, settings.backoff_max))
+            # At least what the server asks for (``backoff_max`` bounds our own backoff only),
+            # up to MAX_RETRY_AFTER_S: a server asking for hours is treated as asking for that.
+            delay = max(delay, min(retry_after, MAX_RETRY_AFTER_S))
+        return float(delay)
+
+    def _read_body(self, response: Any, deadline: float) -> bytearray:
+        """The response's body, read as it arrives: abandoned (retryable) once it is larger
+        than ``max_response_bytes`` or the request has taken longer than ``timeout_s``."""
+        settings = self.settings
+        cap = settings.max_response_bytes
+        declared = str(response.headers.get("content-length") or "")
+        if declared.isdigit() and int(declared) > cap:
+            raise _Retryable(
+                f"response of {int(declared):,} bytes is larger than max_response_bytes = {cap:,}",
+                "response too large",
+            )
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > cap:
+                raise _Retryable(
+                    f"response larger than max_response_bytes = {cap:,} (abandoned at "
+                    f"{len(body):,} bytes)",
+                    "response too large",
+                )
+            if time.monotonic() > deadline:
+                raise self._timed_out(len(body))
+        return body
+
+    def _timed_out(self, received: int) -> _Retryable:
+        return _Retryable(
+            f"timed out: the answer took longer than timeout_s = {self.settings.timeout_s:g} s "
+            f"({received:,} bytes received)",
+            "timeout",
+        )
 
     def _post_once(self, body: dict[str, Any]) -> Any:
         httpx = self._httpx
+        settings = self.settings
+        deadline = time.monotonic() + settings.timeout_s
         try:
-            response = self.client.post(self.settings.url, json=body)
+            with self.client.stream("POST", settings.url, json=body) as response:
+                status = response.status_code
+                retry_after = _retry_after(response.headers.get("retry-after"))
+                content = self._read_body(response, deadline)
         except httpx.TimeoutException as error:
             raise _Retryable(
-                f"timed out after {self.settings.timeout_s:g} s ({type(error).__name__})",
-                "timeout",
+                f"timed out after {settings.timeout_s:g} s ({type(error).__name__})", "timeout"
             ) from error
         except httpx.TransportError as error:
             raise _Retryable(
-                f"connection error: {type(error).__name__}: {error}", "connection error"
+                f"connection error: {type(error).__name__}: {scrub(str(error))}",
+                "connection error",
             ) from error
-        if response.status_code in RETRY_STATUS or response.status_code >= 500:
-            raise _Retryable(
-                f"HTTP {response.status_code}: {response.text[:200]}",
-                f"HTTP {response.status_code}",
-                _retry_after(response.headers.get("retry-after")),
-            )
+        if time.monotonic() > deadline:
+            raise self._timed_out(len(content))
+
+        def text(most: int) -> str:
+            # Scrubbed before it is cut, so a key the server echoes is never left in part.
+            return scrub(content.decode("utf-8", errors="replace"))[:most]
+
+        if status in RETRY_STATUS or status >= 500:
+            raise _Retryable(f"HTTP {status}: {text(200)}", f"HTTP {status}", retry_after)
         if (
-            response.status_code == 400
+            status == 400
             and self.use_logprobs
-            and "logprob" in response.text.lower()
+            and b"logprob" in content.lower()
             and ("logprobs" in body or "top_logprobs" in body)
         ):
             with self._lock:
                 self.use_logprobs = False  # this server offers no log-probs
-            raise _LogprobsRejected(response.text[:200])
-        if response.status_code >= 400:
-            raise BackendError(
-                f"{self.settings.url}: HTTP {response.status_code}: {response.text[:500]}"
-            )
+            raise _LogprobsRejected(text(200))
+        if status >= 400:
+            raise BackendError(f"{settings.url}: HTTP {status}: {text(500)}")
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError as error:
-            raise _Retryable(
-                f"response is not JSON: {response.text[:200]!r}", "not JSON"
-            ) from error
+            raise _Retryable(f"response is not JSON: {text(200)!r}", "not JSON") from error
 
     def request(self, request: TrialRequest, abort: threading.Event | None = None) -> Generated:
         settings = self.settings
@@ -369,7 +486,10 @@ class OpenAIWorker(GenerationWorker):
             try:
                 data = self._post_once(body)
                 sample, extra = parse_response(
-                    data, settings.endpoint, "logprobs" in body or "top_logprobs" in body
+                    data,
+                    settings.endpoint,
+                    "logprobs" in body or "top_logprobs" in body,
+                    source=settings.url,
                 )
             except _LogprobsRejected:
                 continue  # asked again at once, without log-probs; not a failed attempt
@@ -468,6 +588,15 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         )
     if not base_url.startswith(("http://", "https://")):
         raise options.error("base_url", f"must start with http:// or https://, got {base_url!r}")
+    if "@" in urlsplit(base_url).netloc:
+        # httpx would send Basic auth built from it, silently replacing a configured
+        # Authorization header, and the URL is printed in messages: refused, never shown.
+        remember(base_url)
+        raise options.error(
+            "base_url",
+            "holds user-info (user:password@host); it is not shown. Give the credential in "
+            "options.api_key_env or options.headers instead",
+        )
     model = options.string("model") or entry.name
     if not model:
         raise InputError(
@@ -490,6 +619,8 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         timeout_s=float(
             options.number("timeout_s", 600.0, minimum=0, exclusive_minimum=True) or 600.0
         ),
+        max_response_bytes=options.integer("max_response_bytes", 32 << 20, minimum=1024)
+        or 32 << 20,
         max_retries=options.integer("max_retries", 5, minimum=0) or 0,
         backoff=float(options.number("backoff", 1.0, minimum=0) or 0.0),
         backoff_max=float(options.number("backoff_max", 60.0, minimum=0) or 0.0),
@@ -508,6 +639,8 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         if api_key_env and (key := os.environ.get(api_key_env))
         else {}
     )
+    if auth:
+        remember_secret(auth["Authorization"])  # and the bare key, scrubbed wherever echoed
     sent = {**headers, **auth}
     if any(REDACTED in str(value) for value in sent.values()):
         # A config copied from a run folder: the marker is no credential, and preflight refuses

@@ -13,6 +13,13 @@ with a credential word in it (``token``, ``secret``, ``password``, ``key``, ``au
 ``auth``, ``hf``, ... counted). Counts, descriptions and names are not credentials:
 ``max_tokens`` (plural), ``key`` alone (an npz array name), keys whose last word points at or
 describes one (``api_key_env``, ``token_file``, ``auth_type``), a tokenizer's ``eos_token``.
+
+HTTP headers are judged by a list of safe names instead: every value under a ``headers`` mapping
+is a credential (``api-subscription``, ``X-Access`` were stored in plain text when names
+decided) unless its header is listed in :data:`SAFE_HEADERS` (``Content-Type``, ``Accept``,
+tracing ids). Values a process reads at run time (an API key from the environment named by
+``api_key_env``, a URL's user-info) are noted with :func:`remember_secret`, so that a server
+echoing the bare key in an error or a page never reaches the console or a file.
 """
 
 from __future__ import annotations
@@ -48,8 +55,19 @@ _TOKEN_NAMES = frozenset(
     {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "start", "end", "stop"}
     | {"max", "min", "num", "image", "audio", "video"}
 )
+#: Header names whose values are not credentials (compared lower-case); every other header's
+#: value is one.
+SAFE_HEADERS = frozenset(
+    {
+        *("content-type", "accept", "accept-encoding", "accept-language", "user-agent"),
+        *("x-request-id", "x-trace", "x-trace-id", "traceparent", "tracestate"),
+        *("openai-beta", "cache-control"),
+    }
+)
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
+#: A URL's user-info (``user:password@``, or a bare key as ``key@``), redacted whole.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+_URL_USERINFO = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://([^/\s@]+)@")
 _BEARER = re.compile(r"\b(Bearer)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 
 #: Credential values seen in configs loaded by this process, scrubbed from any text printed.
@@ -82,6 +100,14 @@ def is_secret_key(key: str) -> bool:
     return False
 
 
+def _is_secret(key: str, in_headers: bool) -> bool:
+    """Whether the value under ``key`` is a credential; ``in_headers``: ``key`` names an HTTP
+    header (a key of a ``headers`` mapping), a credential unless listed safe."""
+    if in_headers:
+        return key.strip().lower() not in SAFE_HEADERS
+    return is_secret_key(key)
+
+
 def _secret_text(value: str) -> str:
     """``value`` with a URL's password or a ``Bearer`` credential in it redacted."""
     value = _URL_PASSWORD.sub(rf"\1{REDACTED}@", value)
@@ -100,12 +126,12 @@ def without_secrets(data: Any) -> Any:
     return _cleaned(data, drop_keys=True)
 
 
-def _cleaned(data: Any, drop_keys: bool) -> Any:
+def _cleaned(data: Any, drop_keys: bool, in_headers: bool = False) -> Any:
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
-            if not is_secret_key(str(key)):
-                out[key] = _cleaned(value, drop_keys)
+            if not _is_secret(str(key), in_headers):
+                out[key] = _cleaned(value, drop_keys, str(key).lower() == "headers")
             elif not drop_keys:
                 out[key] = None if value is None else REDACTED
         return out
@@ -116,18 +142,36 @@ def _cleaned(data: Any, drop_keys: bool) -> Any:
     return data
 
 
-def remember(data: Any) -> None:
-    """Note the credentials in a config mapping, so :func:`scrub` removes them from any text."""
+def remember_secret(value: object) -> None:
+    """Note one credential value (an API key read from the environment, a URL's password), so
+    that :func:`scrub` removes it, and each long word of it, from any text this process
+    writes. Values shorter than 4 characters are not noted (they would redact ordinary text)."""
+    text = str(value)
+    if len(text) >= 4:
+        _known.add(text)
+        _known.update(part for part in text.split() if len(part) >= 8)
+
+
+def remember(data: Any, in_headers: bool = False) -> None:
+    """Note the credentials in a config mapping (values under credential keys, every header
+    value not listed safe, URL passwords), so :func:`scrub` removes them from any text."""
     if isinstance(data, dict):
         for key, value in data.items():
-            if is_secret_key(str(key)) and isinstance(value, str | int) and len(str(value)) >= 4:
-                _known.add(str(value))
-                _known.update(part for part in str(value).split() if len(part) >= 8)
+            if _is_secret(str(key), in_headers) and isinstance(value, str | int):
+                # A header that is no credential by name is noted only when long enough to be
+                # one, so that a short value ("json", a region) is not scrubbed from all text.
+                if is_secret_key(str(key)) or len(str(value)) >= 8:
+                    remember_secret(value)
             else:
-                remember(value)
+                remember(value, str(key).lower() == "headers")
     elif isinstance(data, list):
         for item in data:
             remember(item)
+    elif isinstance(data, str):
+        for match in _URL_USERINFO.finditer(data):
+            user, _, password = match.group(1).partition(":")
+            for part in (password, user if len(user) >= 8 else ""):
+                remember_secret(part)
 
 
 def scrub(text: str) -> str:
@@ -151,10 +195,12 @@ def redacted_fields(data: Any, path: str = "") -> list[str]:
 
 __all__ = [
     "REDACTED",
+    "SAFE_HEADERS",
     "is_secret_key",
     "redact",
     "redacted_fields",
     "remember",
+    "remember_secret",
     "scrub",
     "without_secrets",
 ]
