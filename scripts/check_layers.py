@@ -72,7 +72,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "adaptive_eval.outputs.provenance",
         ),
     ),
-    ("workflows", ("adaptive_eval.workflows.",)),
+    ("workflows", ("adaptive_eval.workflows.", "adaptive_eval.inspect.")),
     (
         "command line",
         (

@@ -1,0 +1,494 @@
+"""``inspect_ai.util.EarlyStopping`` backed by the project's decision core.
+
+One :class:`AdaptiveStopping` serves every model of an ``eval(task, model=[...])`` call:
+Inspect calls ``start_task`` once per eval (one per model), then ``schedule_sample(id, epoch)``
+before each run and ``complete_sample(id, epoch, scores)`` after it, without naming the model.
+The eval a call belongs to is read from Inspect's context: ``schedule_sample`` runs inside the
+sample's ``active_sample`` block, whose :class:`~inspect_ai.log._samples.ActiveSample` carries
+the ``eval_id`` that ``start_task``'s spec announced; ``complete_sample`` runs after that block,
+in the eval's task context, whose active model (``init_task_context``) names the model.
+
+Rounds are :class:`~adaptive_eval.inspect.rounds.RoundBook`'s: ``schedule_sample`` for an epoch
+whose round boundary has not come yet waits for it (the sample holds its slot meanwhile;
+Inspect schedules epoch by epoch, so the runs a round needs were scheduled before).
+A wait longer than ``wait_s`` (an eval that never started, ``max_tasks`` below the number of
+models, a trial that errored without a score) disengages the bridge: every later epoch runs,
+no further decision is taken, and the log says why. Never a decision on a partial view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.types import Verdict
+from adaptive_eval.campaign.checkpoint import Judge, exit_code
+from adaptive_eval.inspect.campaign import CampaignSpec, Goal
+from adaptive_eval.inspect.rounds import Fate, RoundBook
+from adaptive_eval.workflows.imports import DEFAULT_MAP, _norm, parse_map
+
+if TYPE_CHECKING:
+    from inspect_ai.dataset import Sample
+    from inspect_ai.log import EvalSpec
+    from inspect_ai.scorer import SampleScore
+    from inspect_ai.util import EarlyStop
+
+#: The inspect-ai releases the bridge is tested against (``pyproject.toml``'s ``inspect`` extra
+#: pins the newest): it reads the active sample's ``eval_id`` and the task's active model.
+SUPPORTED = ((0, 3, 285), (0, 3, 285))
+MANAGER = "adaptive_eval"
+#: Bumped when the metadata written to Inspect's log changes shape.
+METADATA_VERSION = 1
+
+
+def check_inspect_version(version: str | None = None) -> str:
+    """The installed inspect-ai version, or one line saying why the bridge cannot use it."""
+    try:
+        import inspect_ai
+    except ImportError:
+        raise InputError(
+            "inspect-ai is not installed; pip install 'adaptive-eval[inspect]'"
+        ) from None
+    found = version or str(inspect_ai.__version__)
+    try:
+        parts = tuple(int(p) for p in found.split("+")[0].split(".")[:3])
+    except ValueError:
+        raise InputError(f"inspect-ai version {found!r} is not a release number") from None
+    low, high = SUPPORTED
+    if not low <= parts <= high:
+        shown = ".".join(map(str, low)) + " - " + ".".join(map(str, high))
+        raise InputError(
+            f"inspect-ai {found} is not supported by adaptive_eval.inspect (tested: {shown}); "
+            "pip install 'adaptive-eval[inspect]' for the pinned release"
+        )
+    return found
+
+
+class ScoreMap:
+    """Inspect scores to categories, as ``import --format inspect`` maps them: ``C`` / 1 /
+    true -> 1 and ``I`` / 0 / false -> 0 by default, any other value by ``mapping``
+    (``{"P": 1}`` or ``["P=1"]``, the ``--map`` form); ``scorer`` names the scorer to read
+    when the task has several."""
+
+    def __init__(
+        self,
+        mapping: Mapping[Any, int] | Sequence[str] | None = None,
+        scorer: str | None = None,
+    ) -> None:
+        if mapping is None:
+            table = dict(DEFAULT_MAP)
+        elif isinstance(mapping, Mapping):
+            table = {_norm(k): int(v) for k, v in mapping.items()}
+        else:
+            table = parse_map(list(mapping))
+        self.table: dict[float | str, int] = table
+        self.scorer = scorer
+
+    def categories(self) -> int:
+        return max(self.table.values()) + 1
+
+    def category(self, scores: Mapping[str, SampleScore], where: str) -> int:
+        if self.scorer is not None:
+            if self.scorer not in scores:
+                raise InputError(
+                    f"{where}: no score from scorer {self.scorer!r} (scorers: "
+                    f"{', '.join(sorted(scores)) or 'none'})"
+                )
+            score = scores[self.scorer]
+        elif len(scores) == 1:
+            score = next(iter(scores.values()))
+        else:
+            raise InputError(
+                f"{where}: {len(scores)} scorers ({', '.join(sorted(scores))}); "
+                "name one with scorer="
+            )
+        value = score.score.value
+        try:
+            key = _norm(value)
+        except ValueError as error:
+            raise InputError(f"{where}: {error}") from None
+        if key not in self.table:
+            raise InputError(
+                f"{where}: score {value!r} has no category; map it with "
+                f"score_map={{{value!r}: CATEGORY}} (mapped: {sorted(map(str, self.table))})"
+            )
+        return self.table[key]
+
+
+#: Bridges by campaign name, so that the tasks ``eval_retry`` re-creates (one per log) share one.
+_SHARED: dict[str, AdaptiveStopping] = {}
+
+
+def adaptive_stopping(
+    name: str = "inspect",
+    goal: str = "rank",
+    *,
+    candidate: str | None = None,
+    margin: float | None = None,
+    settle_all: bool = False,
+    models: Sequence[str] | None = None,
+    policy: Mapping[str, Any] | None = None,
+    weights: Sequence[float] | None = None,
+    score_map: Mapping[Any, int] | Sequence[str] | None = None,
+    scorer: str | None = None,
+    wait_s: float = 600.0,
+    register_s: float = 1.0,
+    folder: str | Path | None = None,
+) -> AdaptiveStopping:
+    """The early stopping for a task (``Task(..., early_stopping=adaptive_stopping(...))``).
+
+    ``goal``: ``rank`` (settle the ranking at ``policy.confidence``) or ``compare``
+    (``candidate`` against every other model; ``margin``: non-inferiority). ``policy``: the
+    project's ``policy:`` section (confidence, rope, stopping, min_trials_per_question, ...;
+    ``max_trials_per_question`` is the task's epochs). ``models``: the eval's models, in the
+    order the campaign indexes them (default: those whose evals start within ``register_s``
+    seconds of each other, sorted). A bridge of the same ``name`` that has not finished is
+    returned again (``eval_retry`` builds the task once per log). Bad input is one
+    :class:`~adaptive_eval.base.errors.InputError` line here, before any sample runs.
+    """
+    check_inspect_version()
+    shared = _SHARED.get(name)
+    if shared is not None and not shared.done:
+        return shared
+    bridge = AdaptiveStopping(
+        name,
+        Goal(goal, candidate, margin, settle_all),
+        models=models,
+        policy=policy,
+        weights=weights,
+        score_map=ScoreMap(score_map, scorer),
+        wait_s=wait_s,
+        register_s=register_s,
+        folder=folder,
+    )
+    _SHARED[name] = bridge
+    return bridge
+
+
+class AdaptiveStopping:
+    """The EarlyStopping protocol (``start_task``, ``schedule_sample``, ``complete_sample``,
+    ``complete_task``) over one :class:`RoundBook` shared by every eval of the call."""
+
+    def __init__(
+        self,
+        name: str,
+        goal: Goal,
+        *,
+        models: Sequence[str] | None = None,
+        policy: Mapping[str, Any] | None = None,
+        weights: Sequence[float] | None = None,
+        score_map: ScoreMap | None = None,
+        wait_s: float = 600.0,
+        register_s: float = 1.0,
+        folder: str | Path | None = None,
+    ) -> None:
+        goal.check(models)
+        self.name = name
+        self.goal = goal
+        self.models = tuple(models) if models is not None else None
+        self.policy = dict(policy or {})
+        self.score_map = score_map or ScoreMap()
+        self.weights = tuple(
+            float(w) for w in (weights or range(self.score_map.categories()))
+        )
+        self.wait_s = wait_s
+        self.register_s = register_s
+        self.folder = Path(folder) if folder is not None else None
+        if "max_trials_per_question" in self.policy:
+            raise InputError(
+                "policy.max_trials_per_question is the task's epochs under Inspect; set epochs"
+            )
+        self.evals: dict[str, str] = {}  # eval id -> model
+        self.completed: set[str] = set()  # models whose eval completed
+        self.questions: tuple[str, ...] | None = None
+        self.epochs: int | None = None
+        self.book: RoundBook | None = None
+        self.judge: Judge | None = None
+        self.spec: CampaignSpec | None = None
+        self.disengaged: str | None = None
+        self.skipped: dict[str, int] = {}
+        self.overhead_s = 0.0
+        self.calls = 0
+        self._changed: asyncio.Condition | None = None
+        self._last_start = 0.0
+        self._index: dict[str, int] = {}
+        self._question_index: dict[str, int] = {}
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """Every eval that started has completed (a new eval() call gets a new bridge)."""
+        return bool(self.evals) and set(self.evals.values()) <= self.completed
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    # -- the protocol ---------------------------------------------------------------------------
+    async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
+        ids = tuple(str(s.id) for s in samples)
+        if self.questions is None:
+            self.questions, self.epochs = ids, epochs
+            self._question_index = {q: i for i, q in enumerate(ids)}
+        elif ids != self.questions or epochs != self.epochs:
+            raise InputError(
+                f"eval of {task.model} runs {len(ids)} samples x {epochs} epochs, another "
+                f"eval of this bridge {len(self.questions)} x {self.epochs}: one bridge decides "
+                "one task across models"
+            )
+        if self.models is not None and task.model not in self.models:
+            raise InputError(
+                f"model {task.model!r} is not among the bridge's models ({', '.join(self.models)})"
+            )
+        if task.model in self.evals.values() and task.eval_id not in self.evals:
+            # eval_retry: the same model's eval again, under a new id
+            self.completed.discard(task.model)
+        self.evals[task.eval_id] = task.model
+        minimum = int(self.policy.get("min_trials_per_question", 2))
+        if epochs < minimum:
+            raise InputError(
+                f"epochs={epochs} is below policy.min_trials_per_question={minimum}; run the "
+                f"task with epochs >= {minimum} (the cap of trials per sample)"
+            )
+        self._last_start = time.monotonic()
+        async with self._condition():
+            self._condition().notify_all()
+        return MANAGER
+
+    async def schedule_sample(self, id: str | int, epoch: int) -> EarlyStop | None:
+        from inspect_ai.util import EarlyStop
+
+        model = self._model_of_sample()
+        book = await self._book()
+        started = time.perf_counter()  # the bridge's own time, waits excluded
+        if book is None or self.disengaged:
+            return self._timed(started, None)
+        m, q = self._index[model], self._question_index[str(id)]
+        deadline = time.monotonic() + self.wait_s
+        condition = self._condition()
+        async with condition:
+            while True:
+                if self.disengaged:
+                    return self._timed(started, None)
+                fate = book.fate(m, q, epoch - 1)
+                if fate is Fate.RUN:
+                    return self._timed(started, None)
+                if fate is Fate.SKIP:
+                    self.skipped[model] = self.skipped.get(model, 0) + 1
+                    stop = book.stop
+                    reason = stop.detail if stop is not None else "campaign ended"
+                    return self._timed(
+                        started, EarlyStop(id=id, epoch=epoch, reason=reason or None)
+                    )
+                self.overhead_s += time.perf_counter() - started
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.disengaged = (
+                        f"waited {self.wait_s:g} s for round {book.state.applied_rounds + 1} "
+                        f"(sample {id}, epoch {epoch} of {model}); every later epoch runs"
+                    )
+                    condition.notify_all()
+                    return None
+                try:
+                    await asyncio.wait_for(condition.wait(), timeout=left)
+                except TimeoutError:
+                    pass
+                started = time.perf_counter()
+
+    async def complete_sample(
+        self, id: str | int, epoch: int, scores: dict[str, SampleScore]
+    ) -> None:
+        book = await self._book()
+        started = time.perf_counter()
+        model = self._model_of_task()
+        where = f"{model}, sample {id}, epoch {epoch}"
+        category = self.score_map.category(scores, where)
+        if category >= len(self.weights):
+            raise InputError(
+                f"{where}: category {category} has no rubric weight (weights: {list(self.weights)})"
+            )
+        if book is None:
+            return
+        applied = book.record(self._index[model], self._question_index[str(id)], epoch - 1, category)
+        self._timed(started, None)
+        if applied:
+            async with self._condition():
+                self._condition().notify_all()
+
+    async def complete_task(self) -> dict[str, Any]:
+        model = self._model_of_task()
+        # Every eval reports the campaign's end: wait (bounded) for the others' last rounds.
+        deadline = time.monotonic() + self.wait_s
+        condition = self._condition()
+        async with condition:
+            while (
+                self.book is not None
+                and not self.book.finished
+                and not self.disengaged
+                and time.monotonic() < deadline
+            ):
+                try:
+                    await asyncio.wait_for(condition.wait(), timeout=deadline - time.monotonic())
+                except TimeoutError:
+                    break
+        self.completed.add(model)
+        return self.metadata(model)
+
+    # -- reading Inspect's context --------------------------------------------------------------
+    def _model_of_sample(self) -> str:
+        from inspect_ai.log._samples import sample_active
+
+        active = sample_active()
+        if active is None or active.eval_id not in self.evals:
+            return self._model_of_task()
+        return self.evals[active.eval_id]
+
+    def _model_of_task(self) -> str:
+        from inspect_ai.log._samples import sample_active
+        from inspect_ai.model._model import active_model
+
+        active = sample_active()
+        if active is not None and active.eval_id in self.evals:
+            return self.evals[active.eval_id]
+        model = active_model()
+        name = None if model is None else str(model)
+        if name is None or name not in self.evals.values():
+            raise InputError(
+                f"cannot tell which eval a call belongs to (active model {name!r}; evals: "
+                f"{', '.join(sorted(set(self.evals.values())))})"
+            )
+        return name
+
+    async def _book(self) -> RoundBook | None:
+        """The campaign's round book, built once every eval has registered."""
+        if self.book is not None:
+            return self.book
+        condition = self._condition()
+        async with condition:
+            while self.book is None:
+                names = sorted(set(self.evals.values()))
+                if self.models is not None:
+                    ready = set(self.models) <= set(names)
+                else:
+                    ready = time.monotonic() - self._last_start >= self.register_s
+                if ready:
+                    self._open(tuple(self.models) if self.models is not None else tuple(names))
+                    condition.notify_all()
+                    break
+                try:
+                    await asyncio.wait_for(condition.wait(), timeout=self.register_s / 4)
+                except TimeoutError:
+                    pass
+        return self.book
+
+    def _open(self, models: tuple[str, ...]) -> None:
+        self.goal.check(models)
+        assert self.questions is not None and self.epochs is not None
+        self.spec = CampaignSpec(
+            self.name, models, self.questions, self.epochs, self.weights, self.policy, self.goal
+        )
+        folder = self.folder or Path(tempfile.mkdtemp(prefix="adaptive-eval-inspect-"))
+        campaign, self.judge = self.spec.build(folder)
+        self._index = {name: i for i, name in enumerate(models)}
+        self.book = RoundBook(campaign)
+
+    def _timed(self, started: float, value: Any) -> Any:
+        self.overhead_s += time.perf_counter() - started
+        self.calls += 1
+        return value
+
+    # -- what the log keeps ---------------------------------------------------------------------
+    def metadata(self, model: str) -> dict[str, Any]:
+        """The summary Inspect logs with the eval (``results.early_stopping.metadata``)."""
+        book, spec = self.book, self.spec
+        out: dict[str, Any] = {
+            "version": METADATA_VERSION,
+            "campaign": self.name,
+            "model": model,
+            "goal": {
+                "kind": self.goal.kind,
+                "candidate": self.goal.candidate,
+                "margin": self.goal.margin,
+                "settle_all": self.goal.settle_all,
+            },
+            "policy": self.policy,
+            "weights": list(self.weights),
+            "score_map": {str(k): v for k, v in self.score_map.table.items()},
+            "scorer": self.score_map.scorer,
+            "disengaged": self.disengaged,
+            "bridge_overhead_ms_per_call": 1e3 * self.overhead_s / max(self.calls, 1),
+        }
+        if book is None or spec is None:
+            return out
+        trials = book.used_trials()
+        names = spec.models
+        index = names.index(model)
+        fixed = len(spec.questions) * spec.epochs
+        view = book.view()
+        theta, se = view.theta, view.theta_se
+        out.update(
+            models=list(names),
+            samples=len(spec.questions),
+            epochs=spec.epochs,
+            rounds=book.state.applied_rounds,
+            finished=book.finished,
+            stop=None
+            if book.stop is None
+            else {"reason": book.stop.reason.value, "detail": book.stop.detail},
+            confidence=view.confidence,
+            error_control=view.error_control,
+            error_budget=round(1.0 - view.confidence, 12),
+            decisions=[
+                {
+                    "a": names[d.a],
+                    "b": names[d.b],
+                    "verdict": d.verdict.value,
+                    "z": None if not np.isfinite(d.z) else round(float(d.z), 6),
+                    "alpha": d.alpha,
+                    "look": d.look,
+                    "futile": d.futile,
+                }
+                for d in book.decisions
+            ],
+            scores={
+                n: {"estimate": float(theta[i]), "se": float(se[i])} for i, n in enumerate(names)
+            },
+            trials={n: int(trials[i].sum()) for i, n in enumerate(names)},
+            trials_fixed_n=fixed,
+            saved=round(1.0 - float(trials[index].sum()) / fixed, 6),
+            saved_all=round(1.0 - float(trials.sum()) / (fixed * len(names)), 6),
+            trials_per_sample=[int(n) for n in trials[index]],
+            skipped_epochs=self.skipped.get(model, 0),
+            unused_results=book.unused_results(),
+        )
+        if self.judge is not None:
+            verdicts = self.judge(book.decisions)
+            out["comparison"] = {
+                "candidate": self.goal.candidate,
+                "verdicts": {names[v.incumbent]: v.decision for v in verdicts},
+                "exit_code": exit_code([v.decision for v in verdicts]),
+            }
+        return out
+
+
+def settled(decisions: Sequence[Mapping[str, Any]]) -> int:
+    """How many of the logged decisions are settled (not undecided)."""
+    return sum(1 for d in decisions if d["verdict"] != Verdict.UNDECIDED.value)
+
+
+__all__ = [
+    "MANAGER",
+    "SUPPORTED",
+    "AdaptiveStopping",
+    "ScoreMap",
+    "adaptive_stopping",
+    "check_inspect_version",
+]

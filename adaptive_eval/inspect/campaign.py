@@ -1,0 +1,138 @@
+"""The campaign an Inspect eval is decided by: the project's own config, built by its own builder.
+
+The bridge writes a campaign folder (``campaign.yaml`` and ``trials.npz``, a ``replay`` of the
+(L, M, epochs) outcome tensor: placeholders while the eval runs, the recorded trials afterwards)
+and builds it with :func:`~adaptive_eval.campaign.build.build_campaign` (and
+:func:`~adaptive_eval.campaign.checkpoint.compare_campaign` for a candidate), exactly as
+``adaptive-eval run`` / ``compare`` build a campaign from a config. So the rules, their checks
+and their error messages are the project's, and ``adaptive-eval report`` of the Inspect logs runs
+the same config on the recorded trials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
+from adaptive_eval.config import CampaignConfig, load_config
+
+GOALS = ("rank", "compare")
+#: Allocators whose plans give a model the same trials on every sample: Inspect runs a
+#: sample's epochs in order, so a plan must ask for whole epochs of a model.
+EPOCH_ALLOCATORS = ("pairwise", "uniform")
+#: What the bridge sets unless the policy given says otherwise: one epoch per needed model and
+#: round (the finest look Inspect's epochs allow), pairs served by the pairwise allocator.
+BRIDGE_POLICY: dict[str, Any] = {"allocation": "pairwise", "round_trials": 1}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the campaign decides: ``rank`` the models, or ``compare`` a candidate against the
+    others (with ``margin``: a non-inferiority gate), as ``adaptive-eval compare`` does."""
+
+    kind: str = "rank"
+    candidate: str | None = None
+    margin: float | None = None
+    settle_all: bool = False
+
+    def check(self, models: Sequence[str] | None) -> None:
+        if self.kind not in GOALS:
+            raise InputError(f"goal must be one of {', '.join(GOALS)}, got {self.kind!r}")
+        if self.kind == "compare" and self.candidate is None:
+            raise InputError("goal 'compare' needs candidate= (the model to gate)")
+        if self.kind == "rank" and self.candidate is not None:
+            raise InputError("candidate= applies to goal 'compare', not 'rank'")
+        if self.margin is not None and (not math.isfinite(self.margin) or self.margin <= 0):
+            raise InputError(f"margin must be > 0, got {self.margin}")
+        if models is None:
+            return
+        if len(models) < 2:
+            raise InputError(
+                f"goal {self.kind!r} needs at least 2 models in eval(model=[...]); "
+                f"got {len(models)} ({', '.join(models) or 'none'})"
+            )
+        if self.candidate is not None and self.candidate not in models:
+            raise InputError(
+                f"candidate {self.candidate!r} is not among the models ({', '.join(models)})"
+            )
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """Everything that fixes the campaign: its models (in index order), the samples (in the
+    dataset's order), the epochs (the cap), the rubric weights, the ``policy:`` section and the
+    goal."""
+
+    name: str
+    models: tuple[str, ...]
+    questions: tuple[str, ...]
+    epochs: int
+    weights: tuple[float, ...]
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    goal: Goal = Goal()
+
+    def config(self) -> dict[str, Any]:
+        """The campaign's YAML as a dict (``trials.npz`` beside it)."""
+        policy = {**BRIDGE_POLICY, **dict(self.policy)}
+        if "max_trials_per_question" in policy:
+            raise InputError(
+                "policy.max_trials_per_question is the task's epochs under Inspect; set epochs"
+            )
+        allocation = policy["allocation"]
+        name = allocation if isinstance(allocation, str) else dict(allocation).get("name")
+        if name not in EPOCH_ALLOCATORS:
+            raise InputError(
+                f"policy.allocation {name!r} plans trials per sample, which Inspect's epochs "
+                f"cannot follow; use one of {', '.join(EPOCH_ALLOCATORS)}"
+            )
+        policy["max_trials_per_question"] = self.epochs
+        return {
+            "name": self.name,
+            "seed": 0,
+            "models": [{"backend": "replay", "path": "trials.npz", "key": "outcomes"}],
+            "rubric": {"weights": list(self.weights)},
+            "policy": policy,
+            "execution": {"dispatch": "inline", "workers": 1},
+        }
+
+    def write(self, folder: Path, outcomes: np.ndarray | None = None) -> Path:
+        """Write ``campaign.yaml`` and ``trials.npz`` (``outcomes`` (L, M, epochs), zeros while
+        the eval runs) into ``folder``; returns the config's path."""
+        folder.mkdir(parents=True, exist_ok=True)
+        shape = (len(self.models), len(self.questions), self.epochs)
+        if outcomes is None:
+            outcomes = np.zeros(shape, dtype=np.int8)
+        np.savez(
+            folder / "trials.npz",
+            outcomes=outcomes.astype(np.int8),
+            models=np.array(self.models),
+            questions=np.array(self.questions),
+        )
+        path = folder / "campaign.yaml"
+        path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        return path
+
+    def build(self, folder: Path) -> tuple[Campaign, Judge | None]:
+        """The campaign as ``run`` (or ``compare``) builds it from the written config."""
+        return build(load_config(self.write(folder)), self.goal)
+
+
+def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
+    campaign = build_campaign(config)
+    if goal.kind == "rank":
+        return campaign, None
+    assert goal.candidate is not None  # Goal.check
+    steered, judge = compare_campaign(campaign, goal.candidate, goal.margin, goal.settle_all)
+    return steered, judge
+
+
+__all__ = ["BRIDGE_POLICY", "EPOCH_ALLOCATORS", "GOALS", "CampaignSpec", "Goal", "build"]
