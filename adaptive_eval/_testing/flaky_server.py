@@ -72,12 +72,12 @@ class FlakyServer:
         version: str | None = None,
         trickle_s: float = 0.2,
         huge_bytes: int = 50 << 20,
-        usage: Mapping[str, Any] | None = None,
+        usage: Any = None,
         served_model: str | None = None,
     ) -> None:
         self.trickle_s = trickle_s
         self.huge_bytes = huge_bytes
-        self.usage = None if usage is None else dict(usage)
+        self.usage = usage
         self.served_model = served_model
         self.choices = choices
         self.card = dict(card or {})

@@ -83,6 +83,9 @@ class BackendPlan:
     # Each model's true (simulated) or recorded (replay) score under rubric weights, where the
     # backend knows it before sampling; None for generating backends.
     known_scores: Callable[[np.ndarray], np.ndarray] | None = None
+    # Where its workers call a service (a server): None where it answers, else one line naming
+    # it; asked before the workers start (:func:`adaptive_eval.control.preflight.check_services`).
+    reachable: Callable[[], str | None] | None = None
 
 
 def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:

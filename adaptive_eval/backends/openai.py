@@ -60,7 +60,7 @@ from adaptive_eval.backends.generation_worker import (
     TrialRequest,
     Window,
 )
-from adaptive_eval.backends.served_identity import TIMEOUT_S, server_identity
+from adaptive_eval.backends.served_identity import TIMEOUT_S, server_answers, server_identity
 from adaptive_eval.base.errors import BackendError, InputError, printable
 from adaptive_eval.base.redact import REDACTED, remember, remember_secret, scrub
 from adaptive_eval.config import ModelEntry
@@ -672,4 +672,11 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         f"{len(setup.questions)} questions, grader {setup.grader_name}",
         execution_options=OPENAI_EXECUTION_OPTIONS,
         generating=True,
+        reachable=partial(
+            server_answers,
+            base_url,
+            sent,
+            f"{context.field} ({name})",
+            min(settings.timeout_s, TIMEOUT_S),
+        ),
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import http.client
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -143,6 +144,35 @@ def query_server(
     return ServerReport(card, _clean(version) if isinstance(version, str) else None, problem)
 
 
+#: Tries, and seconds between them, before a server that does not answer is reported down.
+ANSWER_TRIES = 3
+ANSWER_PAUSE_S = 1.0
+
+
+def server_answers(
+    base_url: str, headers: Mapping[str, str], label: str, timeout: float = TIMEOUT_S
+) -> str | None:
+    """None where the server answers ``GET /models`` at all (any HTTP status is an answer),
+    else one line naming it: checked before the workers start, so that a server down for the
+    whole run fails it at once instead of after every request's retries."""
+    last: _NoAnswer | None = None
+    for attempt in range(ANSWER_TRIES):
+        if attempt:
+            time.sleep(ANSWER_PAUSE_S)
+        try:
+            _get(f"{base_url.rstrip('/')}/models", headers, timeout)
+        except ValueError:
+            return None  # it answered, if not with a listing
+        except _NoAnswer as error:
+            last = error
+        else:
+            return None
+    return (
+        f"{label}: the server at {printable(base_url)} does not answer ({last}; tried "
+        f"{ANSWER_TRIES} times); start it, or correct options.base_url"
+    )
+
+
 def server_identity(
     base_url: str,
     model: str,
@@ -174,4 +204,11 @@ def server_identity(
     return report.describe()
 
 
-__all__ = ["CARD_FIELDS", "ServerReport", "query_server", "server_identity", "version_url"]
+__all__ = [
+    "CARD_FIELDS",
+    "ServerReport",
+    "query_server",
+    "server_answers",
+    "server_identity",
+    "version_url",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.errors import BackendError, InputError
 from adaptive_eval.base.redact import REDACTED
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.dispatch.launch import launcher
@@ -27,6 +27,15 @@ def check_before_sampling(campaign: Campaign) -> None:
     launcher(settings.execution.dispatch, source=settings.source)  # a registered dispatch mode
     if settings.library is not None:
         _check_library(settings.library, settings.source)
+
+
+def check_services(campaign: Campaign) -> None:
+    """Every server the campaign's workers will call answers (before Ray or any worker
+    starts): one line naming it otherwise, instead of minutes of retries after the start."""
+    for plan in campaign.plans:
+        problem = plan.reachable() if plan.reachable is not None else None
+        if problem:
+            raise BackendError(problem)
 
 
 def _check_credentials(settings: CampaignSettings) -> None:

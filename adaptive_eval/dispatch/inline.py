@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.dispatch.actors import WorkerActor
 from adaptive_eval.dispatch.stats import DispatchStats
@@ -16,9 +15,11 @@ from adaptive_eval.logs import EventSink, no_events
 class InlineDispatcher:
     """Runs batches in this process, no Ray: for tests, offline re-reads and quick checks.
 
-    ``shuffle_seed`` returns finished batches in a random order (as a real cluster might) and
-    ``crash_after`` raises :class:`KeyboardInterrupt` after that many batches, to test that
-    decisions do not depend on arrival order and that a killed run resumes cleanly.
+    A failed batch is run again up to ``max_batch_retries`` times, as the Ray dispatcher does
+    (:meth:`DispatchStats.failed_batch`), then fails the run. ``shuffle_seed`` returns finished
+    batches in a random order (as a real cluster might) and ``crash_after`` raises
+    :class:`KeyboardInterrupt` after that many batches, to test that decisions do not depend on
+    arrival order and that a killed run resumes cleanly.
     """
 
     def __init__(
@@ -29,8 +30,11 @@ class InlineDispatcher:
         batches_per_poll: int = 3,
         shuffle_seed: int | None = None,
         crash_after: int | None = None,
+        max_batch_retries: int = 0,
         on_event: EventSink = no_events,
     ) -> None:
+        self.max_batch_retries = max_batch_retries
+        self._attempts: dict[int, int] = {}
         import random
 
         self._event = on_event
@@ -69,7 +73,16 @@ class InlineDispatcher:
             self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
             result = reply.result
             if result.error is not None:
-                raise BackendError(result.error)
+                self.stats.failed_batch(
+                    batch,
+                    worker.worker_id,
+                    result.error,
+                    self.max_batch_retries,
+                    self._attempts,
+                    self._event,
+                )
+                self._queue.insert(0, batch)  # run again first, as the Ray dispatcher does
+                continue
             self.stats.batches += 1
             results.append(result)
         return results

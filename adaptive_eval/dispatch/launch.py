@@ -100,4 +100,9 @@ def launch_ray(request: LaunchRequest) -> Workers:
 @dispatch_modes.register("inline")
 def launch_inline(request: LaunchRequest) -> Workers:
     """The workers in this process, no Ray."""
-    return InlineDispatcher(request.plans, request.offsets, on_event=request.on_event)
+    return InlineDispatcher(
+        request.plans,
+        request.offsets,
+        max_batch_retries=request.execution.max_batch_retries,
+        on_event=request.on_event,
+    )

@@ -303,29 +303,14 @@ class Dispatcher:
         )
 
     def _retry(self, batch: Batch, result: BatchResult) -> None:
-        self.stats.failures += 1
-        attempts = self._attempts.get(batch.batch_id, 0) + 1
-        self._attempts[batch.batch_id] = attempts
-        retry = attempts <= self.max_batch_retries
-        self._event(
-            "info" if retry else "error",
-            "batch_failed",
-            {
-                "batch": batch.batch_id,
-                "round": batch.round,
-                "model": batch.model,
-                "worker": result.worker,
-                "attempt": attempts,
-                "retry": retry,
-                "error": (result.error or "")[:EVENT_ERROR_CHARS],
-            },
+        self.stats.failed_batch(
+            batch,
+            result.worker,
+            result.error,
+            self.max_batch_retries,
+            self._attempts,
+            self._event,
         )
-        if not retry:
-            raise BackendError(
-                f"batch {batch.batch_id} (model {batch.model}, round "
-                f"{batch.round}) failed {attempts} times; last error on "
-                f"{result.worker}: {result.error}"
-            )
         self._queues[self._plan_of_model[batch.model]].appendleft(batch)
 
     def _fill(self) -> None:

@@ -7,8 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.summary_schema import Dispatch, record
 from adaptive_eval.base.types import Batch
+from adaptive_eval.dispatch.actors import EVENT_ERROR_CHARS
 from adaptive_eval.logs import EventSink
 
 
@@ -27,6 +29,41 @@ class DispatchStats:
     busy_windows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     request_retries: int = 0  # requests a worker sent again (the openai backend's retries)
     retry_reasons: Counter[str] = field(default_factory=Counter)
+
+    def failed_batch(
+        self,
+        batch: Batch,
+        worker: str,
+        error: str | None,
+        max_batch_retries: int,
+        attempts: dict[int, int],
+        on_event: EventSink,
+    ) -> None:
+        """Count a failed batch (``attempts``: failures so far by batch id) and log it; raise
+        :class:`BackendError` once it failed more than ``max_batch_retries`` times, else the
+        caller runs it again. One rule for Ray and inline dispatch."""
+        self.failures += 1
+        tries = attempts.get(batch.batch_id, 0) + 1
+        attempts[batch.batch_id] = tries
+        retry = tries <= max_batch_retries
+        on_event(
+            "info" if retry else "error",
+            "batch_failed",
+            {
+                "batch": batch.batch_id,
+                "round": batch.round,
+                "model": batch.model,
+                "worker": worker,
+                "attempt": tries,
+                "retry": retry,
+                "error": (error or "")[:EVENT_ERROR_CHARS],
+            },
+        )
+        if not retry:
+            raise BackendError(
+                f"batch {batch.batch_id} (model {batch.model}, round {batch.round}) failed "
+                f"{tries} times; last error on {worker}: {error}"
+            )
 
     def note(self, worker: str, batch: Batch, diagnostics: Any, on_event: EventSink) -> None:
         """Count what a worker reported with a batch; a ``request_retries`` event per report."""

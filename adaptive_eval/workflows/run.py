@@ -19,7 +19,7 @@ from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
 from adaptive_eval.control.forecast_check import RecordedForecast, forecast_check
-from adaptive_eval.control.preflight import check_before_sampling
+from adaptive_eval.control.preflight import check_before_sampling, check_services
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.loop import runner
 from adaptive_eval.loop.rundir import prepare_run_dir
@@ -101,6 +101,7 @@ def sample(
     stop (or, with ``pilot``, through its first ``pilot`` trials per question: ``None``)."""
     check_before_sampling(campaign)
     cluster.check_engines(campaign)
+    check_services(campaign)  # after the engines: httpx missing is named first
     cluster.check_local_placement(campaign)
     conclude = concluder(run_dir, finish)  # a damaged forecast.json: refused before sampling
     lock = prepare_run_dir(run_dir)
