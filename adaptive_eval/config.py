@@ -421,6 +421,14 @@ class OutputConfig(_Strict):
     fsync: Literal["full", "normal"] = Field(
         "full", description="SQLite synchronous mode: full survives power loss, normal a crash."
     )
+    live_forecast: int = Field(
+        20,
+        ge=0,
+        le=200,
+        description="Simulated continuations of the live forecast of the rest of the run, made "
+        "after each round in one background process (0: none). Shown in the progress line, "
+        "events.jsonl and summary.json's live_forecast; never delays or changes the run.",
+    )
 
 
 class CompareConfig(_Strict):
@@ -589,7 +597,9 @@ class CampaignConfig(_Strict):
                 max_batch_retries=execution.max_batch_retries,
                 gpu_slots=execution.gpu_slots,
             ),
-            output=OutputSettings(output.keep_completions, output.progress, output.fsync),
+            output=OutputSettings(
+                output.keep_completions, output.progress, output.fsync, output.live_forecast
+            ),
             generation=GenerationSettings(
                 sampling=SamplingSettings(
                     temperature=sampling.temperature,

@@ -42,6 +42,7 @@ class OutputSettings:
     keep_completions: bool  # store full completion texts (compressed)
     progress: bool  # show a progress line on a terminal
     fsync: Literal["full", "normal"]  # SQLite synchronous mode of the trial store
+    live_forecast: int = 20  # simulations of the live forecast after each round (0: off)
 
 
 @dataclass(frozen=True)

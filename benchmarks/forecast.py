@@ -110,6 +110,8 @@ shuffled: Callable[[np.ndarray, np.random.Generator], np.ndarray] = _sequential.
 DEMO = REPO / "configs" / "demo.yaml"
 REAL = REPO.parent / "shared" / "data" / "real"
 NO_BUDGET = BudgetSettings(None, None, None)
+#: The forecast's predictive (``--predictive``): set in main, inherited by forked workers.
+PREDICTIVE = "spacing"
 #: The suite campaigns run (benchmarks/sequential.py's names) and their short names here.
 SUITE = {
     "12 models, gaps 3x rope": "suite: 12 models, gaps 3x rope",
@@ -205,7 +207,13 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
     evidence = pilot_evidence(tape, tokens, pilot)
     started = time.perf_counter()
     found = forecast(
-        campaign, evidence, NO_BUDGET, simulations=simulations, seed=rep, processes=processes
+        campaign,
+        evidence,
+        NO_BUDGET,
+        simulations=simulations,
+        seed=rep,
+        processes=processes,
+        predictive=PREDICTIVE,
     )
     seconds = time.perf_counter() - started
     real = simulate_campaign(
@@ -829,6 +837,13 @@ def main() -> None:
     parser.add_argument("--scale-simulations", type=int, default=40)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-forecast")
     parser.add_argument(
+        "--predictive",
+        choices=("spacing", "cells"),
+        default="spacing",
+        help="the forecast's truths: the deconvolved spacing prior (default) or each cell's "
+        "posterior alone (before issue 39)",
+    )
+    parser.add_argument(
         "--verdict",
         type=int,
         default=0,
@@ -844,6 +859,8 @@ def main() -> None:
         "--verdict-budget", type=int, default=None, help="also a trial budget's verdict"
     )
     args = parser.parse_args()
+    global PREDICTIVE
+    PREDICTIVE = args.predictive
     if args.verdict > 0:
         verdict_main(args)
         return

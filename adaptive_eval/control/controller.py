@@ -27,6 +27,7 @@ from adaptive_eval.base.types import (
     pack_batches,
 )
 from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.live_forecast import LiveForecaster
 from adaptive_eval.control.round_events import RoundEvents
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.state import RunState, expand_counts, missing_items
@@ -76,6 +77,9 @@ class Controller:
         self.events = RoundEvents(store, log, campaign.names, record_events)
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
+        #: The forecast of the rest of the run after each round (None: off); never waited on.
+        self.live: LiveForecaster | None = None
+        self._budget_warned = False
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -88,8 +92,11 @@ class Controller:
         """One turn: collect finished batches, record them, then apply every complete round."""
         results = self.dispatcher.poll(timeout=0.5)
         self.record(results)
+        advanced = self.next_round_complete()
         while self.next_round_complete():
             self.advance()
+        if self.live is not None and (advanced or results):
+            self.forecast_rest()
         if not results and self.rounds and self.dispatcher.pending() == 0:
             raise BackendError(
                 f"rounds {sorted(self.rounds)} lack trials but no work is in "
@@ -209,6 +216,23 @@ class Controller:
             cells = zip(*np.nonzero(plan), strict=True)
             items = [WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q])) for m, q in cells]
             self.submit(self.batches(round_index, items))
+
+    def forecast_rest(self) -> None:
+        """Hand the latest round to the live forecast and log what it has finished: an event,
+        the run's forecast history (store metadata, summary.json's ``live_forecast``), and once a
+        warning when the budget will leave a settleable pair unsettled."""
+        assert self.live is not None
+        found, failed = self.live.after_round(self.core, self.state, self.elapsed_s)
+        if failed is not None:
+            self.log.warning("live_forecast_failed", message=failed)
+        if found is None:
+            return
+        self.log.info("live_forecast", **found.record())
+        self.store.set_meta(live_forecast=[f.record() for f in self.live.history])
+        warning = found.budget_warning()
+        if warning is not None and not self._budget_warned:
+            self._budget_warned = True
+            self.log.warning("budget_short", message=warning, round=found.round)
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds

@@ -64,6 +64,7 @@ from adaptive_eval.campaign.checkpoint import (
     exit_code,
 )
 from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
+from adaptive_eval.control.predictive import ScoreEvidence, SpacingPrior, tilt_to_scores
 from adaptive_eval.control.simulate import (
     Costing,
     Sampler,
@@ -134,6 +135,8 @@ class _Job:
     seed: int
     candidate: int | None  # compare's candidate: only its pairs count
     judge: Judge | None = None  # compare's judge: its exit code is forecast
+    #: The deconvolved spacing prior of the models' scores (None: each cell from its posterior).
+    spacing: SpacingPrior | None = None
 
 
 _JOB: _Job | None = None
@@ -158,6 +161,8 @@ def _simulate_one(index: int) -> SimPath:
     if empty.any():
         mean = job.alpha + job.counts
         probs[empty] = (mean / mean.sum(axis=2, keepdims=True))[empty]
+    if job.spacing is not None:
+        probs = tilt_to_scores(probs, campaign.weights, job.spacing.draw_scores(rng))
     num_categories = campaign.num_categories
     table = _replay_table(evidence, num_categories)
     recorded = evidence.reused
@@ -480,6 +485,7 @@ def forecast(
     candidate: str | None = None,
     judge: Judge | None = None,
     meanings: Mapping[int, str] | None = None,
+    predictive: str = "spacing",
 ) -> Forecast:
     """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
     ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
@@ -517,7 +523,14 @@ def forecast(
     focus = None if candidate is None else campaign.names.index(candidate)
     if judge is not None and judge.candidate != focus:
         raise ValueError(f"the judge's candidate is not {candidate}")
-    _JOB = _Job(campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus, judge)
+    spacing = None
+    if predictive == "spacing" and (counts.sum(axis=(1, 2)) > 0).all():
+        spacing = SpacingPrior.fit(
+            ScoreEvidence.of(alpha, counts, campaign.weights), campaign.weights
+        )
+    _JOB = _Job(
+        campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus, judge, spacing
+    )
     try:
         paths = _run_all(simulations, processes)
     finally:

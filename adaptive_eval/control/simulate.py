@@ -215,13 +215,16 @@ def run_core(
     sampler: Sampler | None = None,
     watch: Watch | None = None,
     costing: Costing | None = None,
+    decided: bool = False,
 ) -> SimResult:
     """The controller's loop with its I/O replaced by ``sampler`` (default: multinomial draws
     from ``truth``): rounds are planned ``rounds_in_flight`` ahead of the posterior, applied
     whole in order, and after each applied round the decision core decides and plans.
     ``watch`` sees the view and the core's decision after every applied round (the forecast
     keeps each simulated campaign's path: trials, settled pairs, widths); ``costing`` prices
-    each round for the view (:class:`RoundCosts`).
+    each round for the view (:class:`RoundCosts`). ``decided``: ``core`` has already decided on
+    ``state`` (a running campaign's snapshot, continued by the live forecast): it is not asked
+    again before the first new round.
     """
 
     def view() -> CampaignView:
@@ -234,7 +237,8 @@ def run_core(
                 return
             state.add_plan(plan)
 
-    core.decide(view())
+    if not decided:
+        core.decide(view())
     plan_ahead()
     while state.applied_rounds < len(state.plans):
         plan = state.plans[state.applied_rounds]

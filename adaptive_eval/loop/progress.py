@@ -57,6 +57,7 @@ class Progress:
         self.baseline = 0  # the fixed-N run's trials
         self._first: tuple[float, int] | None = None  # (time, trials) at the first call
         self._last_line = 0.0
+        self.forecast: str | None = None  # the live forecast's line, once it has one
 
     @staticmethod
     def bound(controller: Controller) -> int:
@@ -77,6 +78,9 @@ class Progress:
         bound = self.bound(controller)
         self.total = max(bound if self.total is None else min(self.total, bound), self.done)
         undecided = sum(not d.settled for d in controller.decisions)
+        live = controller.live
+        if live is not None and live.history:
+            self.forecast = live.history[-1].line()
         if self._first is None:
             self._first = (now, self.done)
             self._last_line = now
@@ -98,11 +102,12 @@ class Progress:
         total = self.total or 0
         share = f"{100 * self.done / total:.1f}%" if total else "n/a"
         eta = self.eta_s(now)
-        return (
+        line = (
             f"progress: {self.done:,} of at most {total:,} trials ({share}; the fixed-N run: "
             f"{self.baseline:,}), {undecided} pair(s) undecided, "
             + ("ETA n/a" if eta is None else f"at most {eta:.0f} s to go at the current rate")
         )
+        return line if self.forecast is None else f"{line}; forecast: {self.forecast}"
 
     def saved_text(self) -> str:
         """What the finished run saved against the fixed-N run, in trials."""
@@ -127,10 +132,12 @@ class Progress:
             self.console.bar_active = True
         self.bar.total = self.total
         self.bar.n = self.done
-        self.bar.set_postfix_str(
-            f"undecided pairs {undecided}, recorded {self.done:,} (fixed-N run {self.baseline:,})",
-            refresh=False,
+        postfix = (
+            f"undecided pairs {undecided}, recorded {self.done:,} (fixed-N run {self.baseline:,})"
         )
+        if self.forecast is not None:
+            postfix += f"; {self.forecast}"
+        self.bar.set_postfix_str(postfix, refresh=False)
         self.bar.refresh()
 
     def close(self, finished: bool, reused: int = 0) -> None:

@@ -24,6 +24,7 @@ from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.cluster import RAY_LOG, ray_output_to
 from adaptive_eval.control.controller import Controller
+from adaptive_eval.control.live_forecast import LiveForecaster
 from adaptive_eval.control.pilot import run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
@@ -147,6 +148,10 @@ def _run_opened(
 
         port = attach(campaign, store, dispatcher, campaign_id)  # the trial library, if any
         controller = Controller(campaign, store, port, log, on_progress=progress)
+        if pilot is None and settings.output.live_forecast > 0:
+            controller.live = LiveForecaster(
+                campaign, simulations=settings.output.live_forecast, seed=settings.seed or 0
+            )
         finished = True
         try:
             if pilot is None:
@@ -154,6 +159,8 @@ def _run_opened(
             else:
                 finished = run_pilot(controller, pilot)
         finally:
+            if controller.live is not None:
+                controller.live.close()
             port.shutdown()
             progress.close(controller.finished(), int(store.get_meta("library_reused") or 0))
         # A resume that samples nothing (a finished run run again) used to zero the block.
