@@ -17,6 +17,11 @@ the library names the change in one line. A server that does not answer ``/model
 list the name) is described as ``card not reported``, and one line on stderr says, once per
 process, that the model's identity then rests on its stated ``revision`` (or its name) alone.
 
+A card that could not be read is no identity: a run planned while ``/models`` failed once, and
+resumed once it answers (or the reverse), is the same campaign (:func:`reconcile_servers`); a
+resume is refused only where both reports name a different model (its ``id``, ``root`` or
+``parent``: :data:`IDENTITY_FIELDS`), and the refusal says which. What was reported is kept.
+
 What this cannot see: weights replaced in place at the same ``root`` behind an unchanged server
 version. ``options.revision``, stated by the user, covers that.
 
@@ -49,6 +54,9 @@ TIMEOUT_S = 10.0
 MAX_BYTES = 8 << 20
 MAX_VALUE = 200
 NOT_REPORTED = "card not reported"
+#: The card's fields that name the weights served: only a difference in one of them refuses a
+#: resume (another ``owned_by``, ``max_model_len`` or server version does not).
+IDENTITY_FIELDS = ("id", "root", "parent")
 _said: set[tuple[str, str]] = set()
 
 
@@ -72,6 +80,81 @@ class ServerReport:
 
 def _clean(value: Any) -> str:
     return printable(str(value)).replace(";", ",")[:MAX_VALUE]
+
+
+def reported_card(description: str) -> dict[str, str] | None:
+    """The card fields in a description made by :meth:`ServerReport.describe`; None where the
+    server reported none (``card not reported``, ``card not asked: ...``).
+
+    >>> reported_card("id tiny; root /models/a; version 0.6.3")
+    {'id': 'tiny', 'root': '/models/a', 'version': '0.6.3'}
+    >>> reported_card("card not reported; version none") is None
+    True
+    """
+    if description.startswith("card not"):
+        return None
+    card: dict[str, str] = {}
+    for part in description.split("; "):
+        key, _, value = part.partition(" ")
+        card[key] = value
+    return card
+
+
+def server_change(old: str, new: str) -> str | None:
+    """What makes two descriptions of the server's model another model (its ``id``, ``root``
+    or ``parent`` differ), in words; None where they may be the same one, including where
+    either server reported no card (an unreachable card is not an identity).
+
+    >>> server_change("id m; root /a; version 1", "id m; root /b; version 2")
+    "the server now serves root '/b' where it served '/a'"
+    >>> server_change("card not reported; version none", "id m; root /a; version 1") is None
+    True
+    """
+    before, after = reported_card(old), reported_card(new)
+    if before is None or after is None:
+        return None
+    changed = [
+        f"{key} {after.get(key)!r} where it served {before.get(key)!r}"
+        for key in IDENTITY_FIELDS
+        if before.get(key) != after.get(key)
+    ]
+    return f"the server now serves {', '.join(changed)}" if changed else None
+
+
+def reconcile_servers(
+    stored: Any, identity: dict[str, Any]
+) -> tuple[Any, dict[str, Any], list[str]]:
+    """A stored identity and a campaign's (``files[i].server`` per entry) made to agree
+    wherever the two server reports may describe the same model, both keeping the report that
+    names a card (the stored one where both do); and a line per entry whose server serves
+    another model (both left as they are). Identities without ``files`` lists of one length are
+    returned unchanged."""
+    old_files = stored.get("files") if isinstance(stored, dict) else None
+    new_files = identity.get("files")
+    if not isinstance(old_files, list) or not isinstance(new_files, list):
+        return stored, identity, []
+    if len(old_files) != len(new_files):
+        return stored, identity, []
+    old_kept: list[Any] = []
+    new_kept: list[Any] = []
+    changes: list[str] = []
+    for index, (old, new) in enumerate(zip(old_files, new_files, strict=True)):
+        before = old.get("server") if isinstance(old, dict) else None
+        after = new.get("server") if isinstance(new, dict) else None
+        if not isinstance(before, str) or not isinstance(after, str) or before == after:
+            old_kept.append(old)
+            new_kept.append(new)
+            continue
+        change = server_change(before, after)
+        if change is not None:
+            changes.append(f"files[{index}].server: {change}")
+            old_kept.append(old)
+            new_kept.append(new)
+        else:
+            kept = after if reported_card(before) is None else before
+            old_kept.append({**old, "server": kept})
+            new_kept.append({**new, "server": kept})
+    return {**stored, "files": old_kept}, {**identity, "files": new_kept}, changes
 
 
 def version_url(base_url: str) -> str:
@@ -206,9 +289,13 @@ def server_identity(
 
 __all__ = [
     "CARD_FIELDS",
+    "IDENTITY_FIELDS",
     "ServerReport",
     "query_server",
+    "reconcile_servers",
+    "reported_card",
     "server_answers",
+    "server_change",
     "server_identity",
     "version_url",
 ]

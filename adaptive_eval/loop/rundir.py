@@ -15,9 +15,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from adaptive_eval.backends.served_identity import reconcile_servers
 from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.redact import without_secrets
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.build import Campaign, fingerprint_of
 from adaptive_eval.files import atomic_write, foreign_entries, storage_error
 from adaptive_eval.settings import RunRecord
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
@@ -258,9 +259,12 @@ def _open_run_dir(
         )
         _write_config_copy(settings.run_record, run_dir)
         return store, campaign_id, False
-    changes = identity_changes(store.get_meta("identity"), identity, leg)
+    recorded = store.get_meta("identity")
+    changes = identity_changes(recorded, identity, leg)
     if stored != campaign.fingerprint and not changes:
-        store.set_meta(fingerprint=campaign.fingerprint, identity=identity)
+        # A server's card reported now or then (never lost to a /models that failed once).
+        _, kept, _ = reconcile_servers(recorded, identity)
+        store.set_meta(fingerprint=fingerprint_of(kept), identity=kept)
     elif stored != campaign.fingerprint and not leg and all(c.startswith("files") for c in changes):
         listed = "; ".join(changes[:MAX_CHANGES_SHOWN])
         store.notes.append(
@@ -313,8 +317,14 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
 def identity_changes(stored: Any, identity: dict[str, Any], leg: bool = True) -> list[str]:
     """What differs between a stored identity and this campaign's, less what may change
     (``leg``: on a run or resume; a report states the identity the run recorded)."""
+    # An OpenAI-compatible server's card that could not be read then or now is not a change;
+    # another model served under the name is, said in words.
+    stored, identity, served = reconcile_servers(stored, identity)
     # A run recorded before credentials left the identity still holds them: not a change.
-    changes = differences(without_secrets(stored), identity)
+    named = tuple(line.split(" ", 1)[0] + " " for line in served)  # "files[0].server: "
+    changes = served + [
+        c for c in differences(without_secrets(stored), identity) if not c.startswith(named)
+    ]
     # Runs recorded before the limits left the identity still hold them there: not a change.
     # Runs recorded before an OpenAI-compatible server's report joined the identity lack it:
     # what that server served then is unknown, so a resume takes its report now (the library,
