@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.errors import InputError, printable, printable_lines
 
 if TYPE_CHECKING:
     from adaptive_eval.base.summary_schema import Summary
@@ -322,12 +322,15 @@ def cmd_completions(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(record))
             else:
+                # A model's (and a server's) text: control characters escaped, never sent raw.
                 print(
-                    f"--- {record['model']} / {record['question']} / trial {trial.trial} "
-                    f"(seed {trial.seed}): category {trial.category}, answer "
-                    f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}"
+                    printable(
+                        f"--- {record['model']} / {record['question']} / trial {trial.trial} "
+                        f"(seed {trial.seed}): category {trial.category}, answer "
+                        f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}"
+                    )
                 )
-                print(trial.text if trial.text is not None else "(no text stored)")
+                print(printable_lines(trial.text) if trial.text is not None else "(no text stored)")
             shown += 1
             if args.limit and shown >= args.limit:
                 break

@@ -13,7 +13,8 @@ bare key of the request's ``Authorization`` header and ``"echo-html"`` a 502 HTM
 and every other header value, as gateways do; ``"trickle"`` sends a valid answer one byte every
 ``trickle_s`` seconds; ``"huge"`` answers 200 with ``huge_bytes`` of body, written as it goes
 (the server never holds it); a valid answer's ``usage`` is replaced by ``usage`` where given
-(``{"completion_tokens": 2**62}``), and its ``model`` by ``served_model``.
+(``{"completion_tokens": 2**62}``), its ``model`` by ``served_model``, and ``suffix`` is added to
+every completion's text (terminal escapes, say).
 
 ``GET /v1/models`` lists the model as ``{"id": model, **card}`` (``card``: vLLM's ``root``,
 ``owned_by``, ``max_model_len``, ...; ``models=False`` answers 404 instead) and ``GET /version``
@@ -74,7 +75,9 @@ class FlakyServer:
         huge_bytes: int = 50 << 20,
         usage: Any = None,
         served_model: str | None = None,
+        suffix: str = "",
     ) -> None:
+        self.suffix = suffix
         self.trickle_s = trickle_s
         self.huge_bytes = huge_bytes
         self.usage = usage
@@ -278,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         prompt = _prompt_text(body, chat)
         seed = int(body.get("seed") or 0)
-        text = completion_text(seed, prompt, state.answers)
+        text = completion_text(seed, prompt, state.answers) + state.suffix
         answer = _response(body, chat, text, state.model)
         answer["choices"] = [{**answer["choices"][0], "index": i} for i in range(state.choices)]
         if state.usage is not None:

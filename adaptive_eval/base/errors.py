@@ -56,6 +56,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
+def printable_lines(text: str) -> str:
+    r""":func:`printable` line by line: a completion's lines stay lines, but no byte of it can
+    drive the terminal (ESC, BEL, a carriage return that overwrites the line).
+
+    >>> print(printable_lines("a\x1b[2J\nb\x07"))
+    a\x1b[2J
+    b\x07
+    """
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def traceback_text(error: BaseException) -> str:
     """The traceback of ``error``, for a log file."""
     import traceback

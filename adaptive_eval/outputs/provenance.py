@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from adaptive_eval.base.errors import printable
 from adaptive_eval.base.summary_schema import Provenance
 from adaptive_eval.loop import rundir
 
@@ -52,7 +53,10 @@ def _served(store: TrialStore) -> dict[str, list[str]]:
     for model, served, fingerprint in store.served_reports(limit=100):
         if not 0 <= model < len(names):
             continue
-        text = served + (f" ({fingerprint})" if fingerprint else "")
+        # A server's words, shown in report.md and report.html: control characters escaped.
+        text = printable(str(served)[:200]) + (
+            f" ({printable(str(fingerprint)[:200])})" if fingerprint else ""
+        )
         listed = out.setdefault(names[model], [])
         if text not in listed and len(listed) < MAX_SERVED:
             listed.append(text)
