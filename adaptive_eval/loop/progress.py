@@ -112,7 +112,9 @@ class Progress:
     def saved_text(self) -> str:
         """What the finished run saved against the fixed-N run, in trials."""
         saved = self.baseline - self.done
-        share = f" ({100 * saved / self.baseline:.1f}%)" if self.baseline else ""
+        share = f" ({100 * abs(saved) / self.baseline:.1f}%)" if self.baseline else ""
+        if saved < 0:  # worded as the pages word it, never "trials saved -4,650 (-48.4%)"
+            return f"trials spent {-saved:,}{share} more than the fixed-N run's {self.baseline:,}"
         return f"trials saved {saved:,}{share} of the fixed-N run's {self.baseline:,}"
 
     def _draw(self, undecided: int) -> None:

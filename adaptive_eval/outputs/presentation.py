@@ -118,11 +118,18 @@ def percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def saving(value: float | None, of: str = "") -> str:
+def saving(value: float | None, of: str = "", *, noun: bool = False) -> str:
     """ "saved 53.7% of X", or for a run that spent more than the fixed-N run "spent 39.1% more
-    than X" (never "saved -39.1%")."""
+    than X" (never "saved -39.1%"); with ``noun`` (``of`` is what was counted, "trials")
+    "spent 39.1% more trials" (never "more than trials").
+
+    >>> saving(-0.391, "trials", noun=True), saving(0.5, "trials", noun=True)
+    ('spent 39.1% more trials', 'saved 50.0% of trials')
+    """
     if value is None:
         return f"saved n/a{' of ' + of if of else ''}"
+    if value < 0 and noun:
+        return f"spent {-100 * value:.1f}% more {of}"
     if value < 0:
         return f"spent {-100 * value:.1f}% more{' than ' + of if of else ''}"
     return f"saved {100 * value:.1f}%{' of ' + of if of else ''}"

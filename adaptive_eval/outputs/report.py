@@ -49,10 +49,11 @@ def render_markdown(summary: Summary) -> str:
         f"# Campaign {md.code(summary.name)}",
         "",
         *headline_markdown(summary),  # the verdict, alert or ranking in one line
-        (
-            f"Stopped: **{md.text(stop_label(summary))}** ({md.text(summary.stop_detail)}).  "
+        # An unfinished run: the headline says so (once: it was said twice).
+        *(
+            [f"Stopped: **{md.text(stop_label(summary))}** ({md.text(summary.stop_detail)}).  "]
             if summary.stop_reason is not None
-            else f"**Not finished:** {md.text(stop_text(summary))}.  "
+            else []
         ),
         f"Ranking confidence {summary.confidence}; prior: {md.text(summary.prior)}.",
         "",
@@ -92,6 +93,10 @@ def render_markdown(summary: Summary) -> str:
     def estimate_of(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} (est.)"
 
+    def saved_of(value: float | None) -> str:
+        # An interrupted run has saved nothing yet: it printed "saved 78.8%" mid-run.
+        return saved_cell(value) if summary.stop_reason is not None else "not finished"
+
     lines += [
         "",
         "## Compute",
@@ -101,11 +106,11 @@ def render_markdown(summary: Summary) -> str:
         f"| trials | {summary.trials_used} | {base.trials} (N = {base.fixed_n}"
         + (f"; {md.text(base.note)}" if base.note else "")
         + ") | "
-        f"{saved_cell(saved.trials_fraction)}{undecided_note(summary)} |",
+        f"{saved_of(saved.trials_fraction)}{undecided_note(summary)} |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base.tokens, 0)} | "
-        f"{saved_cell(saved.tokens_fraction)} |",
+        f"{saved_of(saved.tokens_fraction)} |",
         f"| device-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | "
-        f"{estimate_of(base.gpu_s, 1)} | {saved_cell(saved.gpu_fraction)} |",
+        f"{estimate_of(base.gpu_s, 1)} | {saved_of(saved.gpu_fraction)} |",
         "",
         "device-s: the seconds of the devices that ran the engines (GPU-seconds on GPUs, the "
         "engine's seconds on CPU).",
@@ -243,9 +248,9 @@ def render_console(summary: Summary) -> str:
         + (f" ({base.note})" if base.note else "")
         + f": {base.trials} -> "
         + (
-            f"{saving(saved.trials_fraction, 'trials')}"
+            f"{saving(saved.trials_fraction, 'trials', noun=True)}"
             + (
-                f", {saving(saved.tokens_fraction, 'tokens')[6:]}"
+                f", {saving(saved.tokens_fraction, 'tokens', noun=True)[6:]}"
                 if saved.tokens_fraction is not None and saved.tokens_fraction >= 0
                 else ""
             )

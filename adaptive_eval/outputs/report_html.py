@@ -53,7 +53,6 @@ from adaptive_eval.outputs.presentation import (
     ranking_table,
     saving,
     stop_label,
-    stop_text,
     undecided_count,
 )
 
@@ -552,7 +551,9 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
     # Reused library trials cost nothing now: the saving counts what this run sampled.
     compared = summary.comparison is not None
     saved, counted = saved_fraction(summary)
-    saved_text = saving(saved)
+    # An interrupted run has saved nothing yet (it showed the saving so far as if final).
+    finished = summary.stop_reason is not None
+    saved_text = saving(saved) if finished else "not finished: no saving yet"
     undecided = undecided_count(summary)
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
@@ -607,8 +608,7 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
             f"({html.escape(str(summary.stop_detail))}). Prior: "
             f"{html.escape(summary.prior)}.</p>"
             if summary.stop_reason is not None
-            else f"<p id='stop'><b>Not finished:</b> {html.escape(stop_text(summary))}. Prior: "
-            f"{html.escape(summary.prior)}.</p>"
+            else f"<p id='stop'>Prior: {html.escape(summary.prior)}.</p>"  # headline: unfinished
         ),
         f"<p id='saved'>Trials used {summary.trials_used} against "
         f"{html.escape(baseline_text(summary))}: {saved_text}, {html.escape(counted)}."

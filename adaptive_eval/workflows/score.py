@@ -8,6 +8,7 @@ dense ``outcomes``; the first line says which trials were scored. Bayes@N, avg a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import NormalDist
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,11 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.npzio import NpzFile, check_categories
 
 #: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old
-#: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored).
-SCORE_SCHEMA_VERSION = 2
+#: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored.
+#: 3: the score's own interval ``score_low``, ``score_high``; Bayes@N's credible interval only as
+#: ``bayes_low``, ``bayes_high``: ``ci_low``, ``ci_high`` beside ``score`` were taken for the
+#: score's interval, which they are not; ``intervals`` says what each is).
+SCORE_SCHEMA_VERSION = 3
 
 
 def score_tensor(
@@ -40,8 +44,10 @@ def score_tensor(
     The score is the mean over questions of each question's observed mean (what a campaign's
     summary leads with, and ranks by); its rank groups are the models whose scores are within
     ``z_{(1+c)/2}`` standard errors of each other. Bayes@N (uniform prior, or ``prior``)
-    follows for reference, with its credible interval under ``ci_low``, ``ci_high`` in the JSON
-    only.
+    follows for reference, with its credible interval under ``bayes_low``, ``bayes_high`` in the
+    JSON only. The score's interval ``score_low``, ``score_high`` is ``score +- z se`` with ``z``
+    the two-sided normal quantile at the confidence (the trials of a fixed tensor, not a
+    campaign's sequential interval), within the weights' range.
     """
     from adaptive_eval import stats
     from adaptive_eval.stats.sequential import empirical_estimate
@@ -57,6 +63,9 @@ def score_tensor(
     score, score_se = empirical_estimate(counts, nu, weights)
     mu, sigma = stats.posterior_moments(nu, weights)
     low, high = stats.credible_interval(mu, sigma, confidence)
+    z_two = NormalDist().inv_cdf((1 + confidence) / 2)
+    score_low = np.clip(score - z_two * score_se, weights.min(), weights.max())
+    score_high = np.clip(score + z_two * score_se, weights.min(), weights.max())
     trials = counts.sum(axis=2)
     avg = (counts @ weights).sum(axis=1) / np.maximum(trials.sum(axis=1), 1)
     dense = outcomes if dense is None else dense
@@ -71,14 +80,16 @@ def score_tensor(
             "rank_no_ties": int(plain[i]),
             "score": float(score[i]),
             "score_se": float(score_se[i]),
+            "score_low": float(score_low[i]),
+            "score_high": float(score_high[i]),
             "trials": int(trials[i].sum()),
             "avg@N": float(avg[i]),
             "bayes_mu": float(mu[i]),
             "bayes_sigma": float(sigma[i]),
+            "bayes_low": float(low[i]),
+            "bayes_high": float(high[i]),
             "mu": float(mu[i]),
             "sigma": float(sigma[i]),
-            "ci_low": float(low[i]),
-            "ci_high": float(high[i]),
         }
         for k in ks:
             row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
@@ -91,6 +102,10 @@ def score_tensor(
         "statistic": "score: the mean over questions of each question's observed mean "
         "(unbiased); rank groups: adjacent scores within z_c standard errors share a rank "
         f"(z_c = {stats.z_threshold(confidence):.2f}, the one-sided normal quantile at c)",
+        "intervals": f"score_low, score_high: the score's {confidence:g} interval, score +- "
+        f"{z_two:.2f} score_se (normal); bayes_low, bayes_high: Bayes@N's {confidence:g} "
+        "credible interval, for reference only (not the score's: it covers the truth less "
+        "often than stated); mu, sigma: Bayes@N's, as bayes_mu, bayes_sigma",
         "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
         "models": rows,
     }

@@ -1,0 +1,91 @@
+"""Issue 40, section 5: numbers that mislead a newcomer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adaptive_eval.cli import main
+
+
+def test_score_json_gives_the_scores_interval_and_labels_bayes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ci_low``/``ci_high`` beside ``score`` were Bayes@N's credible interval, which a JSON
+    reader took for the score's 95% interval."""
+    rng = np.random.default_rng(3)
+    p = np.array([0.3, 0.6, 0.62])[:, None, None]
+    outcomes = (rng.random((3, 10, 16)) < p).astype(np.int64)
+    np.savez(tmp_path / "t.npz", outcomes=outcomes, models=np.array(["a", "b", "c"]))
+    assert main(["score", str(tmp_path / "t.npz"), "--json", "--confidence", "0.9"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["schema_version"] == 3 and "score_low" in result["intervals"]
+    for row in result["models"]:
+        assert "ci_low" not in row and "ci_high" not in row
+        assert row["score_low"] < row["score"] < row["score_high"]
+        half = (row["score_high"] - row["score_low"]) / 2
+        assert half == pytest.approx(1.6449 * row["score_se"], rel=1e-3)
+        assert row["bayes_low"] < row["bayes_mu"] < row["bayes_high"]
+
+
+def _summary(tmp_path: Path) -> dict[str, object]:
+    from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+
+    from adaptive_eval.base.summary_schema import record
+    from adaptive_eval.workflows.report import report_run
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=12))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_inline(load(config), tmp_path / "run")
+    summary: dict[str, object] = record(report_run(load(config), tmp_path / "run"))
+    return summary
+
+
+def test_an_interrupted_runs_pages_say_not_finished_once_and_claim_no_saving(
+    tmp_path: Path,
+) -> None:
+    """report.md of an interrupted run printed "saved 78.8%" and said "Not finished" twice."""
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.outputs.report import write_outputs
+
+    summary = _summary(tmp_path)
+    summary.update(stop_reason=None, stop_detail=None, finished=False)
+    run_dir = tmp_path / "run"
+    write_outputs(run_dir, read_summary(summary))
+    markdown = (run_dir / "report.md").read_text()
+    assert markdown.count("Not finished") == 1
+    (trials_row,) = [line for line in markdown.splitlines() if line.startswith("| trials |")]
+    assert trials_row.split("|")[4].strip() == "not finished"
+    assert "%" not in trials_row.split("|")[4]
+    page = (run_dir / "report.html").read_text()
+    assert page.count("Not finished") == 1 and "no saving yet" in page
+    assert "saved 10" not in page and "saved 1" not in page.split("id='saved'")[1][:200]
+
+
+def test_negative_savings_are_worded_as_the_pages_word_them(tmp_path: Path) -> None:
+    """The console printed "trials saved -4,650 (-48.4%)" and "spent 272.7% more than
+    trials"."""
+    import io
+
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.logs import ConsoleLines
+    from adaptive_eval.loop.progress import Progress
+    from adaptive_eval.outputs.report import render_console
+
+    progress = Progress(ConsoleLines(io.StringIO()), True)
+    progress.baseline, progress.done = 9600, 14250
+    assert progress.saved_text() == (
+        "trials spent 4,650 (48.4%) more than the fixed-N run's 9,600"
+    )
+    progress.done = 4800
+    assert progress.saved_text() == "trials saved 4,800 (50.0%) of the fixed-N run's 9,600"
+    summary = _summary(tmp_path)
+    saved = summary["compute_saved"]
+    assert isinstance(saved, dict)
+    saved["trials_fraction"] = -2.727
+    console = render_console(read_summary(summary))
+    assert "spent 272.7% more trials" in console
+    assert "more than trials" not in console and "saved -" not in console
