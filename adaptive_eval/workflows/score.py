@@ -8,8 +8,8 @@ dense ``outcomes``; the first line says which trials were scored. Bayes@N, avg a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from statistics import NormalDist
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
