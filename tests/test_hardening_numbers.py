@@ -89,3 +89,31 @@ def test_negative_savings_are_worded_as_the_pages_word_them(tmp_path: Path) -> N
     console = render_console(read_summary(summary))
     assert "spent 272.7% more trials" in console
     assert "more than trials" not in console and "saved -" not in console
+
+
+def test_a_width_runs_page_does_not_warn_about_pairs_it_never_asked_about(
+    tmp_path: Path,
+) -> None:
+    """report.html warned in bold red about undecided ranking pairs of a width goal's run;
+    report.md did not."""
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.outputs.report import write_outputs
+
+    summary = _summary(tmp_path)
+    pairs = summary["pairs"]
+    score = summary["score"]
+    assert isinstance(pairs, list) and isinstance(score, dict)
+    for pair in pairs:
+        pair.update(decision="undecided", decided_at_round=None)
+    run_dir = tmp_path / "run"
+    summary.update(stop_reason="ci_width", stop_detail="every model within +-0.2")
+    score["half_width"] = 0.2
+    write_outputs(run_dir, read_summary(summary))
+    assert "undecided at the stop" not in (run_dir / "report.html").read_text()
+    assert "pair(s) undecided" not in (run_dir / "report.md").read_text()
+    summary.update(stop_reason="pairs_settled", stop_detail="budget")  # a ranking goal: warned
+    score["half_width"] = None
+    write_outputs(run_dir, read_summary(summary))
+    assert f"{len(pairs)} pair(s) still undecided at the stop" in (
+        run_dir / "report.html"
+    ).read_text()

@@ -54,6 +54,7 @@ from adaptive_eval.outputs.presentation import (
     saving,
     stop_label,
     undecided_count,
+    undecided_note,
 )
 
 if TYPE_CHECKING:
@@ -554,7 +555,8 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
     # An interrupted run has saved nothing yet (it showed the saving so far as if final).
     finished = summary.stop_reason is not None
     saved_text = saving(saved) if finished else "not finished: no saving yet"
-    undecided = undecided_count(summary)
+    # Warned about where report.md is (never a width goal's pairs it did not ask about).
+    undecided = undecided_count(summary) if undecided_note(summary) else 0
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
     pairs = _table(
