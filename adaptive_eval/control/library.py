@@ -80,8 +80,11 @@ def _shown(value: Any) -> str:
     return text[:SHOWN] if len(text) == 64 and text.isalnum() else text
 
 
-def describe_change(name: str, before: dict[str, Any], now: dict[str, Any]) -> str:
-    """One line naming what changed in a model's identity."""
+def describe_change(
+    name: str, before: dict[str, Any], now: dict[str, Any], known: bool = False
+) -> str:
+    """One line naming what changed in a model's identity; ``known``: the library holds trials
+    of the new identity (a checkpoint restored to one it saw before), which are reused."""
     parts = []
     for section in ("files", "entry"):
         old, new = before.get(section) or {}, now.get(section) or {}
@@ -95,10 +98,12 @@ def describe_change(name: str, before: dict[str, Any], now: dict[str, Any]) -> s
                 a = "; ".join(x for x in pa if x not in pb)
                 b = "; ".join(x for x in pb if x not in pa)
             parts.append(f"{key} {_shown(a)} -> {_shown(b)}")
-    return (
-        f"model {name} changed since the library last saw it ({'; '.join(parts)}): its trials "
-        "are sampled anew, none reused"
+    reuse = (
+        "the library holds trials of this identity from before, which are reused"
+        if known
+        else "its trials are sampled anew, none reused"
     )
+    return f"model {name} changed since the library last saw it ({'; '.join(parts)}): {reuse}"
 
 
 def _hash(description: dict[str, Any]) -> str:
@@ -164,7 +169,9 @@ class TrialLibrary:
             ]
         )
         changes = []
-        for name, identity, text in zip(names, identities, previous, strict=True):
+        for model, (name, identity, text) in enumerate(
+            zip(names, identities, previous, strict=True)
+        ):
             if text is None:
                 continue
             try:
@@ -173,7 +180,12 @@ class TrialLibrary:
                 before = {}
             if before != identity:
                 before = before if isinstance(before, dict) else {}
-                changes.append(describe_change(name, before, identity))
+                # The new identity's trials may be in the library already (it was this before).
+                known = any(
+                    self.file.trials(_hash({**models[model], "question": q}), 0, 0)
+                    for q in self.questions
+                )
+                changes.append(describe_change(name, before, identity, known))
         return changes
 
     def close(self) -> None:

@@ -393,6 +393,30 @@ def _write_night_outputs(
             store.close()
 
 
+def _check_predecessor(history: Path, runs: Path, tonight: str) -> None:
+    """Refuse to re-run a past night whose predecessor ``--keep`` pruned: with its run folder
+    gone it was compared with no earlier night, found nothing, exited 0 and overwrote the
+    night's alerting record with a clean one (a failed night turned green in CI)."""
+    lines = history / "nights.jsonl"
+    if not lines.exists():
+        return
+    nights = []
+    for line in lines.read_text().splitlines():
+        try:
+            nights.append(str(json.loads(line)["night"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    earlier = [n for n in nights if n < tonight]
+    if earlier and not (runs / max(earlier) / "summary.json").exists():
+        raise InputError(
+            f"night {tonight} follows night {max(earlier)}, whose run folder was pruned (--keep): "
+            "it cannot be compared with it, and its record in nights.jsonl would be replaced by "
+            "one that never was; re-run only nights whose previous night is kept",
+            source=str(history),
+            field="--night",
+        )
+
+
 def run_nightly(
     config: CampaignConfig,
     history: Path,
@@ -429,6 +453,7 @@ def run_nightly(
     history.mkdir(parents=True, exist_ok=True)
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
+    _check_predecessor(history, runs, tonight)
     if runner is None:
 
         def runner(c: CampaignConfig, d: Path) -> Summary:
