@@ -37,12 +37,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
     config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_campaign(config, Path(args.out), quiet=args.quiet)
+    _mark_finished(summary, args.out)
     print(_result_text(summary, args, render_console))
     library = summary.provenance.library
     if not args.json and library is not None:  # a model the library knew otherwise: a line each
         for line in library.changes:
             print(f"trial library: {line}", file=sys.stderr)
     return 0
+
+
+def _mark_finished(summary: Summary, out: str) -> None:
+    """A finished run's outputs are written: a stop signal from now on says so instead of
+    asking for a resume (it exited 143 with "run the same command again to resume")."""
+    from adaptive_eval.base import interrupts
+
+    if summary.stop_reason is not None:
+        interrupts.mark_finished(out)
 
 
 def _result_text(summary: Summary, args: argparse.Namespace, full: Callable[[Summary], str]) -> str:
@@ -424,6 +434,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         settle_all=True if args.settle_all else None,
         quiet=args.quiet,
     )
+    _mark_finished(summary, args.out)
     result = summary.comparison
     assert result is not None  # a compare run always judges its candidate
     if args.json:

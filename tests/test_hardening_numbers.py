@@ -77,9 +77,7 @@ def test_negative_savings_are_worded_as_the_pages_word_them(tmp_path: Path) -> N
 
     progress = Progress(ConsoleLines(io.StringIO()), True)
     progress.baseline, progress.done = 9600, 14250
-    assert progress.saved_text() == (
-        "trials spent 4,650 (48.4%) more than the fixed-N run's 9,600"
-    )
+    assert progress.saved_text() == ("trials spent 4,650 (48.4%) more than the fixed-N run's 9,600")
     progress.done = 4800
     assert progress.saved_text() == "trials saved 4,800 (50.0%) of the fixed-N run's 9,600"
     summary = _summary(tmp_path)
@@ -114,6 +112,34 @@ def test_a_width_runs_page_does_not_warn_about_pairs_it_never_asked_about(
     summary.update(stop_reason="pairs_settled", stop_detail="budget")  # a ranking goal: warned
     score["half_width"] = None
     write_outputs(run_dir, read_summary(summary))
-    assert f"{len(pairs)} pair(s) still undecided at the stop" in (
-        run_dir / "report.html"
-    ).read_text()
+    assert (
+        f"{len(pairs)} pair(s) still undecided at the stop" in (run_dir / "report.html").read_text()
+    )
+
+
+def test_a_stop_signal_after_the_run_finished_does_not_ask_for_a_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM just after a run had finished exited 143 with "run the same command again to
+    resume"."""
+    import signal
+
+    from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, write_scenario
+
+    from adaptive_eval.base import interrupts
+    from adaptive_eval.outputs import report
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=6))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+
+    def terminated(summary: object) -> str:
+        raise interrupts.Terminated(signal.SIGTERM)  # arrives as the result is printed
+
+    monkeypatch.setattr(report, "render_console", terminated)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH])
+    err = capsys.readouterr().err
+    assert code == 143
+    assert "after the run had finished" in err and str(run_dir) in err
+    assert "run the same command again to resume" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] is not None

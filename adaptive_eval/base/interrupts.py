@@ -39,8 +39,25 @@ def exit_code(signum: int) -> int:
     return 128 + signum
 
 
+#: Where a finished run's outputs are, once written (:func:`mark_finished`): a stop signal
+#: after it leaves nothing to resume.
+_finished: list[str] = []
+
+
+def mark_finished(where: str) -> None:
+    """Note that the command's run has finished and its outputs are written in ``where``: a
+    stop signal from now on says so, not "run the same command again to resume"."""
+    _finished[:] = [where]
+
+
 def stop_line(signum: int) -> str:
     """The one line a command ended by stop signal ``signum`` prints."""
+    if _finished:
+        cause = _CAUSES.get(signal.Signals(signum), f"ended on {signal.Signals(signum).name}")
+        return (
+            f"adaptive-eval: {cause} after the run had finished: its results are complete in "
+            f"{_finished[0]}; nothing to resume (adaptive-eval report prints them again)"
+        )
     if signum == signal.SIGINT:
         return INTERRUPTED_LINE
     watcher = os.environ.get(WATCHER_ENV, "")
@@ -84,6 +101,7 @@ def install() -> dict[int, Any] | None:
     """Make :func:`first_signal` the handler of the stop signals; returns the handlers it
     replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
     that ignores Ctrl-C keeps ignoring it)."""
+    _finished.clear()  # a new command: nothing of it has finished
     if threading.current_thread() is not threading.main_thread():
         return None
     previous: dict[int, Any] = {}
