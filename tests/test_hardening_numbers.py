@@ -143,3 +143,23 @@ def test_a_stop_signal_after_the_run_finished_does_not_ask_for_a_resume(
     assert "after the run had finished" in err and str(run_dir) in err
     assert "run the same command again to resume" not in err
     assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] is not None
+
+
+def test_one_model_is_one_model_and_the_width_goal_is_named_once(tmp_path: Path) -> None:
+    """ "Ranking: 1 models"; "Width goal: goal +-0.02"."""
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.outputs.headline import headline
+
+    summary = _summary(tmp_path)
+    models = summary["models"]
+    assert isinstance(models, list)
+    summary.update(models=models[:1], pairs=[])
+    line = headline(read_summary(summary)).line
+    assert line.startswith("Ranking: 1 model in 1 rank group(s)"), line
+    score = summary["score"]
+    assert isinstance(score, dict)
+    score["half_width"] = 0.02
+    models[0]["width_goal_met"] = True
+    summary.update(stop_reason="ci_width")
+    line = headline(read_summary(summary)).line
+    assert line.startswith("Width goal: +-0.02 at 95% (each model) met for the 1 model"), line

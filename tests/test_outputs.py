@@ -254,7 +254,7 @@ def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, P
     for model in summary["models"]:
         model["width_goal_met"] = True
     found = headline(read_summary(summary))
-    assert found.line.startswith("Width goal: goal +-0.05 at 95% (each model) met for all 4 ")
+    assert found.line.startswith("Width goal: +-0.05 at 95% (each model) met for all 4 ")
     assert "undecided" not in found.line
     # The goal never asked for pairs.
     assert "pair(s) undecided" not in render_console(read_summary(summary))

@@ -32,7 +32,7 @@ from adaptive_eval.base.summary_schema import (
     ScoreDrop,
     Summary,
 )
-from adaptive_eval.outputs.presentation import saving
+from adaptive_eval.outputs.presentation import count, saving
 
 
 class Kind(enum.Enum):
@@ -109,12 +109,13 @@ def _width(summary: Summary) -> Headline:
     level = f"{100 * float(info.confidence or summary.confidence or 0):g}%"
     goal = f"+-{info.half_width:g} at {level} ({who})"
     verdict = (
-        f"met for all {len(models)} models"
+        f"met for {'the' if len(models) == 1 else 'all'} {count(len(models), 'model')}"
         if met == len(models)
-        else f"met for {met} of {len(models)} models, not met for {len(models) - met}"
+        else f"met for {met} of {count(len(models), 'model')}, not met for {len(models) - met}"
     )
     budget = _budget(summary)
-    text = f"goal {goal} {verdict}{budget}; {saving(saved, baseline_text(summary))}, {counted}"
+    # After "Width goal: " (it read "Width goal: goal +-0.02 ...").
+    text = f"{goal} {verdict}{budget}; {saving(saved, baseline_text(summary))}, {counted}"
     good = met == len(models) and not budget
     return Headline(Kind.WIDTH, Tone.GOOD if good else Tone.WARNING, text)
 
@@ -170,7 +171,8 @@ def _ranking(summary: Summary) -> Headline:
         else f"{', '.join(first[:3])}{' ...' if len(first) > 3 else ''} share first place"
     )
     text = (
-        f"{len(models)} models in {groups} rank group(s), {lead}; {decided} of {len(pairs)} "
+        f"{count(len(models), 'model')} in {groups} rank group(s), {lead}; {decided} of "
+        f"{len(pairs)} "
         "adjacent pairs decided"
         + (
             f", {undecided} undecided"

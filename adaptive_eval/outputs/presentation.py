@@ -55,7 +55,7 @@ def width_goal_line(summary: Summary) -> str | None:
     who = "all models at once" if info.simultaneous else "each model"
     return (
         f"Width goal +-{goal:g} at {100 * float(info.confidence):g}% ({who}): met by {met} "
-        f"of {len(summary.models)} models."
+        f"of {count(len(summary.models), 'model')}."
     )
 
 
@@ -112,6 +112,15 @@ def ranking_notes(summary: Summary) -> list[str]:
         notes.append(line)
     notes.append(f"{summary.bayes.description}.")
     return notes
+
+
+def count(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural where it is not one.
+
+    >>> count(1, "model"), count(3, "model")
+    ('1 model', '3 models')
+    """
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def percent(value: float | None) -> str:
