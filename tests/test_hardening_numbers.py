@@ -163,3 +163,19 @@ def test_one_model_is_one_model_and_the_width_goal_is_named_once(tmp_path: Path)
     summary.update(stop_reason="ci_width")
     line = headline(read_summary(summary)).line
     assert line.startswith("Width goal: +-0.02 at 95% (each model) met for the 1 model"), line
+
+
+def test_markdown_files_show_greater_than_as_typed(tmp_path: Path) -> None:
+    """A changed model's line in nightly's summary.md read "root /a -&gt; /b"."""
+    from adaptive_eval.base import markdown
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.outputs.report import write_outputs
+
+    line = "model ckpt changed (server root /a -> /b)"
+    assert markdown.text(line) == line
+    assert markdown.text("<b>") == "&lt;b>" and markdown.text(">x") == "\\>x"
+
+    summary = _summary(tmp_path)
+    write_outputs(tmp_path / "run", read_summary(summary))
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "&gt;" not in markdown and "| a>b |" in markdown

@@ -12,13 +12,17 @@ _ACTIVE = re.compile(r"([\\`*_\[\]|~])")
 
 
 def text(value: object) -> str:
-    """``value`` as markdown text: HTML's special characters as entities, markdown's active
-    characters escaped.
+    """``value`` as markdown text: ``<`` and ``&`` as entities (no tag or entity can start),
+    markdown's active characters escaped; ``>`` stays as typed (``a>b``, it read ``a&gt;b`` in
+    the .md files), escaped only where it would start a quote.
 
     >>> text("<script>a_b|c</script>")
-    '&lt;script&gt;a\\\\_b\\\\|c&lt;/script&gt;'
+    '&lt;script>a\\\\_b\\\\|c&lt;/script>'
+    >>> text("> quoted"), text("a > b")
+    ('\\\\> quoted', 'a > b')
     """
-    return _ACTIVE.sub(r"\\\1", html.escape(str(value), quote=False))
+    escaped = _ACTIVE.sub(r"\\\1", html.escape(str(value), quote=False).replace("&gt;", ">"))
+    return "\\" + escaped if escaped.startswith(">") else escaped
 
 
 def code(value: object) -> str:
