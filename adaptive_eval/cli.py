@@ -430,6 +430,18 @@ def check_path_arguments(args: argparse.Namespace) -> None:
                     "(255 bytes a name, 4,096 a path)",
                     field=option,
                 )
+            if os.path.islink(value) and not os.path.exists(value):
+                # A link in a loop, or to nothing: --out gave rc 1 "File exists" from mkdir.
+                try:
+                    os.stat(value)
+                    reason = "it leads nowhere"
+                except OSError as error:
+                    reason = error.strerror or "it leads nowhere"
+                raise InputError(
+                    f"{shown} is a symbolic link that cannot be followed ({reason}); give a "
+                    "folder or file, or a link to one",
+                    field=option,
+                )
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -1,0 +1,26 @@
+"""Issue 40, section 5 (smaller items): a symbolic link that loops, given as ``--out``, was
+rc 1 "File exists"."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, write_scenario
+
+from adaptive_eval.cli import main
+
+
+@pytest.mark.parametrize("target", ["loop", "missing/folder"])
+def test_an_out_link_that_cannot_be_followed_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=6))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    os.symlink(tmp_path / target, tmp_path / "loop")
+    code = main(["run", str(config), "--out", str(tmp_path / "loop"), *TEST_DISPATCH])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--out" in err and "symbolic link that cannot be followed" in err
+    assert len(err.strip().splitlines()) == 1
