@@ -227,7 +227,8 @@ class ForecastCheck(_Closed):
     evidence: str | None = Field(description="pilot, run, library or prior")
     simulations: int | None
     measures: dict[str, ForecastMeasure] = Field(
-        description="trials, new_trials, tokens, gpu_s, pairs_settled: where both are known"
+        description="trials, new_trials, tokens, gpu_s, wall_s, pairs_settled: where both are "
+        "known"
     )
     curve: list[ForecastCurvePoint] = Field(
         description="the forecast's budget-decision curve: pairs settled against trials"
@@ -235,6 +236,40 @@ class ForecastCheck(_Closed):
     verdict: ForecastVerdict | None = Field(
         default=None, description="a compare run launched from a forecast --candidate"
     )
+
+
+class ForecastRange(_Closed):
+    p10: float
+    p50: float
+    p90: float
+
+
+class LiveForecastPoint(_Closed):
+    """The live forecast of the rest of the run, made after one round from all the evidence so
+    far (:mod:`adaptive_eval.control.live_forecast`); ``*_to_go`` what was still to come."""
+
+    round: int
+    trials_used: int = Field(description="trials recorded when the forecast was made")
+    elapsed_s: float
+    simulations: int
+    trials: ForecastRange = Field(description="the run's total trials at its stop, unbudgeted")
+    trials_to_go: ForecastRange
+    tokens_to_go: ForecastRange | None
+    gpu_s_to_go: ForecastRange | None
+    wall_s_to_go: ForecastRange | None = Field(
+        description="at the run's steady seconds per trial since its first round"
+    )
+    pairs_to_settle: ForecastRange
+    settled_now: int
+    budget_trials: int | None
+    budget_short: float | None = Field(
+        description="pairs the trial budget leaves unsettled that the campaign settles without "
+        "it (median over the simulations)"
+    )
+    budget_needed: float | None = Field(
+        description="the trials by which the campaign settles all it settles (median)"
+    )
+    seconds: float = Field(description="the forecast's own compute time (a background process)")
 
 
 class ScoreDrop(_Closed):
@@ -345,6 +380,10 @@ class Summary(_Closed):
     comparison: Comparison | None = None
     nightly: Nightly | None = None
     forecast: ForecastCheck | None = None
+    live_forecast: list[LiveForecastPoint] | None = Field(
+        default=None,
+        description="the live forecast after each round it was made for (null: none was made)",
+    )
 
 
 def json_schema() -> dict[str, Any]:

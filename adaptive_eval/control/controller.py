@@ -74,6 +74,7 @@ class Controller:
         self.settings = campaign.view_settings()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
+        self.record_events = record_events
         self.events = RoundEvents(store, log, campaign.names, record_events)
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
@@ -107,6 +108,8 @@ class Controller:
     def advance(self) -> None:
         """Apply the next round, decide, plan ahead, and commit the round's events at once."""
         self.apply_round()
+        if self.state.applied_rounds == 1 and self.record_events:
+            self.note_first_round()
         self.decide()
         self.plan()
         self.flush_events()
@@ -216,6 +219,14 @@ class Controller:
             cells = zip(*np.nonzero(plan), strict=True)
             items = [WorkItem(int(m), int(q), int(starts[m, q]), int(plan[m, q])) for m, q in cells]
             self.submit(self.batches(round_index, items))
+
+    def note_first_round(self) -> None:
+        """When the first round is in (once per campaign): the time before it is start-up
+        (Ray, engine loads), which a forecast of the run's wall time counts once."""
+        if self.store.get_meta("first_round") is None:
+            self.store.set_meta(
+                first_round={"elapsed_s": self.elapsed_s, "trials": self.state.trials_used}
+            )
 
     def forecast_rest(self) -> None:
         """Hand the latest round to the live forecast and log what it has finished: an event,

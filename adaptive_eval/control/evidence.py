@@ -24,8 +24,9 @@ class Evidence:
 
     ``replayed``: these are the run's own first trials (a pilot in its folder): every simulated
     campaign is served them before it draws. Otherwise (an earlier run) they only inform the
-    predictive. ``elapsed_s``: the wall time that recorded them, where known (it times the
-    forecast's wall clock).
+    predictive. ``elapsed_s``: the wall time that recorded them, where known. ``startup_s`` and
+    ``seconds_per_trial`` split it (:func:`wall_model`): what a run pays once before its first
+    round is in (Ray, engine loads, weight hashing) and its steady seconds per trial after.
     """
 
     categories: np.ndarray  # (L, M, N) int64, -1 past a cell's recorded trials
@@ -35,6 +36,18 @@ class Evidence:
     source: str  # pilot | run | library | prior
     detail: str
     elapsed_s: float | None = None
+    startup_s: float | None = None
+    seconds_per_trial: float | None = None
+
+    def wall_s(self, fresh_trials: float) -> float | None:
+        """The wall time of a run that samples ``fresh_trials`` beyond this evidence: the
+        evidence's own time where the run reuses it (a pilot's leg counts in the run's elapsed
+        time), start-up once, then the steady rate. None where the evidence was not timed."""
+        if self.seconds_per_trial is None:
+            return None
+        before = (self.elapsed_s or 0.0) if self.replayed else 0.0
+        startup = self.startup_s or 0.0
+        return before + (startup + fresh_trials * self.seconds_per_trial if fresh_trials else 0.0)
 
     @classmethod
     def none(cls, shape: tuple[int, int], detail: str) -> Evidence:
@@ -112,6 +125,26 @@ class CostModel:
     def scatter(self, trials: np.ndarray) -> float:
         """Variance of the cost of these (L, M) trials around :meth:`expected`."""
         return float((trials * self.variance[:, None]).sum())
+
+
+def wall_model(
+    elapsed_s: float | None, trials: int, first_round: dict[str, float] | None
+) -> tuple[float | None, float | None]:
+    """(start-up seconds, steady seconds per trial) of a recorded run: ``first_round`` is when
+    its first round was applied (``elapsed_s`` and ``trials`` then, recorded by the
+    controller). The rate is the time after it over the trials after it; the start-up is the
+    first round's time less its trials at that rate. Without a later round, everything is rate
+    (no start-up known). None, None where the run was not timed."""
+    if not elapsed_s or trials <= 0:
+        return None, None
+    if first_round is None:
+        return None, elapsed_s / trials
+    first_s = float(first_round.get("elapsed_s", 0.0))
+    first_trials = int(first_round.get("trials", 0))
+    if trials <= first_trials or elapsed_s <= first_s:
+        return None, elapsed_s / trials
+    rate = (elapsed_s - first_s) / (trials - first_trials)
+    return max(first_s - first_trials * rate, 0.0), rate
 
 
 def score_resolution(evidence: Evidence, weights: np.ndarray) -> float | None:

@@ -64,7 +64,12 @@ from adaptive_eval.campaign.checkpoint import (
     exit_code,
 )
 from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
-from adaptive_eval.control.predictive import ScoreEvidence, SpacingPrior, tilt_to_scores
+from adaptive_eval.control.predictive import (
+    Resolution,
+    ScoreEvidence,
+    SpacingPrior,
+    tilt_to_scores,
+)
 from adaptive_eval.control.simulate import (
     Costing,
     Sampler,
@@ -304,7 +309,10 @@ class Range:
         return cls(float(low), float(mid), float(high))
 
     def holds(self, value: float) -> bool:
-        return self.p10 <= value <= self.p90
+        """Inside the 10-90% range, a zero-width one included (quantiles of equal values can
+        differ from them in the last bits)."""
+        slack = 1e-9 * max(1.0, abs(value))
+        return self.p10 - slack <= value <= self.p90 + slack
 
     def record(self) -> dict[str, float]:
         return {"p10": self.p10, "p50": self.p50, "p90": self.p90}
@@ -408,6 +416,10 @@ class Forecast:
     score_sd: float | None = None
     candidate: str | None = None  # compare's: only its pairs count
     verdict: VerdictForecast | None = None  # compare's exit code (with a candidate)
+    #: What the evidence tells of the models' spacing (None: too few models, or no evidence).
+    resolution: Resolution | None = None
+    #: Evidence that cannot measure what it is asked to, said plainly (one line each).
+    degenerate: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
         """forecast.json."""
@@ -441,6 +453,9 @@ class Forecast:
             "width_goals_met": rng(self.widths_met),
             "stops": self.stops,
             "score_sd": self.score_sd,
+            # added to format 1: what the evidence resolves, and degenerate evidence
+            "resolution": None if self.resolution is None else self.resolution.record(),
+            "degenerate": list(self.degenerate),
             "unknown": list(self.unknown),
             "pairs": [
                 {
@@ -494,9 +509,8 @@ def forecast(
     forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``)."""
     global _JOB
     num_categories = campaign.num_categories
-    counts = evidence.counts(num_categories) + np.rint(np.maximum(campaign.prior - 1, 0)).astype(
-        np.int64
-    )
+    extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
+    counts = evidence.counts(num_categories) + extra
     alpha = empirical_bayes_prior(counts)
     known_tokens = evidence.tokens >= 0
     known_gpu = evidence.gpu_s > 0
@@ -516,7 +530,7 @@ def forecast(
             )
         if gpu_model is None:
             unknown.append(f"GPU-seconds: {_missing(campaign, known_gpu)} no GPU time")
-        if evidence.elapsed_s is None or evidence.trials == 0:
+        if evidence.seconds_per_trial is None:
             unknown.append("wall time: the evidence was not timed")
     if judge is not None and candidate is None:
         candidate = campaign.names[judge.candidate]
@@ -538,8 +552,50 @@ def forecast(
     found = summarise(
         campaign, evidence, budget, paths, seed, tuple(unknown), judge=judge, meanings=meanings
     )
-    resolution = score_resolution(evidence, campaign.weights)
-    return replace(found, candidate=candidate, score_sd=resolution)
+    told = None
+    if spacing is not None and evidence.trials:
+        per_question = float(np.median(evidence.recorded[evidence.recorded > 0]))
+        told = Resolution.of(spacing, per_question)
+    return replace(
+        found,
+        candidate=candidate,
+        score_sd=score_resolution(evidence, campaign.weights),
+        resolution=told,
+        degenerate=degenerate_evidence(campaign.names, counts - extra, campaign.weights),
+    )
+
+
+def degenerate_evidence(
+    names: Sequence[str], counts: np.ndarray, weights: np.ndarray
+) -> tuple[str, ...]:
+    """What the evidence cannot measure, one plain line each: models with no trial (their
+    scores are the prior's guess), and evidence whose every trial of a model scored the same
+    (its noise is unmeasured: the spread of truths is the prior's)."""
+    trials = counts.sum(axis=2)
+    lines = []
+    empty = [names[i] for i in range(len(names)) if trials[i].sum() == 0]
+    if empty:
+        lines.append(
+            f"models {first_few(empty)} have no trial: their scores are the prior's guess, "
+            "uniform on every question"
+        )
+    scored = counts @ (weights > weights.min()).astype(np.int64)  # trials above the lowest weight
+    flat = []
+    for i in range(len(names)):
+        if trials[i].sum() and (scored[i].sum() == 0 or scored[i].sum() == trials[i].sum()):
+            flat.append(names[i])
+    if flat and len(flat) == len(names) - len(empty):
+        lines.append(
+            "every recorded trial of every model scored the same "
+            f"({'the lowest' if scored.sum() == 0 else 'above the lowest'} weight): the "
+            "evidence measures no score's noise, and the ranges are the prior's spread"
+        )
+    elif flat:
+        lines.append(
+            f"every recorded trial of {first_few(flat)} scored the same: its noise is the "
+            "prior's guess"
+        )
+    return tuple(lines)
 
 
 def _missing(campaign: Campaign, known: np.ndarray) -> str:
@@ -563,9 +619,7 @@ def _run_all(simulations: int, processes: int | None) -> list[SimPath]:
     return paths
 
 
-def _at_budget(
-    path: SimPath, budget: BudgetSettings, seconds_per_trial: float | None, ahead: int
-) -> int:
+def _at_budget(path: SimPath, budget: BudgetSettings, evidence: Evidence, ahead: int) -> int:
     """The index of the round at which ``budget`` stops this path (its last round if none).
 
     A trial budget clips the plans themselves (the run ends on the round that reaches it); a
@@ -579,8 +633,9 @@ def _at_budget(
     late = ahead - 1
     if budget.tokens is not None and path.tokens is not None:
         crossed.append(min(_first_at_least(path.tokens, budget.tokens, last) + late, last))
-    if budget.wall_clock_s is not None and seconds_per_trial is not None:
-        at = _first_at_least(path.trials * seconds_per_trial, budget.wall_clock_s, last)
+    if budget.wall_clock_s is not None and evidence.seconds_per_trial is not None:
+        wall = np.asarray([evidence.wall_s(float(f)) or 0.0 for f in path.fresh])
+        at = _first_at_least(wall, budget.wall_clock_s, last)
         crossed.append(min(at + late, last))
     return min(crossed)
 
@@ -604,13 +659,9 @@ def summarise(
     """The forecast's ranges, pairs and curve from the simulated paths (with compare's
     ``judge``, the verdict its paths reached)."""
     rng = np.random.default_rng([seed, len(paths), 7])
-    per_trial = (
-        evidence.elapsed_s / evidence.trials
-        if evidence.elapsed_s is not None and evidence.trials > 0
-        else None
-    )
+    per_trial = evidence.seconds_per_trial
     ahead = campaign.settings.execution.rounds_in_flight
-    stops = [_at_budget(p, budget, per_trial, ahead) for p in paths]
+    stops = [_at_budget(p, budget, evidence, ahead) for p in paths]
 
     def at_stop(track: str, scatter: str | None, limit: float | None) -> Range | None:
         """The range of a path quantity where the budget stops each path (with its scatter)."""
@@ -628,7 +679,10 @@ def summarise(
     assert trials is not None
     wall = None
     if per_trial is not None:
-        wall = Range(trials.p10 * per_trial, trials.p50 * per_trial, trials.p90 * per_trial)
+        # Start-up once (the run's workers start anew), then the steady rate per new trial.
+        wall = Range.of(
+            [evidence.wall_s(float(p.fresh[r])) or 0.0 for p, r in zip(paths, stops, strict=True)]
+        )
     new_trials = at_stop("fresh", None, None)
     assert new_trials is not None
     fresh_at_stop = [float(p.fresh[r]) for p, r in zip(paths, stops, strict=True)]

@@ -24,7 +24,7 @@ from adaptive_eval.control.forecast import Range, counts_pair
 from adaptive_eval.control.run_result import FinishedRun
 
 #: The measures a run is checked against its forecast on, in summary.json's order.
-CHECKED = ("trials", "new_trials", "tokens", "gpu_s", "pairs_settled")
+CHECKED = ("trials", "new_trials", "tokens", "gpu_s", "wall_s", "pairs_settled")
 
 
 @dataclass(frozen=True)
@@ -128,5 +128,6 @@ def _realised(forecast: RecordedForecast, run: FinishedRun, reused: int) -> dict
         "new_trials": new,
         "tokens": run.savings.tokens_used,
         "gpu_s": gpu if gpu else None,
+        "wall_s": run.facts.elapsed_s,
         "pairs_settled": sum(d.settled and counts_pair(d, focus) for d in run.decisions),
     }

@@ -179,14 +179,16 @@ def thaw_core(frozen: bytes) -> DecisionCore:
     return core
 
 
-def forecast_rest(campaign: Campaign, snapshot: Snapshot) -> LiveForecast:
+def forecast_rest(
+    campaign: Campaign, snapshot: Snapshot, predictive: str = "spacing"
+) -> LiveForecast:
     """Run the snapshot's core forward ``snapshot.simulations`` times (see the module)."""
     started = time.perf_counter()
     state: RunState = pickle.loads(snapshot.state)
     counts = state.counts + np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
     alpha = empirical_bayes_prior(counts)
     spacing = None
-    if (counts.sum(axis=(1, 2)) > 0).all():
+    if predictive == "spacing" and (counts.sum(axis=(1, 2)) > 0).all():
         spacing = SpacingPrior.fit(
             ScoreEvidence.of(alpha, counts, campaign.weights), campaign.weights
         )
@@ -326,12 +328,14 @@ class LiveForecaster:
         self.history: list[LiveForecast] = []
         self.failures: list[str] = []
         self._first: tuple[float, int] | None = None  # (elapsed_s, trials) after round 0
+        self._sent_round = 0  # the latest round a forecast was asked for
 
     def seconds_per_trial(self, elapsed_s: float, trials: int) -> float | None:
         """The run's steady rate: elapsed time per trial since its first applied round (the
         start-up before it is not a per-trial cost)."""
         if self._first is None:
-            self._first = (elapsed_s, trials)
+            if trials > 0:
+                self._first = (elapsed_s, trials)
             return None
         start, first_trials = self._first
         if trials <= first_trials or elapsed_s <= start:
@@ -344,7 +348,9 @@ class LiveForecaster:
         """(a finished forecast, a failure message): either may be None."""
         rate = self.seconds_per_trial(elapsed_s, state.trials_used)
         done, failed = self._collect()
-        if self._pending is None and core.stop is None:
+        fresh = state.applied_rounds > self._sent_round and state.trials_used > 0
+        if self._pending is None and core.stop is None and fresh:
+            self._sent_round = state.applied_rounds
             try:
                 snapshot = Snapshot(
                     state.applied_rounds,

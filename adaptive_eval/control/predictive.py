@@ -44,8 +44,11 @@ import numpy as np
 #: The spread of the true spacings a simulation assumes (coefficient of variation of the gamma
 #: prior), drawn uniformly per simulation: evenly spread models to independently placed ones.
 SPACING_CV = (0.05, 0.3, 0.55, 0.8, 1.05, 1.3)
-#: Pseudo-pilots per candidate spread that weigh the spreads by how well they reproduce the
-#: observed spacings' coefficient of variation (:meth:`SpacingPrior.fit`).
+#: The share of adjacent pairs that are exact ties (the same model twice, a checkpoint that
+#: changed nothing), a point mass at spacing 0 beside the gamma.
+TIE_SHARES = (0.0, 0.15, 0.3)
+#: Pseudo-evidence per candidate prior that weighs the candidates by how well they reproduce
+#: the observed spacings (:func:`prior_weights`).
 CALIBRATION_DRAWS = 400
 #: Below this many adjacent spacings the ensemble does not inform a spacing prior.
 MIN_SPACINGS = 3
@@ -76,6 +79,10 @@ class ScoreEvidence:
         return cls(np.asarray(x, dtype=np.float64), np.asarray(s, dtype=np.float64))
 
 
+#: The candidate priors: (coefficient of variation of the gamma part, share of exact ties).
+CANDIDATES = tuple((cv, tie) for cv in SPACING_CV for tie in TIE_SHARES)
+
+
 @dataclass(frozen=True)
 class SpacingPrior:
     """The deconvolved spacing model of one forecast (what every simulation shares)."""
@@ -84,7 +91,7 @@ class SpacingPrior:
     observed: np.ndarray  # (L - 1,) observed spacings d_j
     noise: np.ndarray  # (L - 1,) tau_j
     mean_spacing: float  # mu
-    cv_weights: np.ndarray  # (len(SPACING_CV),) probability of each spread
+    weights: np.ndarray  # (len(CANDIDATES),) probability of each candidate prior
     centre: float  # mean of x
     low: float  # the scores' feasible range (the rubric's lowest and highest weight)
     high: float
@@ -107,7 +114,7 @@ class SpacingPrior:
             observed,
             noise,
             mu,
-            spread_weights(observed, s[order], mu),
+            prior_weights(observed, s[order], mu),
             float(x.mean()),
             float(weights.min()),
             float(weights.max()),
@@ -115,8 +122,8 @@ class SpacingPrior:
 
     def draw_scores(self, rng: np.random.Generator) -> np.ndarray:
         """(L,) target scores of one simulation (in model order)."""
-        cv = float(rng.choice(SPACING_CV, p=self.cv_weights))
-        spacings = self.draw_spacings(rng, cv)
+        cv, tie = CANDIDATES[int(rng.choice(len(CANDIDATES), p=self.weights))]
+        spacings = self.draw_spacings(rng, cv, tie)
         sorted_scores = np.concatenate([[0.0], np.cumsum(spacings)])
         sorted_scores += self.centre - sorted_scores.mean()
         # Keep inside the rubric's range (a model at 0 stays at 0, not below).
@@ -130,23 +137,26 @@ class SpacingPrior:
         scores[self.order] = sorted_scores
         return scores
 
-    def draw_spacings(self, rng: np.random.Generator, cv: float) -> np.ndarray:
-        """One draw of every true spacing from its posterior under a ``Gamma(mu, cv)`` prior."""
-        mu = self.mean_spacing
+    def draw_spacings(self, rng: np.random.Generator, cv: float, tie: float) -> np.ndarray:
+        """One draw of every true spacing from its posterior under the prior ``tie`` at 0 plus
+        ``(1 - tie) Gamma(mean mu / (1 - tie), cv)``, on a grid."""
+        mu = self.mean_spacing / max(1 - tie, 1e-9)
         top = float(np.max(self.observed + 4 * self.noise)) + 4 * mu + 1e-9
         grid = np.linspace(0.0, top, GRID)
         if mu <= 0:
-            log_prior = np.where(grid == 0, 0.0, -np.inf)
+            prior = np.zeros(GRID)
+            prior[0] = 1.0
         else:
-            shape = 1 / cv**2
-            scale = mu * cv**2
-            with np.errstate(divide="ignore"):
-                log_prior = (shape - 1) * np.log(grid) - grid / scale
-            log_prior[0] = log_prior[1] if shape < 1 else (0.0 if shape == 1 else -np.inf)
+            shape, scale = 1 / cv**2, mu * cv**2
+            with np.errstate(divide="ignore", over="ignore"):
+                log_gamma = (shape - 1) * np.log(grid[1:]) - grid[1:] / scale
+            gamma = np.exp(log_gamma - log_gamma.max())
+            gamma /= gamma.sum()
+            prior = np.concatenate([[tie], (1 - tie) * gamma])
         noise = np.maximum(self.noise, 1e-9)[:, None]
-        log_post = (
-            log_prior[None, :] - 0.5 * ((self.observed[:, None] - grid[None, :]) / noise) ** 2
-        )
+        log_like = -0.5 * ((self.observed[:, None] - grid[None, :]) / noise) ** 2
+        with np.errstate(divide="ignore"):
+            log_post = np.log(prior)[None, :] + log_like
         log_post -= log_post.max(axis=1, keepdims=True)
         weights = np.exp(log_post)
         weights /= weights.sum(axis=1, keepdims=True)
@@ -155,29 +165,41 @@ class SpacingPrior:
         return np.asarray(grid[np.minimum(picks, GRID - 1)], dtype=np.float64)
 
 
-def spread_weights(observed: np.ndarray, noise_sorted: np.ndarray, mu: float) -> np.ndarray:
-    """How likely each candidate spread (:data:`SPACING_CV`) makes the observed spacings:
-    the density of their coefficient of variation ``sd(d) / mean(d)`` among pseudo-pilots
-    simulated under it (scores spaced by ``Gamma(mu, cv)`` draws, each measured with the
-    evidence's noise, then sorted as the evidence is), by a Gaussian kernel. Sorting makes
-    noisy spacings look more even than they are; simulating it is what makes the weighing fair.
+def _statistics(gaps: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """(..., 2): the spacings' coefficient of variation and the share of them below their
+    noise sd (a tie's mark)."""
+    spread = gaps.std(axis=-1) / np.maximum(gaps.mean(axis=-1), 1e-12)
+    small = (gaps < noise).mean(axis=-1)
+    return np.stack([spread, small], axis=-1)
+
+
+def prior_weights(observed: np.ndarray, noise_sorted: np.ndarray, mu: float) -> np.ndarray:
+    """How likely each candidate prior (:data:`CANDIDATES`) makes the observed spacings: the
+    density of two statistics of them (:func:`_statistics`) among pseudo-evidence simulated
+    under it (true scores spaced by draws from the prior, each measured with the evidence's
+    noise, then sorted as the evidence is), by a Gaussian product kernel. Sorting makes noisy
+    spacings look more even than they are; simulating it is what makes the weighing fair.
     Deterministic: a fixed seed."""
+    flat = np.full(len(CANDIDATES), 1 / len(CANDIDATES))
     if mu <= 0 or observed.mean() <= 0:
-        return np.full(len(SPACING_CV), 1 / len(SPACING_CV))
+        return flat
     rng = np.random.default_rng(len(observed))
-    target = float(observed.std() / observed.mean())
-    dens = []
+    pair_noise = np.sqrt(noise_sorted[1:] ** 2 + noise_sorted[:-1] ** 2)
+    target = _statistics(observed, pair_noise)
     size = (CALIBRATION_DRAWS, len(observed))
-    noise = rng.standard_normal((CALIBRATION_DRAWS, len(observed) + 1))
-    for cv in SPACING_CV:
-        spacings = rng.gamma(1 / cv**2, mu * cv**2, size)
+    error = rng.standard_normal((CALIBRATION_DRAWS, len(observed) + 1)) * noise_sorted
+    uniform = rng.random(size)
+    density = []
+    for cv, tie in CANDIDATES:
+        scale = mu / max(1 - tie, 1e-9)
+        spacings = rng.gamma(1 / cv**2, scale * cv**2, size) * (uniform >= tie)
         scores = np.concatenate([np.zeros((size[0], 1)), spacings.cumsum(axis=1)], axis=1)
-        measured = np.sort(scores + noise * noise_sorted, axis=1)
-        gaps = np.diff(measured, axis=1)
-        found = gaps.std(axis=1) / np.maximum(gaps.mean(axis=1), 1e-12)
-        width = 1.06 * max(float(found.std()), 1e-3) * CALIBRATION_DRAWS ** (-0.2)
-        dens.append(float(np.mean(np.exp(-0.5 * ((found - target) / width) ** 2))) / width)
-    weights = np.asarray(dens) + 1e-12
+        gaps = np.diff(np.sort(scores + error, axis=1), axis=1)
+        found = _statistics(gaps, pair_noise)
+        width = 1.06 * np.maximum(found.std(axis=0), 0.02) * CALIBRATION_DRAWS ** (-1 / 6)
+        kernel = np.exp(-0.5 * (((found - target) / width) ** 2).sum(axis=1))
+        density.append(float(kernel.mean() / width.prod()))
+    weights = np.asarray(density) + 1e-12
     return np.asarray(weights / weights.sum(), dtype=np.float64)
 
 
@@ -214,3 +236,62 @@ def tilt_to_scores(probs: np.ndarray, weights: np.ndarray, targets: np.ndarray) 
     tilted = np.exp(logits)
     found: np.ndarray = tilted / tilted.sum(axis=2, keepdims=True)
     return found
+
+
+#: A gap is told from a tie when it is this many sds of its estimate (about 99% one-sided).
+RESOLVED_AT_SD = 2.5
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the evidence can tell about the models' spacing: their typical adjacent gap
+    (``mean_spacing``, deconvolved), the sd of one adjacent gap's estimate (``gap_sd``, the
+    median over pairs), the evidence's trials per question, and the trials per question at
+    which a typical gap is :data:`RESOLVED_AT_SD` sds of its estimate (sd shrinking as one over
+    the root of the trials)."""
+
+    mean_spacing: float
+    gap_sd: float
+    per_question: float
+    needed_per_question: int | None
+
+    @property
+    def resolved(self) -> bool:
+        return self.gap_sd * RESOLVED_AT_SD <= self.mean_spacing
+
+    @classmethod
+    def of(cls, spacing: SpacingPrior, per_question: float) -> Resolution:
+        gap_sd = float(np.median(spacing.noise))
+        needed = None
+        if spacing.mean_spacing > 0 and per_question > 0:
+            ratio = RESOLVED_AT_SD * gap_sd / spacing.mean_spacing
+            needed = int(np.ceil(per_question * ratio**2))
+        return cls(spacing.mean_spacing, gap_sd, per_question, needed)
+
+    def record(self) -> dict[str, float | int | bool | None]:
+        return {
+            "mean_spacing": self.mean_spacing,
+            "gap_sd": self.gap_sd,
+            "per_question": self.per_question,
+            "needed_per_question": self.needed_per_question,
+            "resolved": self.resolved,
+        }
+
+    def text(self) -> str:
+        told = (
+            f"the models' typical adjacent gap is about {self.mean_spacing:.3f} and the "
+            f"evidence ({self.per_question:.0f} trials per question) measures each gap to "
+            f"+-{1.96 * self.gap_sd:.3f} (95%)"
+        )
+        if self.resolved:
+            return f"{told}: it tells a typical gap from a tie, and the forecast is sharpest"
+        more = (
+            ""
+            if self.needed_per_question is None
+            else f"; a pilot of about {self.needed_per_question} trials per question would "
+            "(the run reuses them)"
+        )
+        return (
+            f"{told}: it CANNOT tell a typical gap from a tie, so the ranges span evenly "
+            f"spread models and clustered ones (near-ties cost far more){more}"
+        )

@@ -258,6 +258,7 @@ FORECAST_MEASURES = {
     "new_trials": "trials sampled beyond the evidence",
     "tokens": "tokens",
     "gpu_s": "device-s",
+    "wall_s": "wall time (s)",
     "pairs_settled": "pairs settled",
 }
 
@@ -269,7 +270,7 @@ def forecast_rows(check: ForecastCheck) -> list[list[str]]:
         found = check.measures.get(key)
         if found is None:
             continue
-        digits = ".1f" if key == "gpu_s" else ",.0f"
+        digits = ".1f" if key in ("gpu_s", "wall_s") else ",.0f"
         rows.append(
             [
                 label,
@@ -309,3 +310,49 @@ def forecast_note(check: ForecastCheck) -> str:
         f"Forecast from {source}, {check.simulations} simulated campaigns (forecast.json); "
         f"inside: the actual value is in the forecast's 10-90% range.{stale}"
     )
+
+
+#: The shares of the run's trials at which the reports show the live forecast.
+LIVE_SHOWN = (0.1, 0.25, 0.5, 0.75)
+
+
+def live_forecast_rows(summary: Summary) -> list[list[str]]:
+    """The live forecast as the run went: for each share of :data:`LIVE_SHOWN` the first
+    forecast made with at least that share of the final trials in, its forecast of the run's
+    total trials against the total realised, and of the wall time still to go against the
+    time the run then took."""
+    points = summary.live_forecast or []
+    final = summary.trials_used
+    rows = []
+    used: set[int] = set()
+    for share in LIVE_SHOWN:
+        point = next((p for p in points if p.trials_used >= share * final), None)
+        if point is None or point.round in used:
+            continue
+        used.add(point.round)
+        total = point.trials
+        inside = "yes" if total.p10 <= final <= total.p90 else "no"
+        wall = "n/a"
+        if point.wall_s_to_go is not None and summary.elapsed_s is not None:
+            left = summary.elapsed_s - point.elapsed_s
+            w = point.wall_s_to_go
+            wall = f"{w.p50:,.0f} s ({w.p10:,.0f}-{w.p90:,.0f}); took {left:,.0f} s"
+        rows.append(
+            [
+                f"{point.trials_used:,} ({100 * point.trials_used / max(final, 1):.0f}%)",
+                f"{total.p50:,.0f} ({total.p10:,.0f}-{total.p90:,.0f})",
+                f"{final:,}",
+                inside,
+                wall,
+            ]
+        )
+    return rows
+
+
+LIVE_HEAD = [
+    "forecast made at trials",
+    "total trials: median (10-90%)",
+    "realised",
+    "inside",
+    "wall time to go",
+]

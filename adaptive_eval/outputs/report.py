@@ -21,11 +21,13 @@ from adaptive_eval.files import atomic_write
 from adaptive_eval.outputs.headline import markdown_lines as headline_markdown
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
+    LIVE_HEAD,
     candidate_side,
     decision_text,
     forecast_note,
     forecast_rows,
     interval_label,
+    live_forecast_rows,
     name_width,
     optional,
     ranking_notes,
@@ -125,6 +127,16 @@ def render_markdown(summary: Summary) -> str:
             *("| " + " | ".join(row) + " |" for row in forecast_rows(summary.forecast)),
             "",
             forecast_note(summary.forecast),
+            "",
+        ]
+    live_rows = live_forecast_rows(summary)
+    if live_rows:
+        lines += [
+            "## Live forecast over the run",
+            "",
+            "| " + " | ".join(LIVE_HEAD) + " |",
+            "|---|---:|---:|---|---|",
+            *("| " + " | ".join(row) + " |" for row in live_rows),
             "",
         ]
     # Speculative prefetch was removed; a run recorded before keeps its counts in the block.

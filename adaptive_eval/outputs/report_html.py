@@ -43,11 +43,13 @@ from adaptive_eval.files import atomic_write
 from adaptive_eval.outputs.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
+    LIVE_HEAD,
     candidate_side,
     decision_text,
     forecast_note,
     forecast_rows,
     interval_label,
+    live_forecast_rows,
     optional,
     ranking_notes,
     ranking_table,
@@ -407,6 +409,29 @@ def forecast_plot(summary: Summary) -> str:
     return _svg(fig)
 
 
+def live_forecast_plot(summary: Summary) -> str:
+    """The live forecast of the run's total trials after each round (median and 10-90%
+    band) against the total the run reached."""
+    points = summary.live_forecast or []
+    fig, ax = _figure(7, 3.2)
+    made = np.asarray([p.trials_used for p in points], dtype=np.float64)
+    ax.fill_between(
+        made,
+        [p.trials.p10 for p in points],
+        [p.trials.p90 for p in points],
+        color="#a5d8ff",
+        alpha=0.6,
+        label="forecast 10-90%",
+    )
+    ax.plot(made, [p.trials.p50 for p in points], color="#1c7ed6", label="forecast median")
+    line = ax.axhline(summary.trials_used, color="#c92a2a", label="realised")
+    line.set_gid("live-forecast-realised")
+    ax.set_xlabel("trials recorded when the forecast was made")
+    ax.set_ylabel("the run's total trials")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=MIN_FONT)
+    return _svg(fig)
+
+
 def history_plot(history: list[dict[str, Any]], confidence: float) -> str:
     """Each model's estimate over the nights (``nights.jsonl`` records), with its interval."""
     from scipy.stats import norm
@@ -520,6 +545,13 @@ def _headline_html(summary: Summary) -> list[str]:
     return out
 
 
+def _live_forecast_html(summary: Summary) -> list[str]:
+    rows = live_forecast_rows(summary)
+    if not rows:
+        return []
+    return ["<h2>Live forecast over the run</h2>", _table(LIVE_HEAD, rows)]
+
+
 def _forecast_html(summary: Summary) -> list[str]:
     if summary.forecast is None:
         return []
@@ -590,6 +622,10 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
         figures.append(
             ("forecast", "Forecast: pairs settled against the trial budget", forecast_plot(summary))
         )
+    if summary.live_forecast:
+        figures.append(
+            ("live-forecast", "Live forecast of the run's trials", live_forecast_plot(summary))
+        )
     if history:
         figures.append(
             (
@@ -628,6 +664,7 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
         f"<ul id='ranking-notes' class='legend'>{notes}</ul>",
         *([] if compared else ["<h2>Adjacent pairs</h2>", pairs]),
         *_forecast_html(summary),
+        *_live_forecast_html(summary),
     ]
     for ident, title, svg in figures:
         parts.append(

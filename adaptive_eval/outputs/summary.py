@@ -18,6 +18,7 @@ from adaptive_eval.base.summary_schema import (
     Comparison,
     DecisionRules,
     ForecastCheck,
+    LiveForecastPoint,
     Provenance,
     Summary,
 )
@@ -180,6 +181,7 @@ def build_summary(
     *,
     comparison: Comparison | None = None,
     forecast: ForecastCheck | None = None,
+    live_forecast: list[LiveForecastPoint] | None = None,
 ) -> Summary:
     """summary.json for a finished run, from the run's snapshot alone, validated against the
     contract before anyone reads it. ``provenance``: the run folder's
@@ -200,6 +202,7 @@ def build_summary(
         "comparison": comparison,
         "nightly": facts.nightly,
         "forecast": forecast,
+        "live_forecast": live_forecast,
     }
     document = summarize(
         name=campaign.settings.name,

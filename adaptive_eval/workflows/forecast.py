@@ -32,7 +32,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.control.evidence import Evidence
+from adaptive_eval.control.evidence import Evidence, wall_model
 from adaptive_eval.control.forecast import (
     Forecast,
     Range,
@@ -245,6 +245,7 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
         names = list(store.get_meta("models") or [])
         questions = list(store.get_meta("questions") or [])
         elapsed = store.get_meta("elapsed_s")
+        first_round = store.get_meta("first_round")
         arrays = store.trial_arrays()
     finally:
         store.close()
@@ -267,6 +268,11 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
     question_index = np.asarray([campaign.question_ids.index(q) for q in questions], dtype=np.int64)
     model = model_index[arrays.model] if len(arrays.model) else arrays.model
     question = question_index[arrays.question] if len(arrays.question) else arrays.question
+    startup, rate = wall_model(
+        float(elapsed) if elapsed else None,
+        len(arrays.trial),
+        first_round if isinstance(first_round, dict) else None,
+    )
     what = "the run's own recorded trials" if replayed else "an earlier run of this campaign"
     return Evidence.from_trials(
         (campaign.num_models, campaign.num_questions),
@@ -280,6 +286,8 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
         source="pilot" if replayed else "run",
         detail=f"{len(arrays.trial)} trials in {run_dir} ({what})",
         elapsed_s=float(elapsed) if elapsed else None,
+        startup_s=startup,
+        seconds_per_trial=rate,
     )
 
 
@@ -441,7 +449,11 @@ def render(found: Forecast, out: Path | None = None) -> str:
             f"    {point.trials:>12,} trials: {point.settled.p50:.0f} "
             f"({point.settled.p10:.0f}-{point.settled.p90:.0f}){shares}"
         )
-    if found.score_sd is not None:
+    for line in found.degenerate:
+        lines.append(f"  evidence: {line}")
+    if found.resolution is not None:
+        lines.append(f"  resolution: {found.resolution.text()}")
+    elif found.score_sd is not None and found.score_sd > 0 and not found.degenerate:
         lines.append(
             f"  the evidence measures each score to +-{1.96 * found.score_sd:.3f} (95%): gaps "
             f"between models under about {2.8 * found.score_sd:.3f} are not resolved by it, "

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from pydantic import ValidationError
+
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.base.summary_schema import Comparison, Summary
+from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Summary
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control import cluster
@@ -118,6 +120,21 @@ def sample(
         lock.release()
 
 
+def live_history(store: TrialStore, run_dir: Path) -> list[LiveForecastPoint] | None:
+    """The live forecasts the run recorded (None: none was made), or an error naming the
+    folder where the record is damaged."""
+    recorded = store.get_meta("live_forecast")
+    if not recorded:
+        return None
+    try:
+        return [LiveForecastPoint.model_validate(point) for point in recorded]
+    except (ValidationError, TypeError) as error:
+        raise InputError(
+            f"the recorded live forecast is damaged ({str(error).splitlines()[0]})",
+            source=str(run_dir),
+        ) from None
+
+
 def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
     """The end of a run or a re-read: the summary built (with ``finish``'s verdicts and, for a
     run launched from a forecast, how it compares) and every output written while the folder is
@@ -138,7 +155,12 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
                 exit_code=None if comparison is None else comparison.exit_code,
             )
         summary = build_summary(
-            campaign, run, collect(run_dir, store), comparison=comparison, forecast=forecast
+            campaign,
+            run,
+            collect(run_dir, store),
+            comparison=comparison,
+            forecast=forecast,
+            live_forecast=live_history(store, run_dir),
         )
         write_outputs(run_dir, summary, store)
         return summary

@@ -1,0 +1,244 @@
+"""Calibration of the live forecast (the forecast of the rest of a run, made after each round):
+once a share of the final trials is in, is its median within 20% of the run's total, and does
+its 10-90% range hold the total?
+
+    python benchmarks/live_forecast.py --out runs/bench-live --replicates 50 --cap 400
+
+Per replicate of a campaign (the cases of ``benchmarks/forecast.py``: the demo, the suite of
+``benchmarks/sequential.py`` written as simulated scenarios at ``--cap``, and replays of every
+real file), seeded:
+
+1. An outcome tape is fixed (drawn from the scenario, or each cell's recorded outcomes shuffled).
+2. The realised run is the campaign (default policy of the case, no pilot) served the tape in
+   order: :func:`~adaptive_eval.control.simulate.run_core`, the controller's loop.
+3. The same run again (it is deterministic given the tape), stopped at the first round whose
+   trials reach each share of ``--at`` (default 0.25 and 0.5) of the realised total: the
+   controller's core and state there are the snapshot the live forecast gets
+   (:func:`~adaptive_eval.control.live_forecast.forecast_rest`, ``--simulations`` continuations).
+
+Reported per campaign and share: the share of replicates whose realised total is inside the
+forecast's 10-90% range (target 70-90%), the share whose forecast median is within 20% of it
+(target >= 80%), and the median |p50 / realised - 1|. The live forecast runs in a background
+process in a real run; here in this one, timed (``s per forecast``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.config import load_config
+from adaptive_eval.control.live_forecast import Snapshot, forecast_rest, freeze_core
+from adaptive_eval.control.simulate import Truth, recorded_costing, replay_sampler, run_core
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import RoundDecision
+from adaptive_eval.decide.state import RunState
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+_forecast = importlib.import_module("forecast")
+Case = _forecast.Case
+demo_case: Callable[[Path], Any] = _forecast.demo_case
+suite_cases: Callable[..., list[Any]] = _forecast.suite_cases
+replay_cases: Callable[[Path, Path], list[Any]] = _forecast.replay_cases
+arrays_of: Callable[[Any], tuple[np.ndarray, np.ndarray | None]] = _forecast._arrays
+draw_tokens: Callable[..., np.ndarray] = _forecast.draw_tokens
+shuffled: Callable[[np.ndarray, np.random.Generator], np.ndarray] = _forecast.shuffled
+REAL: Path = _forecast.REAL
+
+
+#: The live forecast's predictive (``--predictive``), inherited by forked workers.
+PREDICTIVE = "spacing"
+
+
+class _Reached(Exception):
+    """Stops a replayed run at the round a snapshot is taken."""
+
+
+def _tape(case: Any, cap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    arrays, tokens_mean = arrays_of(case)
+    if case.kind == "replay":
+        return shuffled(arrays, rng)[:, :, :cap], None
+    draws = rng.random((*arrays.shape[:2], cap))
+    tape = (draws[..., None] > arrays.cumsum(axis=2)[:, :, None, :]).sum(axis=3)
+    return tape, None if tokens_mean is None else draw_tokens(tokens_mean, cap, rng)
+
+
+def _run(
+    campaign: Campaign,
+    tape: np.ndarray,
+    tokens: np.ndarray | None,
+    stop_at: int | None,
+) -> tuple[RunState, Any]:
+    """The campaign served ``tape``; with ``stop_at``, halted after the first round whose trials
+    reach it (the state and core there)."""
+    state = RunState(
+        campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
+    )
+    core = campaign.decision_core()
+
+    def watch(view: CampaignView, outcome: RoundDecision) -> None:
+        if stop_at is not None and view.trials_used >= stop_at:
+            raise _Reached
+
+    truth = Truth(
+        np.full((*tape.shape[:2], campaign.num_categories), 1 / campaign.num_categories),
+        campaign.weights,
+    )
+    try:
+        run_core(
+            core,
+            state,
+            campaign.view_settings(),
+            truth,
+            np.random.default_rng(0),
+            replay_sampler(tape, campaign.num_categories),
+            watch,
+            None if tokens is None else recorded_costing(tokens),
+        )
+    except _Reached:
+        pass
+    return state, core
+
+
+def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, Any]:
+    case, rep, simulations, shares = task
+    campaign = build_campaign(load_config(case.config))
+    cap = campaign.settings.policy.max_trials_per_question
+    rng = np.random.default_rng([case.seed, rep, 3])
+    tape, tokens = _tape(case, cap, rng)
+    final_state, _ = _run(campaign, tape, tokens, None)
+    final = final_state.trials_used
+    out: dict[str, Any] = {"replicate": rep, "realised": final, "at": {}}
+    for share in shares:
+        state, core = _run(
+            build_campaign(load_config(case.config)), tape, tokens, int(share * final)
+        )
+        if core.stop is not None or state.trials_used >= final:
+            out["at"][str(share)] = None  # the run ended in that round: nothing left to forecast
+            continue
+        snapshot = Snapshot(
+            state.applied_rounds,
+            freeze_core(core),
+            pickle.dumps(state),
+            0.0,
+            None,
+            rep,
+            simulations,
+        )
+        started = time.perf_counter()
+        found = forecast_rest(campaign, snapshot, PREDICTIVE)
+        out["at"][str(share)] = {
+            "trials_used": state.trials_used,
+            "trials": found.trials.record(),
+            "ratio": found.trials.p50 / final,
+            "seconds": time.perf_counter() - started,
+        }
+    return out
+
+
+def summarise(
+    name: str, results: list[dict[str, Any]], shares: tuple[float, ...]
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"campaign": name, "replicates": len(results), "by_share": {}}
+    for share in shares:
+        made = [(r["realised"], r["at"][str(share)]) for r in results if r["at"].get(str(share))]
+        if not made:
+            continue
+        inside = [f["trials"]["p10"] <= real <= f["trials"]["p90"] for real, f in made]
+        errors = [abs(f["trials"]["p50"] / real - 1) for real, f in made]
+        row["by_share"][str(share)] = {
+            "forecasts": len(made),
+            "inside": float(np.mean(inside)),
+            "within_20": float(np.mean([e <= 0.2 for e in errors])),
+            "median_error": float(np.median(errors)),
+            "median_ratio": float(np.median([f["trials"]["p50"] / real for real, f in made])),
+            "seconds": float(statistics.median(f["seconds"] for _, f in made)),
+        }
+    row["realised_mean"] = float(np.mean([r["realised"] for r in results]))
+    return row
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| campaign | made at | forecasts | total inside 10-90% | p50 within 20% | median |p50/real - 1| | median p50/real | s per forecast |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        for share, found in row["by_share"].items():
+            lines.append(
+                f"| {row['campaign']} | {float(share):.0%} | {found['forecasts']} | "
+                f"{found['inside']:.0%} | {found['within_20']:.0%} | {found['median_error']:.3f} | "
+                f"{found['median_ratio']:.2f} | {found['seconds']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--replicates", type=int, default=20)
+    parser.add_argument("--real-replicates", type=int, default=5)
+    parser.add_argument("--simulations", type=int, default=20)
+    parser.add_argument("--cap", type=int, default=400, help="the suite campaigns' cap")
+    parser.add_argument("--questions", type=int, default=30)
+    parser.add_argument("--at", default="0.25,0.5", help="shares of the realised trials")
+    parser.add_argument("--only", default=None, help="campaigns whose name contains one of these")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE.parent / "runs" / "bench-live")
+    parser.add_argument("--predictive", choices=("spacing", "cells"), default="spacing")
+    args = parser.parse_args()
+    global PREDICTIVE
+    PREDICTIVE = args.predictive
+    shares = tuple(float(s) for s in args.at.split(","))
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "live.json"
+    saved = json.loads(store.read_text()) if store.exists() else {"rows": []}
+    rows = {row["campaign"]: row for row in saved["rows"]}
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+        folder = Path(tmp)
+        cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
+        cases += suite_cases(folder, args.questions, args.cap, others=True)
+        cases += replay_cases(folder, REAL) if REAL.is_dir() else []
+        if args.only:
+            wanted = args.only.split(",")
+            cases = [c for c in cases if any(w in c.name for w in wanted)]
+        for case in cases:
+            reps = args.real_replicates if case.kind == "replay" else args.replicates
+            if reps <= 0:
+                continue
+            tasks = [(case, rep, args.simulations, shares) for rep in range(reps)]
+            started = time.perf_counter()
+            if args.jobs > 1:
+                with ProcessPoolExecutor(args.jobs, mp_context=get_context("fork")) as pool:
+                    results = list(pool.map(run_replicate, tasks))
+            else:
+                results = [run_replicate(t) for t in tasks]
+            row = summarise(case.name, results, shares)
+            row["seconds_total"] = time.perf_counter() - started
+            rows[case.name] = row
+            print(markdown([row]).splitlines()[-1], f"({row['seconds_total']:.0f} s)", flush=True)
+            store.write_text(json.dumps({"rows": list(rows.values())}, indent=2) + "\n")
+            (args.out / "live.md").write_text(markdown(list(rows.values())))
+    print()
+    print(markdown(list(rows.values())))
+
+
+if __name__ == "__main__":
+    main()
