@@ -556,6 +556,8 @@ class CampaignConfig(_Strict):
             )
         if data.get("library"):
             data["library"] = str(self.resolve_path(data["library"]))
+        elif "library" in data:
+            del data["library"]  # none: left out ("library:" without a value is warned about)
         portable: dict[str, Any] = redact(data)
         return portable
 

@@ -24,3 +24,23 @@ def test_an_out_link_that_cannot_be_followed_is_bad_input(
     assert code == 2, err
     assert "--out" in err and "symbolic link that cannot be followed" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_library_key_without_a_value_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``library:`` with no value silently meant no library."""
+    import yaml
+
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=6))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    config.write_text(config.read_text() + "library:\n")
+    assert main(["validate", str(config)]) == 0
+    assert "warning" in capsys.readouterr().out.split("library has no value")[0][-200:]
+    run_dir = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == 0
+    assert "library has no value, so no trial library is used" in capsys.readouterr().err
+    # The run's own copy leaves the key out: resuming from it is not warned about.
+    assert "library" not in yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert main(["validate", str(run_dir / "config.yaml")]) == 0
+    assert "library has no value" not in capsys.readouterr().out

@@ -143,12 +143,20 @@ GENERATION_SECTIONS = ("dataset", "sampling", "grader")
 
 
 def ignored_sections(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
-    """Warnings for sections given that no entry of this config reads."""
+    """Warnings for sections given that no entry of this config reads, and for a ``library:``
+    given without a value (it silently meant no library)."""
+    warnings: tuple[str, ...] = ()
+    if "library" in config.model_fields_set and config.library is None:
+        warnings += (
+            "library has no value, so no trial library is used (nothing is reused or kept); "
+            "give a library file or a folder to hold one, or leave the key out",
+        )
     given = [name for name in GENERATION_SECTIONS if name in config.model_fields_set]
     if not given or any(plan.generating for plan in plans):
-        return ()
+        return warnings
     backends = sorted({plan.backend for plan in plans})
     return (
+        *warnings,
         f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} ignored: no model of this "
         f"config generates ({', '.join(backends)} entries draw simulated or recorded outcomes; "
         "only vllm and openai entries read a dataset, sampling and a grader)",
