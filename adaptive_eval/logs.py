@@ -79,7 +79,10 @@ CONSOLE_TEXT: dict[str, Callable[[dict[str, Any]], str | None]] = {
         "(its own work, not sampling)"
     ),
     "campaign_start": lambda e: (
-        "resuming the campaign recorded in this folder: its trials "
+        "this folder holds the finished campaign: nothing is left to sample; its outputs are "
+        "written again (raise a budget.* or policy.max_trials_per_question to extend it)"
+        if e.get("resumed") and e.get("finished")
+        else "resuming the campaign recorded in this folder: its trials "
         "are kept and sampling continues where it stopped"
         if e.get("resumed")
         else None

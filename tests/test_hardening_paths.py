@@ -44,3 +44,22 @@ def test_a_library_key_without_a_value_is_warned_about(
     assert "library" not in yaml.safe_load((run_dir / "config.yaml").read_text())
     assert main(["validate", str(run_dir / "config.yaml")]) == 0
     assert "library has no value" not in capsys.readouterr().out
+
+
+def test_a_finished_folder_is_not_told_that_sampling_continues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_scenario(tmp_path / "s.npz", mimic_success([0.2, 0.8], questions=4))
+    config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == 0
+    capsys.readouterr()
+    assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == 0
+    err = capsys.readouterr().err
+    assert "holds the finished campaign: nothing is left to sample" in err
+    assert "sampling continues" not in err
+    # Extended (a higher cap): it does continue, and says so.
+    extend = ["--set", "policy.max_trials_per_question=400"]
+    assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH, *extend]) == 0
+    err = capsys.readouterr().err
+    assert "sampling continues where it stopped" in err and "finished campaign" not in err

@@ -176,6 +176,20 @@ def _write_config_copy(record: RunRecord, run_dir: Path) -> None:
     atomic_write(run_dir / "config.yaml", record.config_yaml)
 
 
+def finished_before(run_dir: Path, store: TrialStore) -> bool:
+    """Whether the run in ``run_dir`` had finished (its summary.json says so) and this leg does
+    not extend it (no new limits recorded at the trials it holds): resuming it samples nothing."""
+    try:
+        previous = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(previous, dict) or previous.get("stop_reason") is None:
+        return False
+    extensions = store.get_meta("extensions") or []
+    extended = bool(extensions) and extensions[-1].get("trials") == store.count_trials()
+    return not extended
+
+
 #: Summary keys only a run can know; ``report`` carries them over.
 RUN_ONLY_KEYS = ("resumed", "dispatch", "nightly")
 

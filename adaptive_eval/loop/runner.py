@@ -37,7 +37,7 @@ from adaptive_eval.dispatch import (
 )
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.loop.progress import Progress
-from adaptive_eval.loop.rundir import kept_from_run, open_run_dir
+from adaptive_eval.loop.rundir import finished_before, kept_from_run, open_run_dir
 from adaptive_eval.store import TrialStore
 
 #: ``conclude(campaign, run, store)``: the caller's summary (and outputs) from the run's frozen
@@ -113,6 +113,7 @@ def _run_opened(
         log.info(
             "campaign_start",
             resumed=resumed,
+            finished=resumed and finished_before(run_dir, store),
             models=len(campaign.names),
             questions=campaign.num_questions,
             categories=campaign.num_categories,
