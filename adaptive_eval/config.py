@@ -22,7 +22,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.base.redact import redact, redacted_fields, remember, without_secrets
+from adaptive_eval.base.redact import (
+    is_secret_key,
+    redact,
+    redacted_fields,
+    remember,
+    without_secrets,
+)
 from adaptive_eval.inputfiles import MAX_CONFIG_BYTES, check, read_bytes
 from adaptive_eval.settings import (
     BudgetSettings,
@@ -772,7 +778,12 @@ def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
     try:
         node[last] = load_yaml(raw, f"{source}: override {shown}")
     except InputError as error:
-        # The parser's detail may quote the value, which may be a credential: its position only.
+        if not any(
+            isinstance(part, str) and (part.lower() == "headers" or is_secret_key(part))
+            for part in path
+        ):
+            raise
+        # The parser's detail may quote the value, a credential here: its position only.
         raise InputError(
             f"override {shown}: its value is {error.message.split(':')[0]} (quote it: KEY='VALUE')",
             source=source,

@@ -1021,7 +1021,9 @@ COMMAND_CASES = [
         lambda i, r, t: ["export", str(t / ("r" * 5000)), "--out", str(t / "x.npz")],
     ),
     command(
-        "report-symlink-loop", "not a run directory", lambda i, r, t: ["report", str(i / "loop1")]
+        "report-symlink-loop",
+        "symbolic link that cannot be followed",
+        lambda i, r, t: ["report", str(i / "loop1")],
     ),
     score("k-empty", "--k must be finite numbers, got ''", "--k", ""),
     score("score-weights-empty", "--weights must be finite numbers, got ''", "--weights", ""),
