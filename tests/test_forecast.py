@@ -293,7 +293,7 @@ def test_a_forecast_with_no_evidence_says_it_is_a_prior_guess_and_never_a_zero(
     assert "PRIOR GUESS" in said and said.count("not forecast") == 1
 
 
-def test_each_night_forecasts_its_cost_and_alerts_outside_the_90_percent_range(
+def test_each_night_forecasts_its_cost_alerts_above_its_range_and_says_news_below(
     tmp_path: Path,
     no_ray: list[dict[str, object]],
     capsys: pytest.CaptureFixture[str],
@@ -319,13 +319,26 @@ def test_each_night_forecasts_its_cost_and_alerts_outside_the_90_percent_range(
 
     monkeypatch.setattr(nightly, "night_forecast", narrow)
     capsys.readouterr()
-    assert main([*night, "--night", "2026-11-03"]) == 3
+    # Fewer trials than forecast is good news: a line, exit 0 (it used to fail the CronJob).
+    assert main([*night, "--night", "2026-11-03"]) == 0
     said = capsys.readouterr().out
-    assert "ALERT: trials sampled: 0, outside the forecast's 90% range 5 to 9" in said
-    alert = json.loads((history / "runs" / "2026-11-03" / "alert.json").read_text())
+    assert "trials sampled: 0, below the forecast's 90% range 5 to 9" in said
+    third = json.loads((history / "nights.jsonl").read_text().splitlines()[2])
+    assert not third["alerts"] and third["news"][0]["kind"] == "cost_outside_forecast"
+    assert not (history / "runs" / "2026-11-03" / "alert.json").exists()
+
+    def cheap(config: object, run_dir: Path) -> dict[str, object]:
+        return {"evidence": "library", "new_trials_90": [-3.0, -1.0], "new_trials": {}}
+
+    # More trials than the forecast's 90% range alerts (exit 3).
+    monkeypatch.setattr(nightly, "night_forecast", cheap)
+    assert main([*night, "--night", "2026-11-04"]) == 3
+    said = capsys.readouterr().out
+    assert "ALERT: trials sampled: 0, above the forecast's 90% range -3 to -1" in said
+    alert = json.loads((history / "runs" / "2026-11-04" / "alert.json").read_text())
     assert alert["alerts"][0]["kind"] == "cost_outside_forecast"
-    page = (history / "runs" / "2026-11-03" / "report.md").read_text()
-    assert "outside the forecast's 90% range" in page
+    page = (history / "runs" / "2026-11-04" / "report.md").read_text()
+    assert "above the forecast's 90% range" in page
 
 
 def test_a_compare_forecast_counts_the_candidates_pairs_alone(

@@ -323,7 +323,7 @@ def test_a_night_whose_cost_left_its_forecast_leads_with_that_alert() -> None:
     found = headline(Summary.model_construct(stop_reason="goal_met", nightly=nightly))
     assert found.kind is Kind.ALERT
     assert found.text == (
-        "night 2026-11-02, exit 3: 1 alert(s): trials sampled: 2,500, outside the forecast's "
+        "night 2026-11-02, exit 3: 1 alert(s): trials sampled: 2,500, above the forecast's "
         "90% range 100 to 400"
     )
 

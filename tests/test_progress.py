@@ -30,10 +30,12 @@ class FakeClock:
 
 
 def fake_controller(
-    planned: np.ndarray, wanted: list[bool], recorded: int, undecided: int = 2
+    planned: np.ndarray, wanted: list[bool], recorded: int, undecided: int = 2, live: Any = None
 ) -> Any:
-    """What Progress reads of a controller: the plan, the needed models, the recorded trials."""
+    """What Progress reads of a controller: the plan, the needed models, the recorded trials,
+    the live forecast."""
     return SimpleNamespace(
+        live=live,
         state=SimpleNamespace(planned=planned),
         campaign=SimpleNamespace(
             capacity=np.array([10] * len(planned)),
@@ -144,6 +146,36 @@ def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
     silent = Progress(ConsoleLines(quiet), False, interval_s=0, clock=clock)
     silent(_steps()[0])
     assert quiet.getvalue() == ""
+
+
+def test_status_lines_carry_the_live_forecast_once_it_has_one() -> None:
+    from adaptive_eval.control.live_forecast import LiveForecast, Spread
+
+    clock = FakeClock()
+    stream = io.StringIO()
+    progress = Progress(ConsoleLines(stream), True, interval_s=1, clock=clock)
+    planned = np.full((3, 4), 2)
+    live = SimpleNamespace(history=[])
+    progress(fake_controller(planned, [True] * 3, recorded=20, live=live))
+    forecast = LiveForecast(
+        round=3,
+        trials_used=24,
+        elapsed_s=5.0,
+        simulations=20,
+        trials=Spread(7124, 9824, 14324),
+        trials_to_go=Spread(7100, 9800, 14300),
+        tokens_to_go=None,
+        gpu_s_to_go=None,
+        wall_s_to_go=Spread(60, 95, 150),
+        pairs_to_settle=Spread(1, 2, 2),
+        settled_now=0,
+    )
+    live.history.append(forecast)
+    clock.now = 2.0
+    progress(fake_controller(planned, [True] * 3, recorded=24, live=live))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("; forecast: about 9,800 trials to go (7,100 to 14,300), about 2 min")
 
 
 def test_the_console_says_a_stop_left_pairs_undecided() -> None:

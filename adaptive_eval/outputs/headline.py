@@ -218,8 +218,9 @@ def alert_text(alert: ScoreDrop | RankingFlip | CostOutsideForecast) -> str:
             f"(z = {alert.z:.2f}, decided by {alert.rule})"
         )
     if isinstance(alert, CostOutsideForecast):  # worded as nightly's own alert lines
+        side = "above" if alert.actual > alert.high else "below"
         return (
-            f"{alert.measure}: {alert.actual:,.0f}, outside the forecast's 90% range "
+            f"{alert.measure}: {alert.actual:,.0f}, {side} the forecast's 90% range "
             f"{alert.low:,.0f} to {alert.high:,.0f}"
         )
     pair = " and ".join(alert.pair)

@@ -27,10 +27,10 @@ below what the campaign's rules want. A night then checks itself against the pre
 
 - ``cost_outside_forecast``: before it samples, each night forecasts its own cost from the
   library (:mod:`adaptive_eval.workflows.forecast`, the night folder's ``forecast.json``); the
-  trials it then sampled falling outside the forecast's 90% range (5th to 95th percentile)
-  alert, so a night that suddenly costs far more (a model whose answers changed, a grader that
-  now rejects everything) or far less is caught. A night with no library yet forecasts from
-  the prior and does not alert on it.
+  trials it then sampled above the forecast's 90% range (its 95th percentile) alert, so a night
+  that suddenly costs far more (a model whose answers changed, a grader that now rejects
+  everything) is caught; a night below the range (a cheaper night: good news) is a line of
+  news, exit 0. A night with no library yet forecasts from the prior and does not alert on it.
 
 A night re-run for a past date (``--night 2026-11-02`` after 11-05) is compared with the night
 before it and slotted into the history in date order.
@@ -191,8 +191,9 @@ def alert_text(alert: dict[str, Any], text: Callable[[object], str] = str) -> st
             f"{alert['now']:.4f} (z = {alert['z']:.2f}, rule {alert['rule']})"
         )
     if alert["kind"] == "cost_outside_forecast":
+        side = "above" if alert["actual"] > alert["high"] else "below"
         return (
-            f"{alert['measure']}: {alert['actual']:,.0f}, outside the forecast's 90% range "
+            f"{alert['measure']}: {alert['actual']:,.0f}, {side} the forecast's 90% range "
             f"{alert['low']:,.0f} to {alert['high']:,.0f}"
         )
     moved = " (moved up)" if alert.get("direction") == "up" else ""
@@ -315,8 +316,8 @@ def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | No
 
 
 def cost_alert(forecast: dict[str, Any], sampled: int) -> dict[str, Any] | None:
-    """The alert of a night whose sampled trials left its forecast's 90% range (never on a
-    prior guess)."""
+    """The note of a night whose sampled trials left its forecast's 90% range (never on a
+    prior guess): above it an alert, below it news (see :func:`cost_is_alert`)."""
     if forecast["evidence"] == "prior":
         return None
     low, high = forecast["new_trials_90"]
@@ -329,6 +330,12 @@ def cost_alert(forecast: dict[str, Any], sampled: int) -> dict[str, Any] | None:
         "high": float(high),
         "actual": float(sampled),
     }
+
+
+def cost_is_alert(note: dict[str, Any]) -> bool:
+    """A night that cost more than its forecast's 90% range alerts; one that cost less is
+    news (good news must not fail the CronJob)."""
+    return bool(note["actual"] > note["high"])
 
 
 def _alert_markdown(record: dict[str, Any]) -> str:
@@ -480,9 +487,9 @@ def run_nightly(
     record = _night_record(tonight, tonight_document, alerts, news)
     if forecast is not None:
         record["forecast"] = forecast
-        alert = cost_alert(forecast, record["sampled"])
-        if alert is not None:
-            alerts.append(alert)
+        note = cost_alert(forecast, record["sampled"])
+        if note is not None:
+            (alerts if cost_is_alert(note) else record["news"]).append(note)
     record["exit_code"] = EXIT_ALERT if alerts else 0
     if alerts:
         atomic_write(run_dir / "alert.json", json.dumps(record, indent=2) + "\n")
