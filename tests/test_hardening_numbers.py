@@ -179,3 +179,25 @@ def test_markdown_files_show_greater_than_as_typed(tmp_path: Path) -> None:
     write_outputs(tmp_path / "run", read_summary(summary))
     markdown = (tmp_path / "run" / "report.md").read_text()
     assert "&gt;" not in markdown and "| a>b |" in markdown
+
+
+def test_report_figures_are_as_wide_as_the_page_with_no_text_under_9_pt(tmp_path: Path) -> None:
+    """Every figure was stretched to the page's width from its own: the pairs and forest
+    legends rendered under the 9 pt minimum, and text size varied 1.9x between figures. Each
+    is now drawn as wide as the page, so the page shows it at the size it was drawn."""
+    import re
+
+    from adaptive_eval.base.summary_schema import read_summary
+    from adaptive_eval.outputs.report import write_outputs
+    from adaptive_eval.outputs.report_html import MIN_FONT, PAGE_PT
+
+    summary = _summary(tmp_path)
+    write_outputs(tmp_path / "run", read_summary(summary))
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "figure svg { width: 100%" in page and "max-width: 1100px" in page
+    widths = [float(w) for w in re.findall(r'<svg[^>]*? width="([0-9.]+)pt"', page)]
+    assert len(widths) >= 4
+    # Shown at 100% to 101.5% of the size drawn: never shrunk, nearly the same for all.
+    assert all(PAGE_PT - 12 <= width <= PAGE_PT for width in widths), widths
+    sizes = {float(size) for size in re.findall(r"font-size: ([0-9.]+)px", page)}
+    assert sizes and min(sizes) >= MIN_FONT

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,11 +104,35 @@ class RunData:
         return cls(models, questions, trials, per_round)
 
 
+#: The page's width in points (its ``max-width``, 1100 px at 96 px an inch): every figure is
+#: drawn exactly this wide, so the page (``figure svg { width: 100% }``) shows it at the size it
+#: was drawn. Figures of their own widths were stretched or shrunk to the page: a narrow one's
+#: text grew, a wide one's legend fell under :data:`MIN_FONT` (sizes varied 1.9x between them).
+PAGE_PT = 1100 * 72 / 96
+
+
 def _svg(fig: Figure) -> str:
     import matplotlib.pyplot as plt
 
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    # Widen or narrow the figure until the SVG drawn (labels and a legend outside the axes
+    # included, white margins cropped) is the page's width: a secant search, as the drawing
+    # grows by less than the figure (labels keep their size, margins are cropped).
+    last: tuple[float, float] | None = None
+    for _ in range(6):
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", bbox_inches="tight")
+        found = re.search(r'<svg[^>]*? width="([0-9.]+)pt"', buffer.getvalue())
+        drawn = float(found.group(1)) if found else PAGE_PT
+        # Never wider than the page (it would be shrunk, and its text under MIN_FONT); a few
+        # points narrower is stretched by at most 1.5%.
+        if PAGE_PT - 12 <= drawn <= PAGE_PT:
+            break
+        width, height = fig.get_size_inches()
+        slope = 72.0  # points drawn per inch of figure, until two drawings tell
+        if last is not None and width != last[0] and drawn != last[1]:
+            slope = max(7.2, (drawn - last[1]) / (width - last[0]))
+        last = (width, drawn)
+        fig.set_size_inches(max(2.0, width + (PAGE_PT - 4 - drawn) / slope), height)
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
