@@ -299,6 +299,10 @@ def _start(campaign: Campaign) -> None:
     _CAMPAIGN = campaign
 
 
+def _ready() -> bool:
+    return _CAMPAIGN is not None
+
+
 def _forecast_in_worker(snapshot: Snapshot) -> LiveForecast:
     assert _CAMPAIGN is not None
     return forecast_rest(_CAMPAIGN, snapshot)
@@ -389,6 +393,15 @@ class LiveForecaster:
             return None, _failure(error)
         self.history.append(found)
         return found, None
+
+    def start(self) -> None:
+        """Start the background process now (its imports overlap the workers' start-up), so
+        that the first round's forecast is not spent waiting for them."""
+        if not self.inline:
+            try:
+                self._executor().submit(_ready)
+            except Exception:
+                self.close()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
