@@ -322,3 +322,35 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
         assert found.round == state.applied_rounds and forecaster.history == [found]
     finally:
         forecaster.close()
+
+
+def test_a_pilot_whose_every_trial_failed_says_so_instead_of_a_zero_resolution(
+    tmp_path: Path,
+) -> None:
+    from adaptive_eval.control.evidence import Evidence
+    from adaptive_eval.control.forecast import forecast
+    from adaptive_eval.settings import BudgetSettings
+    from adaptive_eval.workflows.forecast import render
+
+    campaign = build_campaign(load_config(_config(tmp_path)))
+    shape = (campaign.num_models, campaign.num_questions, 4)
+    m, q, t = np.indices(shape).reshape(3, -1)
+    evidence = Evidence.from_trials(
+        shape[:2],
+        m,
+        q,
+        t,
+        np.zeros(m.shape, dtype=np.int64),  # every trial wrong
+        np.full(m.shape, 100),
+        np.zeros(m.shape),
+        replayed=True,
+        source="pilot",
+        detail="a pilot that failed",
+    )
+    found = forecast(
+        campaign, evidence, BudgetSettings(None, None, None), simulations=4, processes=1
+    )
+    said = render(found)
+    assert "every recorded trial of every model scored the same" in said
+    assert "+-0.000" not in said
+    assert found.record()["degenerate"] == list(found.degenerate)
