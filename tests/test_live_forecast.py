@@ -308,7 +308,10 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
     forecaster = LiveForecaster(campaign, simulations=5)
     try:
-        found, failed = forecaster.after_round(core, state, 1.0)
+        # A run younger than START_AFTER_S starts no process (a short run would pay for nothing).
+        assert forecaster.after_round(core, state, 1.0) == (None, None)
+        assert forecaster._pool is None
+        found, failed = forecaster.after_round(core, state, 10.0)
         assert found is None and failed is None
         import time
 

@@ -42,6 +42,9 @@ from adaptive_eval.stats.posterior import empirical_bayes_prior
 
 #: Simulated continuations per live forecast: 10th and 90th percentiles from 20 draws.
 LIVE_SIMULATIONS = 20
+#: A run this young gets no background process yet: a run of a few seconds (a test, a tiny
+#: campaign) would pay its start-up for nothing.
+START_AFTER_S = 3.0
 #: The 10th, 50th and 90th percentiles.
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -299,10 +302,6 @@ def _start(campaign: Campaign) -> None:
     _CAMPAIGN = campaign
 
 
-def _ready() -> bool:
-    return _CAMPAIGN is not None
-
-
 def _forecast_in_worker(snapshot: Snapshot) -> LiveForecast:
     assert _CAMPAIGN is not None
     return forecast_rest(_CAMPAIGN, snapshot)
@@ -351,6 +350,8 @@ class LiveForecaster:
     ) -> tuple[LiveForecast | None, str | None]:
         """(a finished forecast, a failure message): either may be None."""
         rate = self.seconds_per_trial(elapsed_s, state.trials_used)
+        if not self.inline and elapsed_s < START_AFTER_S and self._pool is None:
+            return None, None
         done, failed = self._collect()
         fresh = state.applied_rounds > self._sent_round and state.trials_used > 0
         if self._pending is None and core.stop is None and fresh:
@@ -393,15 +394,6 @@ class LiveForecaster:
             return None, _failure(error)
         self.history.append(found)
         return found, None
-
-    def start(self) -> None:
-        """Start the background process now (its imports overlap the workers' start-up), so
-        that the first round's forecast is not spent waiting for them."""
-        if not self.inline:
-            try:
-                self._executor().submit(_ready)
-            except Exception:
-                self.close()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:

@@ -153,7 +153,6 @@ def _run_opened(
             controller.live = LiveForecaster(
                 campaign, simulations=settings.output.live_forecast, seed=settings.seed or 0
             )
-            controller.live.start()
         finished = True
         try:
             if pilot is None:
