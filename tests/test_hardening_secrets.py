@@ -150,3 +150,29 @@ def test_a_malformed_override_does_not_echo_its_credential(
     err = capsys.readouterr().err
     assert "override 'models[" in err  # the override is named by its key
     assert "sk-override-99887766" not in err and "99887766" not in err
+
+
+def test_a_worker_process_scrubs_the_key_it_read_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under Ray the error is made in the worker's process, which knows nothing the driver
+    remembered (the key was written 3 times to events.jsonl): the worker notes the key it
+    reads, and scrubs a server's text before cutting it."""
+    from adaptive_eval.base import redact as redaction
+    from adaptive_eval.base.errors import BackendError
+    from adaptive_eval.base.types import Batch, WorkItem
+    from adaptive_eval.campaign.build import build_campaign
+    from adaptive_eval.config import load_config
+
+    monkeypatch.setenv("ECHO_TEST_KEY", ENV_KEY)
+    with FlakyServer(script=["echo-401"]) as server:
+        config = _config(tmp_path, server.url, api_key_env="ECHO_TEST_KEY", max_concurrency=1)
+        plan = build_campaign(load_config(config)).plans[0]
+        monkeypatch.setattr(redaction, "_known", set())  # a fresh process: nothing remembered
+        worker = plan.make_worker(0)()
+        with pytest.raises(BackendError) as caught:
+            worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),)))
+        worker.close()
+    message = str(caught.value)
+    assert "HTTP 401" in message and "Incorrect API key provided" in message
+    assert ENV_KEY not in message and ENV_KEY[8:24] not in message
