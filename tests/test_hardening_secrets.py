@@ -176,3 +176,28 @@ def test_a_worker_process_scrubs_the_key_it_read_itself(
     message = str(caught.value)
     assert "HTTP 401" in message and "Incorrect API key provided" in message
     assert ENV_KEY not in message and ENV_KEY[8:24] not in message
+
+
+def test_a_verifier_that_echoes_its_key_records_no_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The verifier's error (a trial's invalid reason, stored in trials.sqlite) held the
+    server's text whole: an echoed key with it."""
+    from adaptive_eval.base import redact as redaction
+    from adaptive_eval.datasets import Question
+    from adaptive_eval.grading import GeneratedSample, build_grader
+
+    monkeypatch.setenv("ECHO_TEST_KEY", ENV_KEY)
+    monkeypatch.setattr(redaction, "_known", set())  # a worker's process: nothing remembered
+    with FlakyServer(script=["echo-401"]) as server:
+        grader = build_grader(
+            "math",
+            schema="verifier_prob",
+            verifier={"base_url": server.url, "model": "judge", "api_key_env": "ECHO_TEST_KEY"},
+        )
+        graded = grader(
+            GeneratedSample(text="\\\\boxed{5}", completion_tokens=3, finish_reason="stop"),
+            Question(id="q", problem="What is 2 + 3?", answer="5", metadata={}),
+        )
+    assert graded.invalid and "HTTP 401" in (graded.reason or "")
+    assert ENV_KEY not in (graded.reason or "") and ENV_KEY[8:24] not in (graded.reason or "")

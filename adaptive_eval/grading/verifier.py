@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.redact import remember_secret, scrub
 from adaptive_eval.datasets import Question
 from adaptive_eval.grading.signals import GeneratedSample
 
@@ -69,6 +70,7 @@ class OpenAIVerifier:
             key = os.environ.get(self.api_key_env)
             if not key:
                 raise RuntimeError(f"verifier API key variable {self.api_key_env} is not set")
+            remember_secret(key)  # a server echoing it is scrubbed from the reason recorded
             headers["Authorization"] = f"Bearer {key}"
         body = {
             "model": self.model,
@@ -84,14 +86,16 @@ class OpenAIVerifier:
                 response = httpx.post(url, json=body, headers=headers, timeout=self.timeout_s)
             except httpx.TransportError as error:
                 if attempt == self.max_retries:
-                    raise RuntimeError(f"verifier unreachable at {url}: {error}") from error
+                    raise RuntimeError(
+                        f"verifier unreachable at {url}: {scrub(str(error))}"
+                    ) from error
             else:
                 if response.status_code == 200:
                     return letter_probabilities(response.json())
                 if response.status_code not in RETRY_STATUS or attempt == self.max_retries:
                     raise RuntimeError(
                         f"verifier at {url} answered HTTP "
-                        f"{response.status_code}: {response.text[:200]}"
+                        f"{response.status_code}: {scrub(response.text)[:200]}"
                     )
             time.sleep(self.backoff_s * 2**attempt)
         raise AssertionError("unreachable")
