@@ -19,6 +19,7 @@ no further decision is taken, and the log says why. Never a decision on a partia
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -195,9 +196,7 @@ class AdaptiveStopping:
         self.models = tuple(models) if models is not None else None
         self.policy = dict(policy or {})
         self.score_map = score_map or ScoreMap()
-        self.weights = tuple(
-            float(w) for w in (weights or range(self.score_map.categories()))
-        )
+        self.weights = tuple(float(w) for w in (weights or range(self.score_map.categories())))
         self.wait_s = wait_s
         self.register_s = register_s
         self.folder = Path(folder) if folder is not None else None
@@ -213,6 +212,7 @@ class AdaptiveStopping:
         self.judge: Judge | None = None
         self.spec: CampaignSpec | None = None
         self.disengaged: str | None = None
+        self.failed: InputError | None = None  # bad input found once the evals registered
         self.skipped: dict[str, int] = {}
         self.overhead_s = 0.0
         self.calls = 0
@@ -297,10 +297,8 @@ class AdaptiveStopping:
                     )
                     condition.notify_all()
                     return None
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(condition.wait(), timeout=left)
-                except TimeoutError:
-                    pass
                 started = time.perf_counter()
 
     async def complete_sample(
@@ -317,8 +315,11 @@ class AdaptiveStopping:
             )
         if book is None:
             return
-        applied = book.record(self._index[model], self._question_index[str(id)], epoch - 1, category)
-        self._timed(started, None)
+        applied = book.record(
+            self._index[model], self._question_index[str(id)], epoch - 1, category
+        )
+        self.overhead_s += time.perf_counter() - started
+        self.calls += 1
         if applied:
             async with self._condition():
                 self._condition().notify_all()
@@ -369,6 +370,8 @@ class AdaptiveStopping:
 
     async def _book(self) -> RoundBook | None:
         """The campaign's round book, built once every eval has registered."""
+        if self.failed is not None:
+            raise self.failed
         if self.book is not None:
             return self.book
         condition = self._condition()
@@ -380,13 +383,16 @@ class AdaptiveStopping:
                 else:
                     ready = time.monotonic() - self._last_start >= self.register_s
                 if ready:
-                    self._open(tuple(self.models) if self.models is not None else tuple(names))
-                    condition.notify_all()
+                    try:
+                        self._open(tuple(self.models) if self.models is not None else tuple(names))
+                    except InputError as error:
+                        self.failed = error
+                        raise
+                    finally:
+                        condition.notify_all()
                     break
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(condition.wait(), timeout=self.register_s / 4)
-                except TimeoutError:
-                    pass
         return self.book
 
     def _open(self, models: tuple[str, ...]) -> None:
@@ -400,7 +406,7 @@ class AdaptiveStopping:
         self._index = {name: i for i, name in enumerate(models)}
         self.book = RoundBook(campaign)
 
-    def _timed(self, started: float, value: Any) -> Any:
+    def _timed(self, started: float, value: EarlyStop | None) -> EarlyStop | None:
         self.overhead_s += time.perf_counter() - started
         self.calls += 1
         return value

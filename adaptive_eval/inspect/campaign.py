@@ -11,6 +11,7 @@ the same config on the recorded trials.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,7 +128,12 @@ class CampaignSpec:
 
 
 def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
+    """``build_campaign`` (and ``compare_campaign``) on the config. The replay's scores are not
+    known to the campaign (Inspect's are not before it runs: ``compare``'s check of a vacuous
+    margin against known scores has nothing to read, here as in the live bridge)."""
     campaign = build_campaign(config)
+    unknown = tuple(dataclasses.replace(plan, known_scores=None) for plan in campaign.plans)
+    campaign = dataclasses.replace(campaign, plans=unknown)
     if goal.kind == "rank":
         return campaign, None
     assert goal.candidate is not None  # Goal.check

@@ -60,7 +60,7 @@ class ReplayAPI(ModelAPI):
         model_name: str,
         base_url: str | None = None,
         api_key: str | None = None,
-        config: GenerateConfig = GenerateConfig(),
+        config: GenerateConfig = GenerateConfig(),  # noqa: B008 (ModelAPI's signature)
         path: str | None = None,
         **model_args: Any,
     ) -> None:

@@ -1,0 +1,166 @@
+"""adaptive_eval.inspect: Inspect's EarlyStopping over the decision core, run through real
+``inspect_ai.eval`` calls with several models at once (a replay ModelAPI, no network)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("inspect_ai")
+
+from inspect_ai import eval as inspect_eval
+
+from adaptive_eval.base.errors import InputError
+from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.inspect import adaptive_stopping
+from adaptive_eval.inspect.bridge import check_inspect_version
+from adaptive_eval.inspect.campaign import CampaignSpec, Goal
+from adaptive_eval.inspect.replay import replay_task
+
+_names = itertools.count()
+
+
+def write_replay(folder: Path, scores: list[float], questions: int, epochs: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    p = np.asarray(scores)[:, None, None]
+    outcomes = (rng.random((len(scores), questions, epochs)) < p).astype(np.int8)
+    path = folder / "recorded.npz"
+    np.savez(
+        path,
+        outcomes=outcomes,
+        models=np.array([f"m{i}" for i in range(len(scores))]),
+        questions=np.array([f"q{i}" for i in range(questions)]),
+    )
+    return path
+
+
+def run_bridge(path: Path, log_dir: Path, **kwargs: Any) -> list[Any]:
+    with np.load(path) as data:
+        models = [f"replay/{m}" for m in data["models"]]
+    name = f"test-{next(_names)}"
+    bridge = adaptive_stopping(name, models=models, wait_s=60, **kwargs)
+    logs = inspect_eval(
+        replay_task(path, early_stopping=bridge),
+        model=models,
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(log_dir),
+        max_samples=8,
+    )
+    assert all(log.status == "success" for log in logs), [log.error for log in logs]
+    return logs
+
+
+def own_loop(path: Path, meta: dict[str, Any], folder: Path, goal: Goal) -> Any:
+    """The project's own loop (``run_core``, the controller's: tests/test_core_parity.py) on a
+    replay of the same recorded trials, with the config the bridge built."""
+    with np.load(path) as data:
+        outcomes = np.asarray(data["outcomes"]).astype(np.int64)
+    spec = CampaignSpec(
+        "own",
+        tuple(meta["models"]),
+        tuple(f"q{i}" for i in range(outcomes.shape[1])),
+        outcomes.shape[2],
+        tuple(meta["weights"]),
+        meta["policy"],
+        goal,
+    )
+    campaign, _ = spec.build(folder)
+    truth = Truth(np.full((*outcomes.shape[:2], 2), 0.5), np.asarray(meta["weights"]))
+    return simulate_campaign(
+        campaign, truth, np.random.default_rng(0), sampler=replay_sampler(outcomes, 2)
+    )
+
+
+def logged(logs: list[Any]) -> dict[str, dict[str, Any]]:
+    return {log.eval.model: log.results.early_stopping.metadata for log in logs}
+
+
+def test_three_models_in_one_eval_decide_as_the_own_loop(tmp_path: Path) -> None:
+    path = write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
+    logs = run_bridge(path, tmp_path / "logs")
+    meta = logged(logs)
+    first = next(iter(meta.values()))
+    # every eval reports the one campaign
+    assert all(m["decisions"] == first["decisions"] for m in meta.values())
+    assert first["finished"] and first["stop"]["reason"] == "goal_met"
+    sim = own_loop(path, first, tmp_path / "own", Goal())
+    names = first["models"]
+    own = [
+        {"a": names[d.a], "b": names[d.b], "verdict": d.verdict.value, "look": d.look}
+        for d in sim.decisions
+    ]
+    assert [{k: d[k] for k in ("a", "b", "verdict", "look")} for d in first["decisions"]] == own
+    assert first["rounds"] == sim.rounds
+    for i, model in enumerate(names):
+        assert meta[model]["trials_per_sample"] == sim.trials[i].tolist()
+        # Inspect ran exactly the trials the plan asked for, and skipped the rest
+        samples = [s for s in logs[i].samples or [] if s.scores]
+        assert len(samples) == int(sim.trials[i].sum())
+        assert meta[model]["skipped_epochs"] == 12 * 16 - int(sim.trials[i].sum())
+    assert first["saved_all"] > 0.2
+
+
+def test_compare_with_margin_decides_as_the_own_gate(tmp_path: Path) -> None:
+    path = write_replay(tmp_path, [0.6, 0.62, 0.3], questions=12, epochs=20, seed=2)
+    goal = Goal("compare", "replay/m0", 0.15)
+    logs = run_bridge(path, tmp_path / "logs", goal="compare", candidate="replay/m0", margin=0.15)
+    first = logged(logs)["replay/m0"]
+    sim = own_loop(path, first, tmp_path / "own", goal)
+    names = first["models"]
+    assert [(d["a"], d["b"], d["verdict"]) for d in first["decisions"]] == [
+        (names[d.a], names[d.b], d.verdict.value) for d in sim.decisions
+    ]
+    assert sum(first["trials"].values()) == sim.total_trials
+    verdicts = first["comparison"]["verdicts"]
+    assert verdicts["replay/m1"] == "pass"  # 0.62 vs 0.6: within the margin
+    assert verdicts["replay/m2"] == "pass"
+    assert first["comparison"]["exit_code"] == 0
+
+
+def test_bad_input_is_one_line_before_any_sample(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="at least 2 models"):
+        adaptive_stopping(f"bad-{next(_names)}", models=["replay/m0"])
+    with pytest.raises(InputError, match="needs candidate"):
+        adaptive_stopping(f"bad-{next(_names)}", goal="compare")
+    with pytest.raises(InputError, match="not supported"):
+        check_inspect_version("0.2.1")
+    with pytest.raises(InputError, match="per sample"):
+        CampaignSpec("x", ("a", "b"), ("q",), 4, (0, 1), {"allocation": "track_and_stop"}).config()
+    # epochs below the rule's minimum: refused by start_task, before any sample runs
+    path = write_replay(tmp_path, [0.3, 0.6], questions=3, epochs=4, seed=0)
+    bridge = adaptive_stopping(
+        f"bad-{next(_names)}",
+        models=["replay/m0", "replay/m1"],
+        policy={"min_trials_per_question": 3},
+    )
+    logs = inspect_eval(
+        replay_task(path, epochs=2, early_stopping=bridge),
+        model=["replay/m0", "replay/m1"],
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(tmp_path / "logs"),
+    )
+    for log in logs:
+        assert log.status == "error"
+        assert "epochs=2 is below policy.min_trials_per_question=3" in log.error.message
+        assert not log.samples
+
+
+def test_unmappable_score_names_the_value_and_the_mapping(tmp_path: Path) -> None:
+    from adaptive_eval.inspect.bridge import ScoreMap
+
+    class Fake:
+        def __init__(self, value: Any) -> None:
+            self.score = type("S", (), {"value": value})()
+
+    with pytest.raises(InputError, match=r"score 'P' has no category; map it with score_map"):
+        ScoreMap().category({"s": Fake("P")}, "m, sample 1, epoch 1")  # type: ignore[dict-item]
+    assert ScoreMap({"P": 1}).category({"s": Fake("P")}, "w") == 1  # type: ignore[dict-item]
+    assert ScoreMap(["0.5=1"]).category({"s": Fake(0.5)}, "w") == 1  # type: ignore[dict-item]
+    with pytest.raises(InputError, match="name one with scorer="):
+        ScoreMap().category({"a": Fake("C"), "b": Fake("I")}, "w")  # type: ignore[dict-item]
