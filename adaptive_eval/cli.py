@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("run_dir", help="run folder (of run, compare or a night)")
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
+    report.add_argument(
+        "--out",
+        help="for a folder of Inspect logs (adaptive_eval.inspect): where the outputs go "
+        "(default: RUN_DIR/adaptive-eval); exits with compare's code for a candidate",
+    )
     report.add_argument("--json", action="store_true", help="print summary.json to stdout")
     report.add_argument(
         "--html",
