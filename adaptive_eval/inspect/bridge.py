@@ -204,6 +204,12 @@ class AdaptiveStopping:
             raise InputError(
                 "policy.max_trials_per_question is the task's epochs under Inspect; set epochs"
             )
+        self._attempt: set[str] = set()  # models started in this attempt
+        self._reset()
+
+    def _reset(self) -> None:
+        """A fresh campaign (a new attempt rebuilds it from the runs Inspect reuses)."""
+        self._attempt = set()
         self.evals: dict[str, str] = {}  # eval id -> model
         self.completed: set[str] = set()  # models whose eval completed
         self.questions: tuple[str, ...] | None = None
@@ -235,6 +241,10 @@ class AdaptiveStopping:
     # -- the protocol ---------------------------------------------------------------------------
     async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
         ids = tuple(str(s.id) for s in samples)
+        if task.model in self._attempt:
+            # The same model starts again: a new attempt (eval_set's retry of a failed call, a
+            # task re-run). The campaign is rebuilt from the runs Inspect hands back.
+            self._reset()
         if self.questions is None:
             self.questions, self.epochs = ids, epochs
             self._question_index = {q: i for i, q in enumerate(ids)}
@@ -248,9 +258,7 @@ class AdaptiveStopping:
             raise InputError(
                 f"model {task.model!r} is not among the bridge's models ({', '.join(self.models)})"
             )
-        if task.model in self.evals.values() and task.eval_id not in self.evals:
-            # eval_retry: the same model's eval again, under a new id
-            self.completed.discard(task.model)
+        self._attempt.add(task.model)
         self.evals[task.eval_id] = task.model
         minimum = int(self.policy.get("min_trials_per_question", 2))
         if epochs < minimum:

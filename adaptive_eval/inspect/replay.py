@@ -51,7 +51,6 @@ def recorded(path: str | Path) -> tuple[dict[str, int], dict[str, int], np.ndarr
     return _FILES[key]
 
 
-@modelapi(name="replay")
 class ReplayAPI(ModelAPI):
     """``replay/<name>``: the recorded outcome of (name, sample, epoch) as ``C`` or ``I``."""
 
@@ -91,6 +90,12 @@ class ReplayAPI(ModelAPI):
         return output
 
 
+@modelapi(name="replay")
+def replay() -> type[ModelAPI]:
+    """The ``replay`` provider (Inspect's registered-factory form)."""
+    return ReplayAPI
+
+
 @scorer(metrics=[accuracy()])
 def graded_answer() -> Scorer:
     """The answer is the grade (``C`` or ``I``), as a recorded outcome is."""
@@ -115,4 +120,4 @@ def replay_task(
     )
 
 
-__all__ = ["ReplayAPI", "graded_answer", "recorded", "replay_task"]
+__all__ = ["ReplayAPI", "graded_answer", "recorded", "replay", "replay_task"]
