@@ -305,8 +305,16 @@ class Range:
 
     @classmethod
     def of(cls, values: Sequence[float] | np.ndarray) -> Range:
-        low, mid, high = np.quantile(np.asarray(values, dtype=np.float64), QUANTILES)
-        return cls(float(low), float(mid), float(high))
+        """The median, and as the 10th and 90th percentiles the order statistics that make a
+        distribution-free 80% prediction interval for one more draw: the ``k``-th smallest and
+        largest of ``n``, ``k = max(1, floor((n + 1) / 10))`` (coverage ``(n + 1 - 2k) / (n +
+        1)``, 81% at n = 20). Interpolated quantiles of 20 draws hold another draw only about
+        72% of the time: too narrow for the run they forecast."""
+        ordered = np.sort(np.asarray(values, dtype=np.float64))
+        n = len(ordered)
+        k = max(1, int((n + 1) * QUANTILES[0]))
+        low, high = (ordered[k - 1], ordered[n - k]) if n >= 2 else (ordered[0], ordered[-1])
+        return cls(float(low), float(np.median(ordered)), float(high))
 
     def holds(self, value: float) -> bool:
         """Inside the 10-90% range, a zero-width one included (quantiles of equal values can

@@ -21,7 +21,6 @@ what has elapsed, not per trial).
 from __future__ import annotations
 
 import copy
-import math
 import pickle
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.control.forecast import Range
 from adaptive_eval.control.predictive import ScoreEvidence, SpacingPrior, tilt_to_scores
 from adaptive_eval.control.simulate import Costing, Truth, run_core
 from adaptive_eval.decide.contracts import AnyOf, CampaignView, StoppingRule
@@ -45,25 +45,6 @@ LIVE_SIMULATIONS = 20
 #: A run this young gets no background process yet: a run of a few seconds (a test, a tiny
 #: campaign) would pay its start-up for nothing.
 START_AFTER_S = 3.0
-#: The 10th, 50th and 90th percentiles.
-QUANTILES = (0.1, 0.5, 0.9)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """A 10-50-90% range."""
-
-    p10: float
-    p50: float
-    p90: float
-
-    @classmethod
-    def of(cls, values: list[float] | np.ndarray) -> Spread:
-        low, mid, high = np.quantile(np.asarray(values, dtype=np.float64), QUANTILES)
-        return cls(float(low), float(mid), float(high))
-
-    def record(self) -> dict[str, float]:
-        return {"p10": self.p10, "p50": self.p50, "p90": self.p90}
 
 
 @dataclass(frozen=True)
@@ -91,12 +72,12 @@ class LiveForecast:
     trials_used: int
     elapsed_s: float
     simulations: int
-    trials: Spread
-    trials_to_go: Spread
-    tokens_to_go: Spread | None
-    gpu_s_to_go: Spread | None
-    wall_s_to_go: Spread | None
-    pairs_to_settle: Spread
+    trials: Range
+    trials_to_go: Range
+    tokens_to_go: Range | None
+    gpu_s_to_go: Range | None
+    wall_s_to_go: Range | None
+    pairs_to_settle: Range
     settled_now: int
     budget_trials: int | None = None
     budget_short: float | None = None
@@ -104,7 +85,7 @@ class LiveForecast:
     seconds: float = 0.0  # the forecast's own compute time
 
     def record(self) -> dict[str, Any]:
-        def rng(value: Spread | None) -> dict[str, float] | None:
+        def rng(value: Range | None) -> dict[str, float] | None:
             return None if value is None else value.record()
 
         return {
@@ -255,12 +236,12 @@ def forecast_rest(
         used,
         snapshot.elapsed_s,
         snapshot.simulations,
-        Spread.of(finals),
-        Spread.of(to_go),
-        Spread.of(tokens) if known_tokens else None,
-        Spread.of(gpu_s) if known_gpu else None,
-        None if rate is None else Spread.of([t * rate for t in to_go]),
-        Spread.of(settle),
+        Range.of(finals),
+        Range.of(to_go),
+        Range.of(tokens) if known_tokens else None,
+        Range.of(gpu_s) if known_gpu else None,
+        None if rate is None else Range.of([t * rate for t in to_go]),
+        Range.of(settle),
         settled_now,
         budget,
         None if budget is None else float(np.median(short)),
@@ -413,7 +394,3 @@ class LiveForecaster:
 def _failure(error: BaseException) -> str:
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text}"[:300]
-
-
-def quantile_text(value: float) -> str:
-    return f"{value:,.0f}" if math.isfinite(value) else "n/a"
