@@ -102,6 +102,7 @@ class CampaignSpec:
             "models": [{"backend": "replay", "path": "trials.npz", "key": "outcomes"}],
             "rubric": {"weights": list(self.weights)},
             "policy": policy,
+            "baseline": {"fixed_n": self.epochs},  # the task's epochs, every sample
             "execution": {"dispatch": "inline", "workers": 1},
         }
 
