@@ -25,6 +25,7 @@ process in a real run; here in this one, timed (``s per forecast``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import pickle
@@ -100,7 +101,7 @@ def _run(
         np.full((*tape.shape[:2], campaign.num_categories), 1 / campaign.num_categories),
         campaign.weights,
     )
-    try:
+    with contextlib.suppress(_Reached):
         run_core(
             core,
             state,
@@ -111,8 +112,6 @@ def _run(
             watch,
             None if tokens is None else recorded_costing(tokens),
         )
-    except _Reached:
-        pass
     return state, core
 
 
@@ -176,7 +175,8 @@ def summarise(
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| campaign | made at | forecasts | total inside 10-90% | p50 within 20% | median |p50/real - 1| | median p50/real | s per forecast |",
+        "| campaign | made at | forecasts | total inside 10-90% | p50 within 20% "
+        "| median abs(p50/real - 1) | median p50/real | s per forecast |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:

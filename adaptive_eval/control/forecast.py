@@ -508,13 +508,17 @@ def forecast(
     candidate: str | None = None,
     judge: Judge | None = None,
     meanings: Mapping[int, str] | None = None,
-    predictive: str = "spacing",
+    predictive: str = "cells",
 ) -> Forecast:
     """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
     ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
     at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count; ``judge``
     (compare's, :func:`~adaptive_eval.campaign.checkpoint.compare_campaign`'s) adds the
-    forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``)."""
+    forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``).
+    ``predictive``: ``cells`` draws each cell's truth from its posterior (the default, measured
+    best from a pilot: docs/forecast.md); ``spacing`` tilts those draws onto the deconvolved
+    spacing of the models' scores (:mod:`~adaptive_eval.control.predictive`). The evidence's
+    resolution (what pilot size tells a typical gap from a tie) is reported either way."""
     global _JOB
     num_categories = campaign.num_categories
     extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
@@ -545,11 +549,12 @@ def forecast(
     focus = None if candidate is None else campaign.names.index(candidate)
     if judge is not None and judge.candidate != focus:
         raise ValueError(f"the judge's candidate is not {candidate}")
-    spacing = None
-    if predictive == "spacing" and (counts.sum(axis=(1, 2)) > 0).all():
-        spacing = SpacingPrior.fit(
+    fitted = None  # what the evidence tells of the models' spacing (the resolution line)
+    if (counts.sum(axis=(1, 2)) > 0).all():
+        fitted = SpacingPrior.fit(
             ScoreEvidence.of(alpha, counts, campaign.weights), campaign.weights
         )
+    spacing = fitted if predictive == "spacing" else None
     _JOB = _Job(
         campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus, judge, spacing
     )
@@ -561,9 +566,9 @@ def forecast(
         campaign, evidence, budget, paths, seed, tuple(unknown), judge=judge, meanings=meanings
     )
     told = None
-    if spacing is not None and evidence.trials:
+    if fitted is not None and evidence.trials:
         per_question = float(np.median(evidence.recorded[evidence.recorded > 0]))
-        told = Resolution.of(spacing, per_question)
+        told = Resolution.of(fitted, per_question)
     return replace(
         found,
         candidate=candidate,
