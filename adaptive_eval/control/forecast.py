@@ -64,12 +64,7 @@ from adaptive_eval.campaign.checkpoint import (
     exit_code,
 )
 from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
-from adaptive_eval.control.predictive import (
-    Resolution,
-    ScoreEvidence,
-    SpacingPrior,
-    tilt_to_scores,
-)
+from adaptive_eval.control.predictive import Predictive, Resolution
 from adaptive_eval.control.simulate import (
     Costing,
     Sampler,
@@ -81,7 +76,6 @@ from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.decide.state import RoundCosts
 from adaptive_eval.settings import BudgetSettings
-from adaptive_eval.stats.posterior import empirical_bayes_prior
 
 #: forecast.json's format; a renamed or removed field is a new number.
 FORECAST_FORMAT = 1
@@ -133,15 +127,12 @@ class _Job:
 
     campaign: Campaign
     evidence: Evidence
-    alpha: np.ndarray  # (L, M, K) predictive Dirichlet (prior part)
-    counts: np.ndarray  # (L, M, K) evidence counts
+    predictive: Predictive  # where each simulation's truth is drawn from
     tokens: CostModel | None
     gpu_s: CostModel | None
     seed: int
     candidate: int | None  # compare's candidate: only its pairs count
     judge: Judge | None = None  # compare's judge: its exit code is forecast
-    #: The deconvolved spacing prior of the models' scores (None: each cell from its posterior).
-    spacing: SpacingPrior | None = None
 
 
 _JOB: _Job | None = None
@@ -159,15 +150,7 @@ def _simulate_one(index: int) -> SimPath:
     assert job is not None
     campaign, evidence = job.campaign, job.evidence
     rng = np.random.default_rng([job.seed, index])
-    gamma = rng.gamma(job.alpha + job.counts)
-    probs = gamma / np.maximum(gamma.sum(axis=2, keepdims=True), 1e-300)
-    # A cell whose every gamma draw underflowed: its mean category.
-    empty = gamma.sum(axis=2) <= 0
-    if empty.any():
-        mean = job.alpha + job.counts
-        probs[empty] = (mean / mean.sum(axis=2, keepdims=True))[empty]
-    if job.spacing is not None:
-        probs = tilt_to_scores(probs, campaign.weights, job.spacing.draw_scores(rng))
+    probs = job.predictive.draw(rng)
     num_categories = campaign.num_categories
     table = _replay_table(evidence, num_categories)
     recorded = evidence.reused
@@ -523,7 +506,7 @@ def forecast(
     num_categories = campaign.num_categories
     extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
     counts = evidence.counts(num_categories) + extra
-    alpha = empirical_bayes_prior(counts)
+    drawn = Predictive.of(counts, campaign.weights, predictive)
     known_tokens = evidence.tokens >= 0
     known_gpu = evidence.gpu_s > 0
     unknown = []
@@ -549,15 +532,7 @@ def forecast(
     focus = None if candidate is None else campaign.names.index(candidate)
     if judge is not None and judge.candidate != focus:
         raise ValueError(f"the judge's candidate is not {candidate}")
-    fitted = None  # what the evidence tells of the models' spacing (the resolution line)
-    if (counts.sum(axis=(1, 2)) > 0).all():
-        fitted = SpacingPrior.fit(
-            ScoreEvidence.of(alpha, counts, campaign.weights), campaign.weights
-        )
-    spacing = fitted if predictive == "spacing" else None
-    _JOB = _Job(
-        campaign, evidence, alpha, counts, token_model, gpu_model, seed, focus, judge, spacing
-    )
+    _JOB = _Job(campaign, evidence, drawn, token_model, gpu_model, seed, focus, judge)
     try:
         paths = _run_all(simulations, processes)
     finally:
@@ -566,9 +541,9 @@ def forecast(
         campaign, evidence, budget, paths, seed, tuple(unknown), judge=judge, meanings=meanings
     )
     told = None
-    if fitted is not None and evidence.trials:
+    if drawn.fitted is not None and evidence.trials:
         per_question = float(np.median(evidence.recorded[evidence.recorded > 0]))
-        told = Resolution.of(fitted, per_question)
+        told = Resolution.of(drawn.fitted, per_question)
     return replace(
         found,
         candidate=candidate,

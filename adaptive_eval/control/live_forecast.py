@@ -33,12 +33,11 @@ import numpy as np
 
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.forecast import Range
-from adaptive_eval.control.predictive import ScoreEvidence, SpacingPrior, tilt_to_scores
+from adaptive_eval.control.predictive import Predictive
 from adaptive_eval.control.simulate import Costing, Truth, run_core
 from adaptive_eval.decide.contracts import AnyOf, CampaignView, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, RoundDecision
 from adaptive_eval.decide.state import RoundCosts, RunState
-from adaptive_eval.stats.posterior import empirical_bayes_prior
 
 #: Simulated continuations per live forecast: 10th and 90th percentiles from 20 draws.
 LIVE_SIMULATIONS = 20
@@ -170,12 +169,7 @@ def forecast_rest(
     started = time.perf_counter()
     state: RunState = pickle.loads(snapshot.state)
     counts = state.counts + np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
-    alpha = empirical_bayes_prior(counts)
-    spacing = None
-    if predictive == "spacing" and (counts.sum(axis=(1, 2)) > 0).all():
-        spacing = SpacingPrior.fit(
-            ScoreEvidence.of(alpha, counts, campaign.weights), campaign.weights
-        )
+    drawn = Predictive.of(counts, campaign.weights, predictive)
     costing = _run_costs(state)
     budget = campaign.settings.budget.trials
     used = state.trials_used
@@ -188,10 +182,7 @@ def forecast_rest(
     needed: list[float] = []
     for index in range(snapshot.simulations):
         rng = np.random.default_rng([snapshot.seed, snapshot.round, index])
-        gamma = rng.gamma(alpha + counts)
-        probs = gamma / np.maximum(gamma.sum(axis=2, keepdims=True), 1e-300)
-        if spacing is not None:
-            probs = tilt_to_scores(probs, campaign.weights, spacing.draw_scores(rng))
+        probs = drawn.draw(rng)
         core = thaw_core(snapshot.core)
         core.stopping = without_budget(core.stopping)
         core.limits = replace(core.limits, trial_budget=None)

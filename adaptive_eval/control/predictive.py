@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adaptive_eval.stats.posterior import empirical_bayes_prior
+
 #: The spread of the true spacings a simulation assumes (coefficient of variation of the gamma
 #: prior), drawn uniformly per simulation: evenly spread models to independently placed ones.
 SPACING_CV = (0.05, 0.3, 0.55, 0.8, 1.05, 1.3)
@@ -295,3 +297,46 @@ class Resolution:
             f"{told}: it CANNOT tell a typical gap from a tie, so the ranges span evenly "
             f"spread models and clustered ones (near-ties cost far more){more}"
         )
+
+
+#: The predictives a forecast can draw its truths from.
+PREDICTIVES = ("cells", "spacing")
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """Where a forecast's simulated truths come from: each cell ``p_ia ~ Dirichlet(alpha_i +
+    n_ia)`` (``alpha_i`` the model's empirical-Bayes prior fitted to the counts ``n``), and with
+    ``kind = spacing`` each draw tilted onto the deconvolved spacing prior's scores.
+    ``fitted``: that prior whatever the kind (the forecast's resolution line reads it); None
+    with fewer than four models or a model with no trial."""
+
+    alpha: np.ndarray  # (L, M, K)
+    counts: np.ndarray  # (L, M, K)
+    weights: np.ndarray  # (K,)
+    kind: str
+    fitted: SpacingPrior | None
+
+    @classmethod
+    def of(cls, counts: np.ndarray, weights: np.ndarray, kind: str) -> Predictive:
+        if kind not in PREDICTIVES:
+            raise ValueError(f"predictive must be one of {PREDICTIVES}, got {kind!r}")
+        alpha = empirical_bayes_prior(counts)
+        fitted = None
+        if (counts.sum(axis=(1, 2)) > 0).all():
+            fitted = SpacingPrior.fit(ScoreEvidence.of(alpha, counts, weights), weights)
+        return cls(alpha, counts, weights, kind, fitted)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """(L, M, K) one simulated truth. A cell whose every gamma draw underflowed (a tiny
+        ``alpha`` and no count) gets its mean category probabilities."""
+        nu = self.alpha + self.counts
+        gamma = rng.gamma(nu)
+        total = gamma.sum(axis=2, keepdims=True)
+        probs: np.ndarray = gamma / np.maximum(total, 1e-300)
+        empty = total[..., 0] <= 0
+        if empty.any():
+            probs[empty] = (nu / nu.sum(axis=2, keepdims=True))[empty]
+        if self.kind == "spacing" and self.fitted is not None:
+            probs = tilt_to_scores(probs, self.weights, self.fitted.draw_scores(rng))
+        return probs
