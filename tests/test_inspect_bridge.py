@@ -164,3 +164,31 @@ def test_unmappable_score_names_the_value_and_the_mapping(tmp_path: Path) -> Non
     assert ScoreMap(["0.5=1"]).category({"s": Fake(0.5)}, "w") == 1  # type: ignore[dict-item]
     with pytest.raises(InputError, match="name one with scorer="):
         ScoreMap().category({"a": Fake("C"), "b": Fake("I")}, "w")  # type: ignore[dict-item]
+
+
+def test_models_found_from_the_evals_that_start(tmp_path: Path) -> None:
+    """Without models=, the campaign's models are the evals that start together (sorted); a
+    ranking of one model is refused with one line in every eval's error."""
+    path = write_replay(tmp_path, [0.2, 0.9], questions=6, epochs=8, seed=5)
+    models = ["replay/m1", "replay/m0"]
+    bridge = adaptive_stopping(f"found-{next(_names)}", register_s=0.3, wait_s=30)
+    logs = inspect_eval(
+        replay_task(path, early_stopping=bridge),
+        model=models,
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(tmp_path / "logs"),
+    )
+    meta = logged(logs)["replay/m0"]
+    assert meta["models"] == ["replay/m0", "replay/m1"]
+    assert meta["decisions"][0]["verdict"] == "a>b"
+    alone = adaptive_stopping(f"alone-{next(_names)}", register_s=0.3)
+    logs = inspect_eval(
+        replay_task(path, early_stopping=alone),
+        model=["replay/m0"],
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(tmp_path / "alone"),
+    )
+    assert logs[0].status == "error"
+    assert "goal 'rank' needs at least 2 models" in logs[0].error.message

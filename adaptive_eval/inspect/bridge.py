@@ -284,6 +284,8 @@ class AdaptiveStopping:
         condition = self._condition()
         async with condition:
             while True:
+                if self.failed is not None:
+                    raise self.failed
                 if self.disengaged:
                     return self._timed(started, None)
                 fate = book.fate(m, q, epoch - 1)
@@ -305,8 +307,7 @@ class AdaptiveStopping:
                     )
                     condition.notify_all()
                     return None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(condition.wait(), timeout=left)
+                await _wait(condition, left)
                 started = time.perf_counter()
 
     async def complete_sample(
@@ -344,10 +345,7 @@ class AdaptiveStopping:
                 and not self.disengaged
                 and time.monotonic() < deadline
             ):
-                try:
-                    await asyncio.wait_for(condition.wait(), timeout=deadline - time.monotonic())
-                except TimeoutError:
-                    break
+                await _wait(condition, deadline - time.monotonic())
         self.completed.add(model)
         return self.metadata(model)
 
@@ -385,6 +383,8 @@ class AdaptiveStopping:
         condition = self._condition()
         async with condition:
             while self.book is None:
+                if self.failed is not None:
+                    raise self.failed
                 names = sorted(set(self.evals.values()))
                 if self.models is not None:
                     ready = set(self.models) <= set(names)
@@ -399,8 +399,7 @@ class AdaptiveStopping:
                     finally:
                         condition.notify_all()
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(condition.wait(), timeout=self.register_s / 4)
+                await _wait(condition, self.register_s / 4)
         return self.book
 
     def _open(self, models: tuple[str, ...]) -> None:
@@ -491,6 +490,15 @@ class AdaptiveStopping:
                 "exit_code": exit_code([v.decision for v in verdicts]),
             }
         return out
+
+
+async def _wait(condition: asyncio.Condition, timeout: float) -> None:
+    """Wait (holding ``condition``) for a notification or ``timeout`` seconds. A cancellation
+    always propagates (``asyncio.wait_for`` can swallow one that meets the wake-up, and the
+    loops around this would then outlive their eval)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(timeout, 0.0)):
+            await condition.wait()
 
 
 def settled(decisions: Sequence[Mapping[str, Any]]) -> int:
