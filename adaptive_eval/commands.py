@@ -239,10 +239,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     config_path = Path(args.config) if args.config else run_dir / "config.yaml"
     if not config_path.exists() and args.config is None:
-        from adaptive_eval.inspect.report import is_inspect_folder
+        from adaptive_eval.inspect.report import is_inspect_folder, report_command
 
         if is_inspect_folder(run_dir):  # Inspect logs decided by adaptive_eval.inspect
-            return _report_inspect(args, run_dir)
+            return report_command(run_dir, args.out, args.html, args.json)
     if not config_path.exists():
         raise InputError("no config.yaml: not a run directory", source=str(run_dir))
     summary = report_run(load_config(config_path), run_dir)
@@ -260,29 +260,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         print(render_console(summary))
     return 0
-
-
-def _report_inspect(args: argparse.Namespace, log_dir: Path) -> int:
-    """``report LOG_DIR`` of Inspect logs: the outputs in ``--out`` (default
-    LOG_DIR/adaptive-eval/run) and, for a compare, compare's exit code (docs/inspect.md)."""
-    from adaptive_eval.base.summary_schema import json_text
-    from adaptive_eval.inspect.report import report_inspect
-    from adaptive_eval.outputs.report import render_console
-
-    found = report_inspect(log_dir, Path(args.out) if args.out else None)
-    if args.html:
-        from adaptive_eval.outputs.report_html import FILENAME
-
-        print(found.run_dir / FILENAME)
-    elif args.json:
-        print(json_text(found.summary))
-    elif found.summary.comparison is not None:
-        from adaptive_eval.workflows.compare import render
-
-        print(render_console(found.summary) + "\n\n" + render(found.summary.comparison))
-    else:
-        print(render_console(found.summary))
-    return found.exit_code
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

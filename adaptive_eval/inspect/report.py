@@ -140,6 +140,26 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
     return InspectReport(summary, run_dir, code)
 
 
+def report_command(log_dir: Path, out: str | None, html: bool, as_json: bool) -> int:
+    """``adaptive-eval report LOG_DIR`` of Inspect logs: prints as ``report`` prints (the
+    ranking, a compare's verdict, ``--json``, ``--html``); returns compare's exit code."""
+    from adaptive_eval.base.summary_schema import json_text
+    from adaptive_eval.outputs.report import render_console
+    from adaptive_eval.outputs.report_html import FILENAME
+    from adaptive_eval.workflows.compare import render
+
+    found = report_inspect(log_dir, Path(out) if out else None)
+    if html:
+        print(found.run_dir / FILENAME)
+    elif as_json:
+        print(json_text(found.summary))
+    elif found.summary.comparison is not None:
+        print(render_console(found.summary) + "\n\n" + render(found.summary.comparison))
+    else:
+        print(render_console(found.summary))
+    return found.exit_code
+
+
 def _check_same_trials(
     summary: Summary, run_dir: Path, used: np.ndarray, models: list[str]
 ) -> None:
@@ -177,4 +197,10 @@ def _as_sample_scores(sample: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["InspectReport", "bridged_logs", "is_inspect_folder", "report_inspect"]
+__all__ = [
+    "InspectReport",
+    "bridged_logs",
+    "is_inspect_folder",
+    "report_command",
+    "report_inspect",
+]
