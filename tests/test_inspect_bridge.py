@@ -192,3 +192,19 @@ def test_models_found_from_the_evals_that_start(tmp_path: Path) -> None:
     )
     assert logs[0].status == "error"
     assert "goal 'rank' needs at least 2 models" in logs[0].error.message
+
+
+def test_an_unmappable_score_ends_every_eval_with_one_line(tmp_path: Path) -> None:
+    path = write_replay(tmp_path, [0.3, 0.6], questions=4, epochs=6, seed=6)
+    models = ["replay/m0", "replay/m1"]
+    bridge = adaptive_stopping(f"unmapped-{next(_names)}", models=models, score_map={"C": 1})
+    logs = inspect_eval(
+        replay_task(path, early_stopping=bridge),
+        model=models,
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(tmp_path / "logs"),
+    )
+    for log in logs:  # the other eval does not wait for rounds that cannot come
+        assert log.status == "error"
+        assert "has no category; map it with score_map=" in log.error.message

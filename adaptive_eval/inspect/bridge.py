@@ -317,11 +317,18 @@ class AdaptiveStopping:
         started = time.perf_counter()
         model = self._model_of_task()
         where = f"{model}, sample {id}, epoch {epoch}"
-        category = self.score_map.category(scores, where)
-        if category >= len(self.weights):
-            raise InputError(
-                f"{where}: category {category} has no rubric weight (weights: {list(self.weights)})"
-            )
+        try:
+            category = self.score_map.category(scores, where)
+            if category >= len(self.weights):
+                raise InputError(
+                    f"{where}: category {category} has no rubric weight "
+                    f"(weights: {list(self.weights)})"
+                )
+        except InputError as error:  # every eval of the campaign ends with this one line
+            self.failed = error
+            async with self._condition():
+                self._condition().notify_all()
+            raise
         if book is None:
             return
         applied = book.record(
