@@ -3,6 +3,7 @@ once a share of the final trials is in, is its median within 20% of the run's to
 its 10-90% range hold the total?
 
     python benchmarks/live_forecast.py --out runs/bench-live --replicates 50 --cap 400
+    python benchmarks/live_forecast.py --overhead 3    # wall time, live forecast on vs off
 
 Per replicate of a campaign (the cases of ``benchmarks/forecast.py``: the demo, the suite of
 ``benchmarks/sequential.py`` written as simulated scenarios at ``--cap``, and replays of every
@@ -189,6 +190,50 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overhead(runs: int, models: int, questions: int, folder: Path) -> dict[str, Any]:
+    """Wall time of ``runs`` paired runs of a synthetic L x M campaign (cap 80, inline
+    dispatch), the live forecast on (its default) and off, in turn: the median ratio on/off,
+    and the live forecasts the on-runs made."""
+    import subprocess
+
+    case = _forecast.scale_case(folder, models, questions, 80)
+    cli = str(Path(sys.executable).parent / "adaptive-eval")
+    seconds: dict[str, list[float]] = {"on": [], "off": []}
+    made = []
+    for run in range(runs):
+        for mode, value in (("on", 20), ("off", 0)):
+            out = folder / f"run-{mode}-{run}"
+            started = time.perf_counter()
+            subprocess.run(
+                [
+                    cli,
+                    "run",
+                    case.config,
+                    "--out",
+                    str(out),
+                    "--quiet",
+                    "--set",
+                    "execution.dispatch=inline",
+                    "--set",
+                    f"output.live_forecast={value}",
+                ],
+                check=True,
+            )
+            seconds[mode].append(time.perf_counter() - started)
+            if mode == "on":
+                summary = json.loads((out / "summary.json").read_text())
+                made.append(len(summary.get("live_forecast") or []))
+    ratios = [a / b for a, b in zip(seconds["on"], seconds["off"], strict=True)]
+    return {
+        "models": models,
+        "questions": questions,
+        "seconds": seconds,
+        "ratio_median": statistics.median(ratios),
+        "ratios": ratios,
+        "live_forecasts_made": made,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,7 +248,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=HERE.parent / "runs" / "bench-live")
     parser.add_argument("--predictive", choices=("spacing", "cells"), default="spacing")
+    parser.add_argument(
+        "--overhead",
+        type=int,
+        default=0,
+        help="instead: this many paired runs of an L = 50, M = 500 campaign, live forecast on "
+        "and off (inline dispatch), timed",
+    )
     args = parser.parse_args()
+    if args.overhead:
+        with tempfile.TemporaryDirectory(prefix="bench-live-overhead-") as tmp:
+            found = overhead(args.overhead, 50, 500, Path(tmp))
+        print(json.dumps(found, indent=2))
+        return
     global PREDICTIVE
     PREDICTIVE = args.predictive
     shares = tuple(float(s) for s in args.at.split(","))

@@ -357,3 +357,38 @@ def test_a_pilot_whose_every_trial_failed_says_so_instead_of_a_zero_resolution(
     assert "every recorded trial of every model scored the same" in said
     assert "+-0.000" not in said
     assert found.record()["degenerate"] == list(found.degenerate)
+
+
+def test_a_resumed_run_keeps_the_live_forecasts_of_its_earlier_legs(tmp_path: Path) -> None:
+    from helpers import NullLog
+
+    from adaptive_eval.control.controller import Controller
+    from adaptive_eval.dispatch.inline import InlineDispatcher
+    from adaptive_eval.loop.rundir import open_run_dir
+    from adaptive_eval.store import TrialStore
+
+    campaign = build_campaign(load_config(_config(tmp_path)))
+    run_dir = tmp_path / "run"
+
+    def leg(**dispatch: Any) -> int:
+        store, _, _ = open_run_dir(campaign, run_dir)
+        dispatcher = InlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+        controller = Controller(campaign, store, dispatcher, NullLog())
+        controller.live = LiveForecaster(campaign, simulations=3, inline=True)
+        try:
+            controller.run()
+        finally:
+            store.close()
+        return len(controller.live.history)
+
+    with pytest.raises(KeyboardInterrupt):
+        leg(crash_after=14, batches_per_poll=1)
+    store = TrialStore(run_dir, readonly=True)
+    first = list(store.get_meta("live_forecast") or [])
+    store.close()
+    assert first
+    made = leg()
+    store = TrialStore(run_dir, readonly=True)
+    history = store.get_meta("live_forecast")
+    store.close()
+    assert made > 0 and history[: len(first)] == first and len(history) == len(first) + made

@@ -81,6 +81,7 @@ class Controller:
         #: The forecast of the rest of the run after each round (None: off); never waited on.
         self.live: LiveForecaster | None = None
         self._budget_warned = False
+        self._live_before: list[dict[str, Any]] | None = None
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -239,7 +240,10 @@ class Controller:
         if found is None:
             return
         self.log.info("live_forecast", **found.record())
-        self.store.set_meta(live_forecast=[f.record() for f in self.live.history])
+        if self._live_before is None:  # an earlier leg's forecasts stay in the history
+            self._live_before = list(self.store.get_meta("live_forecast") or [])
+        history = self._live_before + [f.record() for f in self.live.history]
+        self.store.set_meta(live_forecast=history)
         warning = found.budget_warning()
         if warning is not None and not self._budget_warned:
             self._budget_warned = True
