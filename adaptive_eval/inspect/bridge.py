@@ -123,6 +123,14 @@ class ScoreMap:
         return self.table[key]
 
 
+#: How often a waiting call looks whether a partner eval has failed (seconds).
+PARTNER_CHECK_S = 1.0
+
+
+class CampaignEnded(RuntimeError):
+    """An eval of the campaign failed: its partners end too (and resume with it)."""
+
+
 #: Bridges by campaign name, so that the tasks ``eval_retry`` re-creates (one per log) share one.
 _SHARED: dict[str, AdaptiveStopping] = {}
 
@@ -218,7 +226,9 @@ class AdaptiveStopping:
         self.judge: Judge | None = None
         self.spec: CampaignSpec | None = None
         self.disengaged: str | None = None
-        self.failed: InputError | None = None  # bad input found once the evals registered
+        #: Bad input found once the evals registered, or a partner eval that failed: every
+        #: call of every eval raises it, so the campaign's evals end (and resume) together.
+        self.failed: Exception | None = None
         self.skipped: dict[str, int] = {}
         self.overhead_s = 0.0
         self.calls = 0
@@ -299,6 +309,7 @@ class AdaptiveStopping:
                         started, EarlyStop(id=id, epoch=epoch, reason=reason or None)
                     )
                 self.overhead_s += time.perf_counter() - started
+                self._check_partners()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.disengaged = (
@@ -307,7 +318,7 @@ class AdaptiveStopping:
                     )
                     condition.notify_all()
                     return None
-                await _wait(condition, left)
+                await _wait(condition, min(left, PARTNER_CHECK_S))
                 started = time.perf_counter()
 
     async def complete_sample(
@@ -352,9 +363,30 @@ class AdaptiveStopping:
                 and not self.disengaged
                 and time.monotonic() < deadline
             ):
-                await _wait(condition, deadline - time.monotonic())
+                self._check_partners()
+                await _wait(condition, min(deadline - time.monotonic(), PARTNER_CHECK_S))
         self.completed.add(model)
         return self.metadata(model)
+
+    def _check_partners(self) -> None:
+        """Raise once an eval of this campaign has failed (Inspect's eval state: finished with
+        an errored sample, before its ``complete_task``): its rounds cannot come, and ending
+        the others too lets ``eval_set``'s retry resume the campaign's evals together."""
+        from inspect_ai._control.eval_state import get_eval_state
+
+        if self.failed is None:
+            for eval_id, model in self.evals.items():
+                state = get_eval_state(eval_id)
+                if state is None or model in self.completed:
+                    continue
+                if state.completed_at is not None and state.errored > 0:
+                    self.failed = CampaignEnded(
+                        f"the eval of {model} failed before the campaign ended; its partners "
+                        "end too, so that a retry (eval_set) resumes them together"
+                    )
+                    break
+        if self.failed is not None:
+            raise self.failed
 
     # -- reading Inspect's context --------------------------------------------------------------
     def _model_of_sample(self) -> str:
