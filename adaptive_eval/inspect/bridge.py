@@ -268,6 +268,11 @@ class AdaptiveStopping:
             raise InputError(
                 f"model {task.model!r} is not among the bridge's models ({', '.join(self.models)})"
             )
+        if self.book is not None and task.model not in self._index:
+            raise InputError(
+                f"the eval of {task.model} started after the campaign opened with "
+                f"{', '.join(self._index)}; pass models=[...] or start the evals in one call"
+            )
         self._attempt.add(task.model)
         self.evals[task.eval_id] = task.model
         minimum = int(self.policy.get("min_trials_per_question", 2))
