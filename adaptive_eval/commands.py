@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptive_eval.base.errors import InputError, printable, printable_lines
+from adaptive_eval.base.errors import InputError
 
 if TYPE_CHECKING:
     from adaptive_eval.base.summary_schema import Summary
@@ -299,67 +299,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_completions(args: argparse.Namespace) -> int:
-    from adaptive_eval.store import TrialStore
+    from adaptive_eval.workflows.completions import show_completions
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / TrialStore.FILENAME).exists():
-        raise InputError("no trials.sqlite: not a run directory", source=str(run_dir))
-    store = TrialStore(run_dir, readonly=True)
-    try:
-        models = list(store.get_meta("models") or [])
-        questions = list(store.get_meta("questions") or [])
-        model = None
-        if args.model is not None:
-            if args.model not in models:
-                raise InputError(
-                    f"--model {args.model!r} is not in this run (models: {', '.join(models)})",
-                    source=str(run_dir),
-                )
-            model = models.index(args.model)
-        shown = 0
-        for trial in store.trials(model):
-            if args.question is not None and questions[trial.question] != args.question:
-                continue
-            if args.trial is not None and trial.trial != args.trial:
-                continue
-            record = {
-                "model": models[trial.model],
-                "question": questions[trial.question],
-                "trial": trial.trial,
-                "seed": trial.seed,
-                "category": trial.category,
-                "answer": trial.answer,
-                "reason": trial.reason,
-                "tokens": trial.tokens,
-                "signals": trial.signals,
-                "text": trial.text,
-            }
-            if args.json:
-                print(json.dumps(record))
-            else:
-                # A model's (and a server's) text: control characters escaped, never sent raw.
-                print(
-                    printable(
-                        f"--- {record['model']} / {record['question']} / trial {trial.trial} "
-                        f"(seed {trial.seed}): category {trial.category}, answer "
-                        f"{trial.answer!r}{' - ' + trial.reason if trial.reason else ''}"
-                    )
-                )
-                print(printable_lines(trial.text) if trial.text is not None else "(no text stored)")
-            shown += 1
-            if args.limit and shown >= args.limit:
-                break
-        if args.question is not None and args.question not in questions:
-            raise InputError(
-                f"--question {args.question!r} is not in this run ({len(questions)} questions, "
-                f"e.g. {', '.join(questions[:3])})",
-                source=str(run_dir),
-            )
-        if shown == 0 and args.trial is not None:
-            raise InputError(f"no recorded trial {args.trial} matches", source=str(run_dir))
-    finally:
-        store.close()
-    return 0
+    return show_completions(
+        Path(args.run_dir), args.model, args.question, args.trial, args.limit, args.json
+    )
 
 
 def cmd_score(args: argparse.Namespace) -> int:
