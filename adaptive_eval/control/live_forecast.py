@@ -5,9 +5,9 @@ After an applied round the controller hands a snapshot (its decision core, with 
 rule's memory, and its state, with the rounds in flight) to one background process; the loop
 goes on. The process runs that very core forward (:func:`~adaptive_eval.control.simulate.run_core`,
 continuing from the snapshot: nothing is replayed, a settled pair stays settled) on
-``simulations`` truths drawn from the evidence as the pilot forecast draws them
-(:mod:`adaptive_eval.control.predictive`: each cell's posterior, tilted to a deconvolved spacing
-of the models' scores), without the budget, so each path also says where a pair the budget
+``simulations`` truths drawn from the evidence (:mod:`adaptive_eval.control.predictive`: each
+cell's posterior, tilted to a deconvolved spacing of the models' scores, which measured best
+here; docs/forecast.md), without the budget, so each path also says where a pair the budget
 would leave unsettled settles. A new snapshot is sent only when the process is free (the latest
 round wins); a result is read when the loop next looks. A forecast that fails or a process that
 dies is one ``live_forecast_failed`` event, and the run goes on without it.

@@ -15,14 +15,14 @@ The predictive here (``spacing``) draws the sorted scores' *spacings* instead:
    under the cell's posterior mean, ``A_i`` the empirical-Bayes prior's strength). Models sorted
    by ``x``; adjacent spacings ``d_j = x_(j+1) - x_(j)`` with noise ``tau_j^2 = s_(j)^2 +
    s_(j+1)^2``.
-2. **A prior on the true spacings, deconvolved.** ``delta_j ~ Gamma(mean mu, cv h)``. ``mu``: the
-   mean observed spacing scaled by the share of the scores' spread that is not noise,
-   ``sqrt(max(0, var(x) - mean(s^2)) / var(x))`` (the noise widens the spread; it is taken out
-   once). ``h`` (how unequal the spacings are: 0 evenly spread, 1 the spacings of scores drawn
-   independently) is not identified by a small pilot (sorting hides it: measured, the sorted
-   spacings' variance sits below ``tau^2`` for evenly spread and clustered models alike), so each
-   simulation draws it from :data:`SPACING_CV`: the range covers both.
-3. **Posterior per spacing.** ``p(delta_j | d_j) ~ Gamma(delta; mu, h) N(d_j; delta, tau_j^2)`` on
+2. **A prior on the true spacings, deconvolved.** A point mass at 0 of share ``t`` (exact ties)
+   plus ``(1 - t) Gamma(mean mu / (1 - t), cv h)``. ``mu``: the mean observed spacing scaled by
+   the share of the scores' spread that is not noise, ``sqrt(max(0, var(x) - mean(s^2)) /
+   var(x))`` (the noise widens the spread; it is taken out once). ``(h, t)`` (how unequal the
+   spacings are, how many are ties) is not identified by a small pilot, so each simulation draws
+   it from :data:`CANDIDATES`, weighted by :func:`prior_weights` (pseudo-evidence simulated and
+   sorted as the evidence is: sorting makes noisy spacings look more even than they are).
+3. **Posterior per spacing.** ``p(delta_j | d_j) ~ prior(delta) N(d_j; delta, tau_j^2)`` on
    a grid; one draw per spacing. Where the evidence resolves a spacing (``tau_j << d_j``) the
    draw sits at ``d_j``; where it cannot, the prior speaks.
 4. **Truths.** The drawn spacings, cumulated from the lowest model and centred on the mean of
@@ -32,7 +32,12 @@ The predictive here (``spacing``) draws the sorted scores' *spacings* instead:
 
 With fewer than :data:`MIN_SPACINGS` spacings (two or three models) the ensemble says nothing
 about spacings, and with a model that has no trial the estimates are not comparable: the
-forecast then draws each cell from its posterior as before (``cells``).
+forecast then draws each cell from its posterior (``cells``).
+
+Chosen by measurement (docs/forecast.md): the live forecast draws with ``spacing`` (it turns the
+12-model forecast a quarter of the way in from 2.1x the final cost to 1.2x); the pilot forecast
+keeps ``cells`` (from a pilot of 4, ``spacing`` helped the 12 clear models but hurt the demo, the
+sparse campaign, the mimics and the AIME replay: no pilot of 4 tells those gap structures apart).
 """
 
 from __future__ import annotations
