@@ -791,6 +791,17 @@ def scale_case(folder: Path, models: int, questions: int, cap: int) -> Case:
     return Case(f"scale: L={models}, M={questions}", "simulated", config, scenario, 50)
 
 
+def chosen(
+    cases: list[Case], only: str | None, replicates: int, real_replicates: int
+) -> list[tuple[Case, int]]:
+    """The cases whose name holds one of ``only``'s comma-separated words (all without it),
+    each with its replicates (``real_replicates`` for a replay), those with none left out."""
+    wanted = only.split(",") if only else [""]
+    picked = [c for c in cases if any(w in c.name for w in wanted)]
+    counted = [(c, real_replicates if c.kind == "replay" else replicates) for c in picked]
+    return [(c, reps) for c, reps in counted if reps > 0]
+
+
 def _shape(case: Case, pilot: int) -> str:
     campaign = build_campaign(_config(case.config, pilot))
     cap = campaign.settings.policy.max_trials_per_question
@@ -885,13 +896,7 @@ def main() -> None:
             cases += replay_cases(folder, args.real)
         else:
             print(f"# no real outcome files at {args.real}: replays skipped", flush=True)
-        if args.only:
-            wanted = args.only.split(",")
-            cases = [c for c in cases if any(w in c.name for w in wanted)]
-        for case in cases:
-            reps = args.real_replicates if case.kind == "replay" else args.replicates
-            if reps <= 0:
-                continue
+        for case, reps in chosen(cases, args.only, args.replicates, args.real_replicates):
             print(f"# {case.name}: {reps} replicates", flush=True)
             row = run_case(case, reps, args.simulations, args.pilot, args.jobs, args.processes)
             row["shape"] = _shape(case, args.pilot)

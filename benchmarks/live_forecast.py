@@ -62,6 +62,7 @@ arrays_of: Callable[[Any], tuple[np.ndarray, np.ndarray | None]] = _forecast._ar
 draw_tokens: Callable[..., np.ndarray] = _forecast.draw_tokens
 shuffled: Callable[[np.ndarray, np.random.Generator], np.ndarray] = _forecast.shuffled
 REAL: Path = _forecast.REAL
+chosen: Callable[..., list[tuple[Any, int]]] = _forecast.chosen
 
 
 #: The live forecast's predictive (``--predictive``), inherited by forked workers.
@@ -273,13 +274,7 @@ def main() -> None:
         cases = [demo_case(folder), *suite_cases(folder, args.questions, args.cap)]
         cases += suite_cases(folder, args.questions, args.cap, others=True)
         cases += replay_cases(folder, REAL) if REAL.is_dir() else []
-        if args.only:
-            wanted = args.only.split(",")
-            cases = [c for c in cases if any(w in c.name for w in wanted)]
-        for case in cases:
-            reps = args.real_replicates if case.kind == "replay" else args.replicates
-            if reps <= 0:
-                continue
+        for case, reps in chosen(cases, args.only, args.replicates, args.real_replicates):
             tasks = [(case, rep, args.simulations, shares) for rep in range(reps)]
             started = time.perf_counter()
             if args.jobs > 1:
