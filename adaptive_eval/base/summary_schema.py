@@ -227,8 +227,7 @@ class ForecastCheck(_Closed):
     evidence: str | None = Field(description="pilot, run, library or prior")
     simulations: int | None
     measures: dict[str, ForecastMeasure] = Field(
-        description="trials, new_trials, tokens, gpu_s, wall_s, pairs_settled: where both are "
-        "known"
+        description="trials, new_trials, tokens, gpu_s, wall_s, pairs_settled: where both are known"
     )
     curve: list[ForecastCurvePoint] = Field(
         description="the forecast's budget-decision curve: pairs settled against trials"
