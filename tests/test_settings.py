@@ -29,7 +29,9 @@ ABOVE_OR_BUILDER = (
     "commands.py",
     "cli.py",
 )
-ABOVE_FOLDERS = ("workflows", "_testing")
+# inspect/ is a workflow (scripts/check_layers.py places it there): it builds a campaign from a
+# config, as run and compare do.
+ABOVE_FOLDERS = ("workflows", "_testing", "inspect")
 
 
 def below_the_builder() -> list[Path]:
