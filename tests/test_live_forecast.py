@@ -392,3 +392,25 @@ def test_a_resumed_run_keeps_the_live_forecasts_of_its_earlier_legs(tmp_path: Pa
     history = store.get_meta("live_forecast")
     store.close()
     assert made > 0 and history[: len(first)] == first and len(history) == len(first) + made
+
+
+def test_closing_stops_a_forecast_still_computing(tmp_path: Path) -> None:
+    """A finished run's process must not wait for a forecast nobody will read (Python joins an
+    executor's workers at exit: a run used to linger 10 s and more)."""
+    import time
+
+    campaign = build_campaign(load_config(_config(tmp_path)))
+    core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
+    forecaster = LiveForecaster(campaign, simulations=100_000)  # far longer than this test
+    assert forecaster.after_round(core, state, 10.0) == (None, None)
+    assert forecaster._pool is not None
+    deadline = time.monotonic() + 60
+    workers: list[Any] = []
+    while not workers and time.monotonic() < deadline:
+        workers = list((forecaster._pool._processes or {}).values())
+        time.sleep(0.1)
+    assert workers
+    forecaster.close()
+    for worker in workers:
+        worker.join(timeout=10)
+        assert not worker.is_alive()

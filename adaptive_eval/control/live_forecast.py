@@ -391,8 +391,15 @@ class LiveForecaster:
         return self._pool
 
     def close(self) -> None:
+        """Stop the background process now: a forecast still computing is of no use once the
+        run has ended, and waiting for it kept a finished run's process alive 10 s and more
+        (Python joins an executor's workers at exit)."""
         if self._pool is not None:
+            workers = list((getattr(self._pool, "_processes", None) or {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
+            for worker in workers:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    worker.terminate()
             self._pool = None
         self._pending = None
 
