@@ -50,6 +50,34 @@ def mimic_success(scores: list[float], questions: int = 20, seed: int = 0) -> np
     return np.clip(raw - raw.mean(axis=1, keepdims=True) + np.array(scores)[:, None], 0.01, 0.99)
 
 
+def served_campaign(
+    url: str, name: str, seed: int, options: dict[str, Any], **execution: Any
+) -> dict[str, Any]:
+    """A campaign of one ``openai`` model at ``url`` on three arithmetic questions, two trials
+    each (the hostile-server tests' campaign); ``options`` the backend's, ``execution`` added to
+    one worker."""
+    from adaptive_eval.datasets import ARITH20
+
+    return {
+        "name": name,
+        "seed": seed,
+        "models": [
+            {
+                "backend": "openai",
+                "name": "srv",
+                "workers": 1,
+                "options": {"base_url": url, **options},
+            }
+        ],
+        "rubric": {"weights": [0, 1]},
+        "dataset": {"path": str(ARITH20), "limit": 3},
+        "sampling": {"max_tokens": 16},
+        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
+        "execution": {"workers": 1, **execution},
+        "output": {"progress": False, "fsync": "normal"},
+    }
+
+
 def write_config(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

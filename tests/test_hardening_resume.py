@@ -9,35 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_DISPATCH, write_config
+from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.cli import main
-from adaptive_eval.datasets import ARITH20
 from adaptive_eval.store import TrialStore
 
 CARD = {"root": "/models/candidate-a", "owned_by": "vllm"}
 
 
 def _config(tmp_path: Path, url: str) -> Path:
-    data = {
-        "name": "flaky-models",
-        "seed": 2,
-        "models": [
-            {
-                "backend": "openai",
-                "name": "srv",
-                "workers": 1,
-                "options": {"base_url": url, "backoff": 0.001, "timeout_s": 5},
-            }
-        ],
-        "rubric": {"weights": [0, 1]},
-        "dataset": {"path": str(ARITH20), "limit": 3},
-        "sampling": {"max_tokens": 16},
-        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
-        "execution": {"workers": 1, "batch_size": 4},
-        "output": {"progress": False, "fsync": "normal"},
-    }
+    data = served_campaign(url, "flaky-models", 2, {"backoff": 0.001, "timeout_s": 5}, batch_size=4)
     return write_config(tmp_path / "c.yaml", data)
 
 

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import TEST_DISPATCH, write_config
+from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.base.redact import REDACTED, SAFE_HEADERS, redact, remember, scrub
 from adaptive_eval.cli import main
-from adaptive_eval.datasets import ARITH20
 
 ENV_KEY = "sk-proj-EnvKey0123456789abcdefXYZ"
 SUBSCRIPTION = "sub-4e5f6a7b8c9d0e1f"
@@ -23,31 +22,14 @@ PASSWORD = "pw-hunter2-77665544"
 
 
 def _config(tmp_path: Path, url: str, **options: Any) -> Path:
-    data = {
-        "name": "echo",
-        "seed": 1,
-        "models": [
-            {
-                "backend": "openai",
-                "name": "srv",
-                "workers": 1,
-                "options": {
-                    "base_url": url,
-                    "backoff": 0.001,
-                    "backoff_max": 0.01,
-                    "max_retries": 1,
-                    "timeout_s": 5,
-                    **options,
-                },
-            }
-        ],
-        "rubric": {"weights": [0, 1]},
-        "dataset": {"path": str(ARITH20), "limit": 3},
-        "sampling": {"max_tokens": 16},
-        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
-        "execution": {"workers": 1, "batch_size": 4, "max_batch_retries": 1},
-        "output": {"progress": False, "fsync": "normal"},
-    }
+    data = served_campaign(
+        url,
+        "echo",
+        1,
+        {"backoff": 0.001, "backoff_max": 0.01, "max_retries": 1, "timeout_s": 5, **options},
+        batch_size=4,
+        max_batch_retries=1,
+    )
     return write_config(tmp_path / "c.yaml", data)
 
 

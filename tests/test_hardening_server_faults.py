@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TEST_DISPATCH, write_config
+from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.backends import served_identity
@@ -19,38 +19,25 @@ from adaptive_eval.base.types import Batch, WorkItem
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import parse_config
-from adaptive_eval.datasets import ARITH20
 
 ONE = Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))
 
 
 def _data(url: str, **options: Any) -> dict[str, Any]:
-    return {
-        "name": "faults",
-        "seed": 3,
-        "models": [
-            {
-                "backend": "openai",
-                "name": "srv",
-                "workers": 1,
-                "options": {
-                    "base_url": url,
-                    "backoff": 0.001,
-                    "backoff_max": 0.01,
-                    "max_retries": 0,
-                    "timeout_s": 5,
-                    "max_concurrency": 1,
-                    **options,
-                },
-            }
-        ],
-        "rubric": {"weights": [0, 1]},
-        "dataset": {"path": str(ARITH20), "limit": 3},
-        "sampling": {"max_tokens": 16},
-        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
-        "execution": {"workers": 1, "batch_size": 2},
-        "output": {"progress": False, "fsync": "normal"},
-    }
+    return served_campaign(
+        url,
+        "faults",
+        3,
+        {
+            "backoff": 0.001,
+            "backoff_max": 0.01,
+            "max_retries": 0,
+            "timeout_s": 5,
+            "max_concurrency": 1,
+            **options,
+        },
+        batch_size=2,
+    )
 
 
 def _worker(url: str, **options: Any) -> OpenAIWorker:

@@ -22,6 +22,7 @@ from helpers import (
     base_config,
     mimic_success,
     run_inline,
+    served_campaign,
     write_config,
     write_scenario,
 )
@@ -31,7 +32,6 @@ from adaptive_eval.base.redact import REDACTED
 from adaptive_eval.campaign.build import build_campaign, fingerprint_of
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
-from adaptive_eval.datasets import ARITH20
 from adaptive_eval.loop import rundir
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows import run as runner
@@ -41,31 +41,13 @@ OTHER = "tok-9876543210zyxwvu"
 
 
 def _openai_config(tmp_path: Path, url: str, key: str) -> Path:
-    data = {
-        "name": "secret",
-        "seed": 1,
-        "models": [
-            {
-                "backend": "openai",
-                "name": "srv",
-                "workers": 1,
-                "options": {
-                    "base_url": url,
-                    "headers": {
-                        "Authorization": f"Bearer {key}",
-                        "x-api-key": OTHER,
-                        "X-Trace": "t1",
-                    },
-                },
-            }
-        ],
-        "rubric": {"weights": [0, 1]},
-        "dataset": {"path": str(ARITH20), "limit": 3},
-        "sampling": {"max_tokens": 16},
-        "policy": {"min_trials_per_question": 2, "max_trials_per_question": 2, "round_trials": 6},
-        "execution": {"workers": 1, "batch_size": 4},
-        "output": {"progress": False, "fsync": "normal"},
-    }
+    data = served_campaign(
+        url,
+        "secret",
+        1,
+        {"headers": {"Authorization": f"Bearer {key}", "x-api-key": OTHER, "X-Trace": "t1"}},
+        batch_size=4,
+    )
     return write_config(tmp_path / "c.yaml", data)
 
 
