@@ -117,6 +117,23 @@ def test_ray_init_taking_sigterm_over_is_undone(monkeypatch: pytest.MonkeyPatch)
         interrupts.restore(previous)
 
 
+def test_a_sigterm_ray_turns_into_a_plain_keyboard_interrupt_keeps_its_code() -> None:
+    """Ray checks signals inside ``ray.get``/``ray.wait`` and raises a plain
+    ``KeyboardInterrupt`` in place of the handler's :class:`Terminated`: a SIGTERM to the
+    process group then ended with "interrupted" and 130 (seen in CI)."""
+    handlers = {signum: signal.getsignal(signum) for signum in interrupts.STOP_SIGNALS}
+    try:
+        interrupts.install()
+        with pytest.raises(interrupts.Terminated):
+            interrupts.first_signal(signal.SIGTERM, None)
+        assert interrupts.exit_code(interrupts.stopped_by(KeyboardInterrupt())) == 143
+        interrupts.install()  # a new command forgets the last one's signal
+        assert interrupts.stopped_by(KeyboardInterrupt()) == signal.SIGINT
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
 # -- failure 12: every descendant ends, however late it is orphaned ---------------------------
 LEFTOVERS = """
 import os, signal, subprocess, sys, time

@@ -79,15 +79,25 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The stop signal that arrived first in this command (:func:`first_signal`), if any.
+_received: list[int] = []
+
+
 def stopped_by(error: KeyboardInterrupt) -> int:
-    """The signal behind a ``KeyboardInterrupt`` (SIGINT unless it is a :class:`Terminated`)."""
-    return error.signum if isinstance(error, Terminated) else int(signal.SIGINT)
+    """The signal behind a ``KeyboardInterrupt``: the :class:`Terminated`'s own, else the stop
+    signal that arrived (Ray's C++ layer checks signals inside ``ray.get`` and ``ray.wait`` and
+    raises a plain ``KeyboardInterrupt`` in place of the handler's: a SIGTERM to the process
+    group then read "interrupted", exit 130), else SIGINT."""
+    if isinstance(error, Terminated):
+        return error.signum
+    return _received[0] if _received else int(signal.SIGINT)
 
 
 def first_signal(signum: int, frame: Any) -> None:
     """Handler of the stop signals: ignore every later one, then stop the command."""
     for other in STOP_SIGNALS:
         signal.signal(other, signal.SIG_IGN)
+    _received[:] = [signum]
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
@@ -102,6 +112,7 @@ def install() -> dict[int, Any] | None:
     replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
     that ignores Ctrl-C keeps ignoring it)."""
     _finished.clear()  # a new command: nothing of it has finished
+    _received.clear()
     if threading.current_thread() is not threading.main_thread():
         return None
     previous: dict[int, Any] = {}
