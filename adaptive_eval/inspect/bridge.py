@@ -32,6 +32,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal
+from adaptive_eval.inspect.resume import prior_logs
 from adaptive_eval.inspect.rounds import Fate, RoundBook
 from adaptive_eval.workflows.imports import DEFAULT_MAP, _norm, parse_map
 
@@ -236,6 +237,14 @@ class AdaptiveStopping:
         self._last_start = 0.0
         self._index: dict[str, int] = {}
         self._question_index: dict[str, int] = {}
+        #: An eval retried alone (``eval_retry``): the campaign rebuilt from its logs, and
+        #: the partners whose retries come after this eval (None: not a lone retry).
+        self.resumed: dict[str, Any] | None = None
+        self.to_come: tuple[str, ...] = ()
+        self.ahead: dict[str, int] = {}  # runs made ahead of their plan, per model
+        self._eval_ids: dict[str, str] = {}  # model -> eval id, this attempt
+        self._task_ids: dict[str, str] = {}  # model -> task id, this attempt
+        self._looked_back = False
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -275,6 +284,8 @@ class AdaptiveStopping:
             )
         self._attempt.add(task.model)
         self.evals[task.eval_id] = task.model
+        self._eval_ids[task.model] = task.eval_id
+        self._task_ids[task.model] = task.task_id
         minimum = int(self.policy.get("min_trials_per_question", 2))
         if epochs < minimum:
             raise InputError(
@@ -306,6 +317,12 @@ class AdaptiveStopping:
                 fate = book.fate(m, q, epoch - 1)
                 if fate is Fate.RUN:
                     return self._timed(started, None)
+                if fate is Fate.WAIT and self.to_come:
+                    # eval_retry runs the partners after this eval: their trials of this
+                    # round cannot come while it runs, so run the epoch ahead of its plan
+                    # (held until a plan asks for it; never decided on before)
+                    self.ahead[model] = self.ahead.get(model, 0) + 1
+                    return self._timed(started, None)
                 if fate is Fate.SKIP:
                     self.skipped[model] = self.skipped.get(model, 0) + 1
                     stop = book.stop
@@ -334,12 +351,7 @@ class AdaptiveStopping:
         model = self._model_of_task()
         where = f"{model}, sample {id}, epoch {epoch}"
         try:
-            category = self.score_map.category(scores, where)
-            if category >= len(self.weights):
-                raise InputError(
-                    f"{where}: category {category} has no rubric weight "
-                    f"(weights: {list(self.weights)})"
-                )
+            category = self._category(scores, where)
         except InputError as error:  # every eval of the campaign ends with this one line
             self.failed = error
             async with self._condition():
@@ -366,6 +378,7 @@ class AdaptiveStopping:
                 self.book is not None
                 and not self.book.finished
                 and not self.disengaged
+                and not self.to_come
                 and time.monotonic() < deadline
             ):
                 self._check_partners()
@@ -430,10 +443,18 @@ class AdaptiveStopping:
                 if self.failed is not None:
                     raise self.failed
                 names = sorted(set(self.evals.values()))
-                if self.models is not None:
-                    ready = set(self.models) <= set(names)
-                else:
-                    ready = time.monotonic() - self._last_start >= self.register_s
+                waited = time.monotonic() - self._last_start >= self.register_s
+                ready = set(self.models) <= set(names) if self.models is not None else waited
+                if waited and not self._looked_back:
+                    try:
+                        resumed = await self._resume_alone(names)
+                    except InputError as error:
+                        self.failed = error
+                        raise
+                    finally:
+                        condition.notify_all()
+                    if resumed:
+                        break
                 if ready:
                     try:
                         self._open(tuple(self.models) if self.models is not None else tuple(names))
@@ -445,6 +466,75 @@ class AdaptiveStopping:
                     break
                 await _wait(condition, self.register_s / 4)
         return self.book
+
+    async def _resume_alone(self, started: list[str]) -> bool:
+        """Open the campaign of an eval retried without its partners (``eval_retry``): its
+        models and every run Inspect kept, from the logs of the previous attempts. Returns
+        False when the eval is not such a retry."""
+        from inspect_ai._control.eval_state import get_eval_state
+
+        self._looked_back = True
+        if not started:
+            return False
+        model = started[0]
+        state = get_eval_state(self._eval_ids[model])
+        prior = await prior_logs(
+            state.log_location if state is not None else "",
+            self._task_ids[model],
+            self._eval_ids[model],
+        )
+        partners = sorted(set(prior) - set(started))
+        if self.models is not None:
+            partners = [m for m in partners if m in self.models]
+        if not partners:
+            return False
+        models = (
+            self.models if self.models is not None else tuple(sorted(set(prior) | set(started)))
+        )
+        for name, log in prior.items():
+            if name in models and (log.samples != self.questions or log.epochs != self.epochs):
+                raise InputError(
+                    f"{log.location}: the previous eval of {name} ran {len(log.samples)} samples "
+                    f"x {log.epochs} epochs, this retry {len(self.questions or ())} x "
+                    f"{self.epochs}: not the same campaign"
+                )
+        missing = [m for m in models if m not in prior and m not in started]
+        if missing:
+            raise InputError(
+                f"retrying the eval of {model}: no log of {', '.join(missing)} beside "
+                f"{state.log_location if state is not None else 'it'}; retry the campaign's "
+                "logs from one folder"
+            )
+        self._open(tuple(models))
+        assert self.book is not None
+        kept: dict[str, int] = {}
+        for name, log in prior.items():
+            if name not in self._index:
+                continue
+            for sample, epoch, scores in log.runs:
+                if sample not in self._question_index or epoch > (self.epochs or 0):
+                    continue
+                where = f"{log.location}: {name}, sample {sample}, epoch {epoch}"
+                category = self._category(scores, where)
+                self.book.record(
+                    self._index[name], self._question_index[sample], epoch - 1, category
+                )
+                kept[name] = kept.get(name, 0) + 1
+        self.to_come = tuple(m for m in models if m not in started and prior[m].status != "success")
+        self.resumed = {
+            "logs": {m: prior[m].location for m in models if m in prior},
+            "kept_runs": kept,
+            "partners_to_come": list(self.to_come),
+        }
+        return True
+
+    def _category(self, scores: Mapping[str, Any], where: str) -> int:
+        category = self.score_map.category(scores, where)
+        if category >= len(self.weights):
+            raise InputError(
+                f"{where}: category {category} has no rubric weight (weights: {list(self.weights)})"
+            )
+        return category
 
     def _open(self, models: tuple[str, ...]) -> None:
         self.goal.check(models)
@@ -526,6 +616,12 @@ class AdaptiveStopping:
             skipped_epochs=self.skipped.get(model, 0),
             unused_results=book.unused_results(),
         )
+        if self.resumed is not None:
+            out["resumed"] = {
+                **self.resumed,
+                "runs_ahead_of_plan": dict(self.ahead),
+                "trials_per_sample": {n: [int(t) for t in trials[i]] for i, n in enumerate(names)},
+            }
         if self.judge is not None:
             verdicts = self.judge(book.decisions)
             out["comparison"] = {

@@ -77,7 +77,7 @@ def bridged_logs(log_dir: Path) -> dict[str, Any]:
 def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
     """Rebuild the campaign from the logs, run it on their trials, write the outputs."""
     logs = bridged_logs(log_dir)
-    meta: Mapping[str, Any] = next(iter(logs.values())).results.early_stopping.metadata
+    meta = _final_metadata(logs)
     if "models" not in meta:
         raise InputError("the bridge never opened its campaign in these logs", source=str(log_dir))
     models: list[str] = list(meta["models"])
@@ -108,7 +108,13 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
     used = np.zeros((len(models), len(questions)), dtype=np.int64)
     for m, model in enumerate(models):
         log = logs[model]
-        per_sample = log.results.early_stopping.metadata["trials_per_sample"]
+        # an eval retried alone (eval_retry) logged the campaign as it stood when it ended;
+        # the eval retried last logs every model's trials of the finished campaign
+        resumed = meta.get("resumed") or {}
+        per_sample = (
+            resumed.get("trials_per_sample", {}).get(model)
+            or (log.results.early_stopping.metadata["trials_per_sample"])
+        )
         used[m] = per_sample
         seen: dict[int, set[int]] = defaultdict(set)
         for sample in log.samples or []:
@@ -171,6 +177,16 @@ def _check_same_trials(
                 f"{int(used[m].sum())}: the logs do not hold the bridge's campaign",
                 source=str(run_dir),
             )
+
+
+def _final_metadata(logs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The bridge's summary of the campaign's end: the newest log that saw it finish (with
+    ``eval_retry``, the eval retried last), else any."""
+    finished = [log for log in logs.values() if log.results.early_stopping.metadata.get("finished")]
+    pool = finished or list(logs.values())
+    newest = max(pool, key=lambda log: log.eval.created)
+    meta: Mapping[str, Any] = newest.results.early_stopping.metadata
+    return meta
 
 
 def _sample_ids(log: Any) -> list[str]:
