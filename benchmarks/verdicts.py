@@ -131,8 +131,31 @@ def real_rates(case: Case, seed: int) -> np.ndarray:
     return np.stack([candidate, incumbent])
 
 
+#: ``--betting-prior``: how far the candidate moved since the prior's night (its prior score is
+#: the true one less this), or ``swap``: the prior holds the other model's scores.
+PRIORS = {"right": 0.01, "+0.1": 0.1, "-0.1": -0.1, "swap": 0.0}
+PRIOR_SE = 0.01
+
+
+def betting_prior(success: np.ndarray, prior: str) -> list[dict[str, Any]]:
+    """``policy.pair_rules`` of a ``betting`` rule whose prior is the truth of ``success``
+    (candidate, incumbent) moved as ``prior`` says (:data:`PRIORS`)."""
+    earlier = success.mean(axis=1)
+    earlier[0] -= PRIORS[prior]
+    if prior == "swap":
+        earlier = earlier[::-1]
+    names = ("candidate", "incumbent")
+    scores = {n: [float(x), PRIOR_SE] for n, x in zip(names, earlier, strict=True)}
+    return [{"name": "betting", "scores": scores}]
+
+
 def write_config(
-    folder: Path, case: Case, confidence: float, success: np.ndarray, seed: int = 0
+    folder: Path,
+    case: Case,
+    confidence: float,
+    success: np.ndarray,
+    seed: int = 0,
+    prior: str | None = None,
 ) -> Path:
     probs = np.stack([1 - success, success], axis=2)
     np.savez(folder / "truth.npz", probs=probs, models=np.array(["candidate", "incumbent"]))
@@ -144,16 +167,18 @@ def write_config(
         "policy": {"confidence": confidence, "rope": ROPE, "max_trials_per_question": CAP},
         "execution": {"dispatch": "inline"},
     }
+    if prior is not None:
+        data["policy"]["pair_rules"] = betting_prior(success, prior)
     path = folder / "verdicts.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def one_case(
-    args: tuple[Case, float, int, int, int, list[str]],
+    args: tuple[Case, float, int, int, int, list[str], str | None],
 ) -> list[tuple[str, float]]:
     """(verdict, candidate's trials per question) of campaigns ``first .. first + count``."""
-    case, confidence, truths, first, count, overrides = args
+    case, confidence, truths, first, count, overrides, prior = args
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         configs = {}
@@ -164,7 +189,9 @@ def one_case(
                 folder.mkdir()
                 success = rates(case, 1_000 + which)
                 configs[which] = (
-                    load_config(write_config(folder, case, confidence, success), overrides),
+                    load_config(
+                        write_config(folder, case, confidence, success, prior=prior), overrides
+                    ),
                     Truth(np.stack([1 - success, success], axis=2), np.array([0.0, 1.0])),
                 )
             config, truth = configs[which]
@@ -196,7 +223,13 @@ EXIT_VERDICT = {0: "pass", 3: "fail", 4: "undecided"}
 
 
 def through_cli(
-    case: Case, confidence: float, truths: int, first: int, count: int, overrides: list[str]
+    case: Case,
+    confidence: float,
+    truths: int,
+    first: int,
+    count: int,
+    overrides: list[str],
+    prior: str | None = None,
 ) -> list[str]:
     """The gate's verdicts as a user gets them: ``adaptive-eval compare CONFIG --candidate
     candidate --margin 0.05 --set execution.dispatch=inline``, one process per campaign (the
@@ -207,7 +240,7 @@ def through_cli(
             folder = Path(tmp) / str(rep)
             folder.mkdir()
             config = write_config(
-                folder, case, confidence, rates(case, 1_000 + rep % truths), seed=rep
+                folder, case, confidence, rates(case, 1_000 + rep % truths), rep, prior
             )
             done = subprocess.run(
                 [
@@ -266,6 +299,12 @@ def main() -> None:
         "'policy.pair_rules=[{name: group_sequential, futility_growth: 0.65}]'",
     )
     parser.add_argument(
+        "--betting-prior",
+        choices=sorted(PRIORS),
+        help="decide with the `betting` rule, its prior the truth with the candidate moved "
+        "since (right: 0.01; +0.1 / -0.1: a wrong prior), or swap: the other model's scores",
+    )
+    parser.add_argument(
         "--cli",
         action="store_true",
         help="gate cases through the command line (slow: one process per campaign)",
@@ -279,6 +318,7 @@ def main() -> None:
         f"confidence {args.confidence} (alpha {alpha:.3g}), {args.replicates} campaigns per case, "
         f"{args.truths} rate profiles, cap {CAP}, margin {MARGIN}, rope {ROPE}"
         + "".join(f", --set {o}" for o in args.overrides)
+        + (f", betting with prior {args.betting_prior}" if args.betting_prior else "")
         + "\n"
     )
     print(
@@ -299,6 +339,7 @@ def main() -> None:
                     args.first_seed + first,
                     min(chunk, args.replicates - first),
                     args.overrides,
+                    args.betting_prior,
                 )
                 for first in range(0, args.replicates, chunk)
             ]

@@ -5,6 +5,6 @@ adding a policy is one new module here (imported below) or in any installed pack
 declares the same entry point.
 """
 
-from policies import allocation, pair_rules, stopping
+from policies import allocation, betting, pair_rules, stopping
 
-__all__ = ["allocation", "pair_rules", "stopping"]
+__all__ = ["allocation", "betting", "pair_rules", "stopping"]

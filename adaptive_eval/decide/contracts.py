@@ -223,11 +223,14 @@ class Goals:
 @dataclass(frozen=True)
 class PairMemory:
     """What a sequential rule remembers about one pair between looks: the planned looks it
-    has used (one count per horizon of the test, the cap's first) and the decision it keeps
-    once made (stated for the pair as (low index, high index))."""
+    has used (one count per horizon of the test, the cap's first), the decision it keeps
+    once made (stated for the pair as (low index, high index)), and, for a rule that tests
+    the two sides of equivalence apart, which it has shown so far: ``(Delta > -epsilon,
+    Delta < epsilon)`` for ``Delta`` = low's score - high's."""
 
     looks: tuple[int, ...] = ()
     decision: PairDecision | None = None
+    shown: tuple[bool, bool] = (False, False)
 
 
 #: A rule's memory: per pair ``(min(a, b), max(a, b))``, read-only.
