@@ -208,3 +208,93 @@ def test_an_unmappable_score_ends_every_eval_with_one_line(tmp_path: Path) -> No
     for log in logs:  # the other eval does not wait for rounds that cannot come
         assert log.status == "error"
         assert "has no category; map it with score_map=" in log.error.message
+
+
+def _scorer(name: str, options: dict[str, Any] | None = None, **metadata: Any) -> Any:
+    from inspect_ai.log._log import EvalScorer
+
+    return EvalScorer(name=name, options=options or {}, metadata=metadata)
+
+
+def test_a_score_map_that_is_not_one_is_one_line() -> None:
+    from adaptive_eval.inspect.bridge import ScoreMap
+
+    for mapping, message in [
+        ({"P": "x"}, r"score_map 'P': category 'x' is not an integer"),
+        ({"P": -1}, r"score_map 'P': category -1 is below 0"),
+        ({("P",): 1}, r"score_map key \('P',\) is neither a number nor a string"),
+        ("P=1", r"give a dict"),
+        (["P:1"], r"--map 'P:1' is not VALUE=CATEGORY"),
+        ({}, r"score_map is empty"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            ScoreMap(mapping)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"maps 'P' to category 2, but weights has 2"):
+        adaptive_stopping(f"bad-{next(_names)}", score_map={"C": 1, "I": 0, "P": 2}, weights=[0, 1])
+    with pytest.raises(InputError, match="weights must be numbers"):
+        adaptive_stopping(f"bad-{next(_names)}", weights=["a", "b"])
+
+
+def test_declared_score_values_are_checked_before_any_sample() -> None:
+    from adaptive_eval.inspect.bridge import ScoreMap
+
+    check = ScoreMap().check_scorers
+    check([_scorer("match")], "t")  # C / I: the default map covers them
+    check([_scorer("graded")], "t")  # declares nothing: checked at its first score
+    check([_scorer("model_graded_qa", {"grade_pattern": "G: (.)", "partial_credit": True})], "t")
+    with pytest.raises(InputError, match=r"Inspect's scorer 'choice' can return 'N'"):
+        check([_scorer("choice")], "t")
+    ScoreMap({"C": 1, "I": 0, "N": 0}).check_scorers([_scorer("choice")], "t")
+    with pytest.raises(InputError, match=r"'model_graded_qa' can return 'P'.*score_map=\{'P'"):
+        check([_scorer("model_graded_qa", {"partial_credit": True})], "t")
+    with pytest.raises(InputError, match=r"'f1' returns an F1 score in \[0, 1\], not categor"):
+        check([_scorer("f1")], "t")
+    with pytest.raises(InputError, match=r"scorer 'rubric' \(its score_values\) can return 'P'"):
+        check([_scorer("rubric", score_values=["C", "P", "I"])], "t")
+    with pytest.raises(InputError, match=r"2 scorers \(match, match1\); name one with scorer="):
+        check([_scorer("match"), _scorer("match")], "t")
+    ScoreMap(scorer="match").check_scorers([_scorer("f1"), _scorer("match")], "t")
+    with pytest.raises(InputError, match=r"no scorer 'exact' \(scorers: match\)"):
+        ScoreMap(scorer="exact").check_scorers([_scorer("match")], "t")
+
+
+def test_an_undeclared_value_stops_the_eval_before_any_sample(tmp_path: Path) -> None:
+    """A scorer declaring a value the map lacks: every eval ends with one line from
+    start_task, and no sample runs (the model is never called)."""
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer
+    from inspect_ai.solver import TaskState, generate
+
+    @scorer(metrics=[accuracy()], score_values=["C", "P", "I"])
+    def rubric() -> Scorer:
+        async def score(state: TaskState, target: Target) -> Score:
+            return Score(value=state.output.completion.strip())
+
+        return score
+
+    path = write_replay(tmp_path, [0.3, 0.6], questions=4, epochs=4, seed=7)
+    models = ["replay/m0", "replay/m1"]
+    bridge = adaptive_stopping(f"declared-{next(_names)}", models=models)
+    task = Task(
+        dataset=[Sample(id=f"q{i}", input="x", target="C") for i in range(4)],
+        solver=generate(),
+        scorer=rubric(),
+        epochs=4,
+        early_stopping=bridge,
+    )
+    logs = inspect_eval(
+        task,
+        model=models,
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(tmp_path / "logs"),
+    )
+    for log in logs:
+        assert log.status == "error"
+        assert log.error.message.startswith("task ")
+        assert "scorer 'rubric' (its score_values) can return 'P', which has no category" in (
+            log.error.message
+        )
+        assert not log.samples
+        assert log.stats.model_usage == {}

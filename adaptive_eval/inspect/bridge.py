@@ -73,11 +73,33 @@ def check_inspect_version(version: str | None = None) -> str:
     return found
 
 
+#: What Inspect's own scorers return (inspect-ai 0.3.285, ``inspect_ai/scorer/``), by their
+#: registered name: known before any sample runs. ``model_graded_qa`` / ``_fact`` add ``P``
+#: with ``partial_credit=True``; with their own ``grade_pattern`` they return what it matches
+#: (not known). A scorer of one's own declares its values as ``@scorer(metrics=[...],
+#: score_values=["C", "P", "I"])`` (Inspect keeps extra ``@scorer`` arguments as its metadata).
+BUILTIN_VALUES: dict[str, tuple[str, ...]] = {
+    "match": ("C", "I"),
+    "includes": ("C", "I"),
+    "pattern": ("C", "I"),
+    "answer": ("C", "I"),
+    "exact": ("C", "I"),
+    "math": ("C", "I"),
+    "choice": ("C", "I", "N"),
+    "model_graded_qa": ("C", "I"),
+    "model_graded_fact": ("C", "I"),
+}
+#: Inspect scorers whose score is a number in [0, 1], not a grade.
+CONTINUOUS = {"f1": "an F1 score in [0, 1]"}
+#: The metadata key a scorer declares its score values under.
+DECLARED = "score_values"
+
+
 class ScoreMap:
     """Inspect scores to categories, as ``import --format inspect`` maps them: ``C`` / 1 /
     true -> 1 and ``I`` / 0 / false -> 0 by default, any other value by ``mapping``
     (``{"P": 1}`` or ``["P=1"]``, the ``--map`` form); ``scorer`` names the scorer to read
-    when the task has several."""
+    when the task has several. A mapping that is not one is one line here."""
 
     def __init__(
         self,
@@ -87,14 +109,99 @@ class ScoreMap:
         if mapping is None:
             table = dict(DEFAULT_MAP)
         elif isinstance(mapping, Mapping):
-            table = {_norm(k): int(v) for k, v in mapping.items()}
+            table = {}
+            for key, value in mapping.items():
+                try:
+                    norm = _norm(key)
+                except ValueError:
+                    raise InputError(
+                        f"score_map key {key!r} is neither a number nor a string"
+                    ) from None
+                if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                    raise InputError(
+                        f"score_map {key!r}: category {value!r} is not an integer "
+                        f"(score_map={{{key!r}: CATEGORY}})"
+                    )
+                table[norm] = int(value)
+        elif isinstance(mapping, str):
+            raise InputError(f"score_map {mapping!r}: give a dict ({{'P': 1}}) or a list (['P=1'])")
         else:
-            table = parse_map(list(mapping))
+            table = parse_map([str(item) for item in mapping])
+        if not table:
+            raise InputError("score_map is empty; map at least the scores C and I")
+        negative = {k: v for k, v in table.items() if v < 0}
+        if negative:
+            key, value = next(iter(negative.items()))
+            raise InputError(f"score_map {key!r}: category {value} is below 0")
+        if scorer is not None and (not isinstance(scorer, str) or not scorer):
+            raise InputError(f"scorer= names a scorer of the task, got {scorer!r}")
         self.table: dict[float | str, int] = table
         self.scorer = scorer
 
     def categories(self) -> int:
         return max(self.table.values()) + 1
+
+    def check_scorers(self, scorers: Sequence[Any] | None, task: str) -> None:
+        """Before any sample runs: the task's scorers (``EvalSpec.scorers``) against
+        ``scorer=`` and the map. A scorer that declares its values (an Inspect scorer whose
+        values are known, or ``score_values=`` in its ``@scorer``) must have each mapped; one
+        that does not is checked at its first score."""
+        if not scorers:
+            return
+        from inspect_ai.scorer._scorer import unique_scorer_name
+
+        keys: list[str] = []
+        for spec in scorers:
+            keys.append(unique_scorer_name(str(spec.name), keys))
+        if self.scorer is not None:
+            if self.scorer not in keys:
+                raise InputError(
+                    f"task {task}: no scorer {self.scorer!r} (scorers: {', '.join(keys)}); "
+                    "name one with scorer="
+                )
+            spec = scorers[keys.index(self.scorer)]
+        elif len(scorers) > 1:
+            raise InputError(
+                f"task {task}: {len(scorers)} scorers ({', '.join(keys)}); name one with scorer="
+            )
+        else:
+            spec = scorers[0]
+        name = str(spec.name)
+        metadata = dict(spec.metadata or {})
+        options = dict(spec.options or {})
+        values: tuple[Any, ...] | None = None
+        source = f"scorer {name!r}"
+        if DECLARED in metadata:
+            declared = metadata[DECLARED]
+            if isinstance(declared, str) or not isinstance(declared, Sequence):
+                raise InputError(
+                    f"task {task}: scorer {name!r} declares {DECLARED}={declared!r}; "
+                    "give a list of the values it returns"
+                )
+            values, source = tuple(declared), f"scorer {name!r} (its {DECLARED})"
+        elif name in CONTINUOUS:
+            raise InputError(
+                f"task {task}: scorer {name!r} returns {CONTINUOUS[name]}, not categories; "
+                "grade the task with a scorer that returns C / I (exact(), match(), ...)"
+            )
+        elif name in BUILTIN_VALUES and not options.get("grade_pattern"):
+            values = BUILTIN_VALUES[name]
+            if options.get("partial_credit"):
+                values = (*values, "P")
+            source = f"Inspect's scorer {name!r}"
+        if values is None:
+            return
+        for value in values:
+            try:
+                key = _norm(value)
+            except ValueError as error:
+                raise InputError(f"task {task}: {source}: {error}") from None
+            if key not in self.table:
+                raise InputError(
+                    f"task {task}: {source} can return {value!r}, which has no category; map "
+                    f"it with score_map={{{value!r}: CATEGORY}} (mapped: "
+                    f"{sorted(map(str, self.table))})"
+                )
 
     def category(self, scores: Mapping[str, SampleScore], where: str) -> int:
         if self.scorer is not None:
@@ -205,7 +312,19 @@ class AdaptiveStopping:
         self.models = tuple(models) if models is not None else None
         self.policy = dict(policy or {})
         self.score_map = score_map or ScoreMap()
-        self.weights = tuple(float(w) for w in (weights or range(self.score_map.categories())))
+        try:
+            self.weights = tuple(float(w) for w in (weights or range(self.score_map.categories())))
+        except (TypeError, ValueError):
+            raise InputError(
+                f"weights must be numbers, one per category; got {weights!r}"
+            ) from None
+        if self.score_map.categories() > len(self.weights):
+            top = max(self.score_map.table, key=lambda k: self.score_map.table[k])
+            raise InputError(
+                f"score_map maps {top!r} to category {self.score_map.table[top]}, but weights "
+                f"has {len(self.weights)} (categories 0 - {len(self.weights) - 1}): "
+                f"weights={list(self.weights)}"
+            )
         self.wait_s = wait_s
         self.register_s = register_s
         self.folder = Path(folder) if folder is not None else None
@@ -286,6 +405,7 @@ class AdaptiveStopping:
         self.evals[task.eval_id] = task.model
         self._eval_ids[task.model] = task.eval_id
         self._task_ids[task.model] = task.task_id
+        self.score_map.check_scorers(task.scorers, task.task)
         minimum = int(self.policy.get("min_trials_per_question", 2))
         if epochs < minimum:
             raise InputError(
