@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import Summary
@@ -310,3 +311,26 @@ def test_a_recovered_model_is_news_not_an_alert(
     assert flips and all(a["direction"] == "down" for a in flips)
     # The console line of an alert is a sentence, not a raw dict.
     assert alert_text(flips[0]).startswith("ranking flip ckpt vs medium: ckpt was ahead")
+
+
+def test_a_betting_rule_takes_last_nights_run_as_its_prior(tmp_path: Path) -> None:
+    """A changed candidate's pairs are bet on with last night's scores: the night records the
+    prior's run, the run's rule names it, and the prior's trials are not tonight's."""
+    path = _setup(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["policy"]["pair_rules"] = [{"name": "betting", "futility": 0.0}]
+    path.write_text(yaml.safe_dump(data))
+    history = tmp_path / "history"
+    first = run_nightly(load(path), history, night="2026-01-01", runner=inline)
+    assert "prior" not in first  # no night before it
+    _checkpoint(tmp_path, 0.72)  # new weights, nearly the same score
+    second = run_nightly(load(path), history, night="2026-01-02", runner=inline)
+    last = history / "runs" / "2026-01-01"
+    assert second["prior"] == str(last)
+    summary = json.loads((history / "runs" / "2026-01-02" / "summary.json").read_text())
+    (rule,) = [p for p in summary["decision_rules"]["plugins"] if p["name"] == "betting"]
+    assert rule["params"]["prior"] == str(last)
+    sampled = _sampled_by_model(history / "runs" / "2026-01-02")
+    assert sampled[3] == _per_model(history / "runs" / "2026-01-02")[3]  # all of it tonight's
+    ckpt = next(m for m in summary["models"] if m["name"] == "ckpt")
+    assert ckpt["trials"] == sampled[3]

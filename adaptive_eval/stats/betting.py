@@ -32,8 +32,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, logsumexp
 
@@ -88,30 +90,31 @@ def prior_mixture(mean: float, scale: float, robust: float, fallback: Mixture) -
     )
 
 
-def log_wealth(x: float, information: float, mixture: Mixture) -> float:
+def log_wealth(x: ArrayLike, information: ArrayLike, mixture: Mixture) -> Any:
     """``log K`` of the mixture at score ``x = (D - delta0) I`` and information ``I``
-    (module docstring; a look before any information has ``K = 1``)."""
-    if information <= 0:
-        return 0.0
+    (module docstring; a look before any information has ``K = 1``). Scalars give a float,
+    arrays (broadcast together) an array."""
+    x_arr, info = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(information, float))
     means = np.asarray(mixture.means)
     precision = 1.0 / np.asarray(mixture.scales) ** 2
-    post_precision = information + precision
-    shifted = x + means * precision
-    post_mean = shifted / post_precision
+    safe = np.maximum(info, 0.0)[..., None]
+    post_precision = safe + precision
+    shifted = x_arr[..., None] + means * precision
     terms = (
-        -0.5 * np.log1p(information / precision)
+        -0.5 * np.log1p(safe / precision)
         + shifted**2 / (2 * post_precision)
         - means**2 * precision / 2
-        + log_ndtr(post_mean * np.sqrt(post_precision))
+        + log_ndtr(shifted / np.sqrt(post_precision))
         - log_ndtr(means * np.sqrt(precision))
     )
-    return float(logsumexp(terms, b=np.asarray(mixture.weights)))
+    found = np.where(info > 0, logsumexp(terms, axis=-1, b=np.asarray(mixture.weights)), 0.0)
+    return float(found) if found.ndim == 0 else found
 
 
 def rejects(x: float, information: float, mixture: Mixture, alpha: float) -> bool:
     """Whether the e-process has reached ``1 / alpha`` (Ville: at most ``alpha`` under the
     null at any look)."""
-    return log_wealth(x, information, mixture) >= -math.log(alpha)
+    return bool(log_wealth(x, information, mixture) >= -math.log(alpha))
 
 
 def z_boundary(information: float, mixture: Mixture, alpha: float) -> float:

@@ -57,7 +57,8 @@ from adaptive_eval.base.errors import AdaptiveEvalError, InputError
 from adaptive_eval.base.summary_schema import Nightly, Summary
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import Campaign, build_campaign
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.campaign.checks import plugin_spec
+from adaptive_eval.config import CampaignConfig, PluginSpec
 from adaptive_eval.control.preflight import check_before_sampling
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
@@ -250,6 +251,30 @@ def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str,
                 }
                 flips.append({**flip, "direction": _flip_direction(flip, before, now)})
     return flips
+
+
+def last_night_prior(
+    config: CampaignConfig, previous: list[Path]
+) -> tuple[CampaignConfig, str | None]:
+    """The config with last night's run as the prior of each ``betting`` pair rule that names
+    none (its bets lean on last night's scores, a changed candidate's included; none of its
+    trials count as tonight's), and that run's folder (None: no rule took it, or no night
+    before tonight finished)."""
+    refs = config.policy.pair_rules or []
+    last = next((p for p in reversed(previous) if (p / "summary.json").exists()), None)
+    if last is None:
+        return config, None
+    taken = False
+    rules: list[Any] = []
+    for ref in refs:
+        name, params = plugin_spec(ref)
+        if name == "betting" and "prior" not in params and "scores" not in params:
+            ref, taken = PluginSpec(name=name, **params, prior=str(last)), True
+        rules.append(ref)
+    if not taken:
+        return config, None
+    policy = config.policy.model_copy(update={"pair_rules": rules})
+    return config.model_copy(update={"policy": policy}), str(last)
 
 
 def _night_record(
@@ -461,6 +486,7 @@ def run_nightly(
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
     _check_predecessor(history, runs, tonight)
+    config, prior = last_night_prior(config, previous)
     if runner is None:
 
         def runner(c: CampaignConfig, d: Path) -> Summary:
@@ -485,6 +511,8 @@ def run_nightly(
             )
             (alerts if alerting else news).append(flip)
     record = _night_record(tonight, tonight_document, alerts, news)
+    if prior is not None:
+        record["prior"] = prior
     if forecast is not None:
         record["forecast"] = forecast
         note = cost_alert(forecast, record["sampled"])
