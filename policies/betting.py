@@ -125,10 +125,10 @@ class Betting(ConfidenceSequenceRule):
     def predicted(self, view: CampaignView, a: int, b: int) -> tuple[float, float] | None:
         """The prior's ``(m, tau)`` for ``Delta = score_a - score_b`` (None: not known)."""
         names = [self.prior_models.get(view.names[i], view.names[i]) for i in (a, b)]
-        found = [self.prior_scores.get(name) for name in names]
-        if found[0] is None or found[1] is None:
+        first, second = (self.prior_scores.get(name) for name in names)
+        if first is None or second is None:
             return None
-        (score_a, se_a), (score_b, se_b) = found
+        (score_a, se_a), (score_b, se_b) = first, second
         spread = (se_a**2 + se_b**2) / self.prior_weight + 2 * self.drift**2
         return score_a - score_b, max(math.sqrt(spread), 1e-4)
 

@@ -134,7 +134,7 @@ def _z_boundary(log_information: float, mixture: Mixture, alpha: float) -> float
     target = -math.log(alpha)
 
     def gap(z: float) -> float:
-        return log_wealth(z * root, information, mixture) - target
+        return float(log_wealth(z * root, information, mixture)) - target
 
     high = 8.0
     while gap(high) < 0:
