@@ -68,6 +68,7 @@ def bench_decide(repeats: int = 200) -> None:
     designs = (
         ("group_sequential", "track_and_stop"),
         ("anytime", "track_and_stop"),
+        ("betting", "track_and_stop"),
         ("group_sequential", "pairwise"),
     )
     for (num_models, num_questions), (rule, allocation) in itertools.product(
