@@ -3,6 +3,8 @@
     python benchmarks/inspect_bridge.py --real /work/shared/data/real/noises_highk_aime2025.npz \\
         --models 6
     python benchmarks/inspect_bridge.py --synthetic --models 10 --samples 500 --epochs 4
+    python benchmarks/inspect_bridge.py --verdicts "ranking tie, 2 models, M=10" \\
+        --campaigns 1000 --jobs 2 --minutes 20
 
 ``--real``: ``--models`` models spread over the file's ranking are evaluated by Inspect
 (``replay/<model>``: the recorded outcome of each (sample, epoch), ``epochs`` = the file's N)
@@ -12,11 +14,22 @@ each decided, the trials per model, whether they agree, and a wrong call against
 whole-pool gold (``correct_total / count_total``).
 ``--synthetic``: Bernoulli models on ``--samples`` samples; the bridge's own time per sample
 (its two calls, waits for a round boundary excluded; the decision core's rounds included).
+``--verdicts CASES``: wrong-verdict rates through Inspect on ``benchmarks/verdicts.py``'s cases
+(``;``-separated substrings of their names): campaign ``k`` draws its outcomes from the case's
+truth (rate profile ``k % 20``, as verdicts.py cycles them; seed ``k``), serves them with the
+replay provider (the fake ModelAPI: one recorded outcome per (model, sample, epoch), no model)
+and decides through ``adaptive_stopping`` with verdicts.py's policy (confidence, rope 0.02,
+cap 200 = the task's epochs; margin 0.05 for a gate). The verdict is the one the bridge logs
+(``comparison.verdicts`` of the incumbent; a ranking's pair). Up to ``--campaigns`` per case, in
+``--jobs`` processes, stopping at ``--minutes`` per case; printed with the Wilson 95% interval.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import multiprocessing
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +39,7 @@ import numpy as np
 from inspect_ai import eval as inspect_eval
 
 from adaptive_eval.config import load_config
+from adaptive_eval.control.simulate import Truth, replay_sampler, simulate_campaign
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, build
 from adaptive_eval.inspect.replay import replay_task
@@ -102,6 +116,188 @@ def run_own(path: Path, meta: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
+def _verdicts_module() -> Any:
+    """benchmarks/verdicts.py (its cases, truths and constants), read, never changed."""
+    if "_bench_verdicts" in sys.modules:
+        return sys.modules["_bench_verdicts"]
+    path = Path(__file__).with_name("verdicts.py")
+    spec = importlib.util.spec_from_file_location("_bench_verdicts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_bench_verdicts"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _campaign_outcomes(case_name: str, rep: int, truths: int) -> tuple[Any, np.ndarray]:
+    """The case, and campaign ``rep``'s outcomes (2, M, cap): candidate, incumbent."""
+    v = _verdicts_module()
+    case = next(c for c in v.CASES if c.name == case_name)
+    success = v.rates(case, 1_000 + rep % truths)  # (2, M): candidate, incumbent
+    rng = np.random.default_rng(rep)
+    outcomes = (rng.random((2, success.shape[1], v.CAP)) < success[:, :, None]).astype(np.int8)
+    return case, outcomes
+
+
+def _goal(case: Any, models: list[str]) -> dict[str, Any]:
+    if case.kind == "ranking":
+        return {}
+    goal: dict[str, Any] = {"goal": "compare", "candidate": models[0]}
+    if case.kind == "gate":
+        goal["margin"] = _verdicts_module().MARGIN
+    return goal
+
+
+def own_verdict(case_name: str, confidence: float, rep: int, truths: int) -> tuple[str, float]:
+    """The same campaign (same outcomes, the config the bridge builds: its policy, pairwise
+    allocator, one epoch per round) through the project's own loop (``simulate_campaign`` on a
+    replay of the outcomes, as tests/test_inspect_bridge.py's own_loop): no Inspect."""
+    v = _verdicts_module()
+    case, outcomes = _campaign_outcomes(case_name, rep, truths)
+    models = ("replay/candidate", "replay/incumbent")
+    g = _goal(case, list(models))
+    goal = Goal(g.get("goal", "rank"), g.get("candidate"), g.get("margin"))
+    spec = CampaignSpec(
+        "own",
+        models,
+        tuple(f"q{i}" for i in range(outcomes.shape[1])),
+        v.CAP,
+        (0.0, 1.0),
+        {"confidence": confidence, "rope": v.ROPE},
+        goal,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        campaign, judge = spec.build(Path(tmp))
+    truth = Truth(np.full((*outcomes.shape[:2], 2), 0.5), np.array([0.0, 1.0]))
+    result = simulate_campaign(
+        campaign,
+        truth,
+        np.random.default_rng(0),
+        sampler=replay_sampler(outcomes.astype(np.int64), 2),
+    )
+    per_question = float(result.trials[0].mean())
+    if judge is None:
+        (decision,) = result.decisions
+        verdict = decision.verdict.value
+        return ("a>b" if verdict not in ("undecided", "equivalent") else verdict), per_question
+    (found,) = judge(result.decisions)
+    return str(found.decision), per_question
+
+
+def verdict_campaign(case_name: str, confidence: float, rep: int, truths: int) -> tuple[str, float]:
+    """One campaign of a verdicts.py case through Inspect: (the verdict, the candidate's trials
+    per question)."""
+    v = _verdicts_module()
+    case, outcomes = _campaign_outcomes(case_name, rep, truths)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(Path(tmp), outcomes, ["candidate", "incumbent"])
+        models = ["replay/candidate", "replay/incumbent"]
+        bridge = adaptive_stopping(
+            f"verdict-{rep}-{time.monotonic_ns()}",
+            models=models,
+            policy={"confidence": confidence, "rope": v.ROPE},
+            **_goal(case, models),
+        )
+        logs = inspect_eval(
+            replay_task(path, early_stopping=bridge),
+            model=models,
+            model_args={"path": str(path)},
+            display="none",
+            log_dir=str(Path(tmp) / "logs"),
+            max_samples=2 * outcomes.shape[1],
+            log_samples=False,
+            score_display=False,
+        )
+    bad = [log.error for log in logs if log.status != "success"]
+    if bad:
+        raise RuntimeError(f"campaign {rep}: eval failed: {bad[0]}")
+    meta = logs[0].results.early_stopping.metadata
+    per_question = meta["trials"][models[0]] / outcomes.shape[1]
+    if case.kind == "ranking":
+        (decision,) = meta["decisions"]
+        verdict = str(decision["verdict"])
+        settled = verdict not in ("undecided", "equivalent")
+        return ("a>b" if settled else verdict), per_question
+    return str(meta["comparison"]["verdicts"][models[1]]), per_question
+
+
+def _verdict_worker(
+    args: tuple[str, float, int, int, int, float, int, bool],
+) -> list[tuple[str, float, str]]:
+    """Campaigns ``first``, ``first + step``, ... until the deadline or ``count`` of them:
+    (Inspect's verdict, trials per question, the own loop's verdict on the same outcomes);
+    ``own_only``: the own loop alone (its verdict twice)."""
+    case_name, confidence, first, step, truths, deadline, count, own_only = args
+    found = []
+    rep = first
+    while time.time() < deadline and rep < count:
+        own, per_question = own_verdict(case_name, confidence, rep, truths)
+        if own_only:
+            found.append((own, per_question, own))
+        else:
+            verdict, per_question = verdict_campaign(case_name, confidence, rep, truths)
+            found.append((verdict, per_question, own))
+        rep += step
+    return found
+
+
+def verdicts(
+    cases: str, campaigns: int, jobs: int, minutes: float, confidence: float, own_only: bool
+) -> None:
+    v = _verdicts_module()
+    wanted = [c for c in v.CASES if any(w in c.name for w in cases.split(";"))]
+    if not wanted:
+        raise SystemExit(f"no case of benchmarks/verdicts.py matches {cases!r}")
+    alpha = 1 - confidence
+    how = (
+        "the own loop only, with the bridge's config (no Inspect)"
+        if own_only
+        else "through Inspect (replay ModelAPI, adaptive_stopping)"
+    )
+    print(
+        f"{how}: confidence {confidence} "
+        f"(alpha {alpha:.3g}), up to {campaigns} campaigns or {minutes:g} min per case, "
+        f"20 rate profiles, cap {v.CAP}, margin {v.MARGIN}, rope {v.ROPE}, {jobs} processes\n"
+    )
+    print(
+        "| case | campaigns | wrong | rate [Wilson 95%] | <= alpha | shares | trials/question "
+        "| same verdict as the own loop |"
+    )
+    print("|---|---:|---:|---|:-:|---|---:|---:|")
+    context = multiprocessing.get_context("spawn")
+    for case in wanted:
+        started = time.time()
+        deadline = started + 60 * minutes
+        with context.Pool(jobs) as pool:
+            work = [
+                (case.name, confidence, j, jobs, 20, deadline, campaigns, own_only)
+                for j in range(jobs)
+            ]
+            parts = pool.map(_verdict_worker, work)
+        found = sorted(
+            (
+                (first + k * jobs, row)
+                for first, part in enumerate(parts)
+                for k, row in enumerate(part)
+            ),
+        )[:campaigns]
+        rows = [row for _, row in found]
+        decisions = [d for d, _, _ in rows]
+        same = sum(d == own for d, _, own in rows)
+        wrong = sum(d in case.wrong for d in decisions)
+        low, high = v.seq.wilson_interval(wrong, len(decisions))
+        shares = {d: decisions.count(d) / len(decisions) for d in sorted(set(decisions))}
+        share_text = ", ".join(f"{k} {x:.3f}" for k, x in shares.items())
+        print(
+            f"| {case.name} | {len(decisions)} | {wrong} | {wrong / len(decisions):.4f} "
+            f"[{low:.4f}, {high:.4f}] | {'yes' if wrong / len(decisions) <= alpha else 'NO'} | "
+            f"{share_text} | {np.mean([n for _, n, _ in rows]):.1f} | "
+            f"{'-' if own_only else f'{same} of {len(rows)}'} "
+            f"| ({time.time() - started:.0f} s)",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real", type=Path)
@@ -110,7 +306,22 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verdicts", metavar="CASES", help="verdicts.py cases, ';'-separated")
+    parser.add_argument("--campaigns", type=int, default=1000, help="per case (--verdicts)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (--verdicts)")
+    parser.add_argument("--minutes", type=float, default=20.0, help="per case (--verdicts)")
+    parser.add_argument("--confidence", type=float, default=0.95, help="(--verdicts)")
+    parser.add_argument(
+        "--own-only",
+        action="store_true",
+        help="(--verdicts) the same campaigns through the own loop with the bridge's config only",
+    )
     args = parser.parse_args()
+    if args.verdicts:
+        verdicts(
+            args.verdicts, args.campaigns, args.jobs, args.minutes, args.confidence, args.own_only
+        )
+        return
     folder = Path(tempfile.mkdtemp(prefix="inspect-bridge-"))
     if args.real is not None:
         outcomes, names, gold = pick_models(args.real, args.models)
