@@ -87,9 +87,8 @@ class Betting(ConfidenceSequenceRule):
     prior_weight: Annotated[float, Field(gt=0, le=1)] = 0.5
     drift: Annotated[float, Field(ge=0, le=1)] = 0.02
     robust: Annotated[float, Field(gt=0, lt=1)] = 0.2
-    #: Both tests widen ``s`` by ``sqrt(inflation)``: the TOST's sides, remembered across
-    #: looks, are tested at more looks than ``group_sequential``'s, which stops at the first
-    #: order it finds (measured: docs/sequential.md).
+    #: Both tests widen ``s`` by ``sqrt(inflation)``, ``group_sequential``'s measured
+    #: correction of the Gaussian limit at small counts (docs/sequential.md).
     inflation: Annotated[float, Field(ge=1, le=4)] = seq.VARIANCE_INFLATION
     prior_models: Mapping[str, str] = field(default_factory=dict)
     #: The earlier scores stated inline (model -> [score, standard error]) instead of a run.
