@@ -192,16 +192,8 @@ class ScoreMap:
         if values is None:
             return
         for value in values:
-            try:
-                key = _norm(value)
-            except ValueError as error:
-                raise InputError(f"task {task}: {source}: {error}") from None
-            if key not in self.table:
-                raise InputError(
-                    f"task {task}: {source} can return {value!r}, which has no category; map "
-                    f"it with score_map={{{value!r}: CATEGORY}} (mapped: "
-                    f"{sorted(map(str, self.table))})"
-                )
+            where = f"task {task}: {source}"
+            self._mapped(value, where, f"{where} can return {value!r}, which has")
 
     def category(self, scores: Mapping[str, SampleScore], where: str) -> int:
         if self.scorer is not None:
@@ -219,16 +211,21 @@ class ScoreMap:
                 "name one with scorer="
             )
         value = score.score.value
+        return self.table[self._mapped(value, where, f"{where}: score {value!r} has")]
+
+    def _mapped(self, value: Any, where: str, said: str) -> Any:
+        """``value``'s key in the table, else one error naming ``where`` it came from (``said``
+        says where and what it is: ``"...: score 'P' has"``)."""
         try:
             key = _norm(value)
         except ValueError as error:
             raise InputError(f"{where}: {error}") from None
         if key not in self.table:
             raise InputError(
-                f"{where}: score {value!r} has no category; map it with "
+                f"{said} no category; map it with "
                 f"score_map={{{value!r}: CATEGORY}} (mapped: {sorted(map(str, self.table))})"
             )
-        return self.table[key]
+        return key
 
 
 #: How often a waiting call looks whether a partner eval has failed (seconds).
