@@ -537,6 +537,7 @@ class CampaignConfig(_Strict):
             data["dataset"].pop("path")
         if data["policy"].get("prior"):
             data["policy"]["prior"].pop("path")
+        self._resolve_rule_priors(data)  # betting's earlier run: which one, wherever written
         identity: dict[str, Any] = without_secrets(data)  # a rotated key is the same campaign
         return identity
 
@@ -546,6 +547,12 @@ class CampaignConfig(_Strict):
             "budget": self.budget.model_dump(mode="json"),
             "max_trials_per_question": self.policy.max_trials_per_question,
         }
+
+    def _resolve_rule_priors(self, data: dict[str, Any]) -> None:
+        """A pair rule's ``prior`` (``betting``'s earlier run) made absolute in ``data``."""
+        for rule in data["policy"].get("pair_rules") or []:
+            if isinstance(rule, dict) and isinstance(rule.get("prior"), str):
+                rule["prior"] = str(self.resolve_path(rule["prior"]))
 
     def portable_dump(self) -> dict[str, Any]:
         """The config as a mapping with every file path made absolute and every credential
@@ -560,6 +567,7 @@ class CampaignConfig(_Strict):
             data["policy"]["prior"]["path"] = str(
                 self.resolve_path(data["policy"]["prior"]["path"])
             )
+        self._resolve_rule_priors(data)
         if data.get("library"):
             data["library"] = str(self.resolve_path(data["library"]))
         elif "library" in data:

@@ -70,7 +70,7 @@ def read_prior_scores(path: str) -> dict[str, tuple[float, float]]:
         document = json.loads(where.read_text())
         summary = summary_schema.read_summary(summary_schema.upgrade(document))
     except FileNotFoundError:
-        raise ValueError(f"no earlier run at {path} (no {where.name} there)") from None
+        raise ValueError(f"no earlier run at {path}: no such folder or summary.json") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{where} is not a readable summary.json: {first}") from None

@@ -149,10 +149,10 @@ def test_an_earlier_run_is_the_prior_by_model_name(tmp_path: Path) -> None:
     rows = json.loads((earlier / "summary.json").read_text())["models"]
     rule = pair_rules.build("betting", {"prior": str(earlier)})
     assert rule.prior_scores == {r["name"]: (r["score"], r["score_se"]) for r in rows}
-    data = base_config("s.npz", pair_rules=[{"name": "betting", "prior": str(earlier)}])
+    data = base_config("s.npz", pair_rules=[{"name": "betting", "prior": "earlier"}])
     campaign = build_campaign(load(write_config(tmp_path / "b.yaml", data)))
-    (built,) = campaign.pair_rules
-    assert built.prior_scores == rule.prior_scores
+    (built,) = campaign.pair_rules  # the config's relative path is its folder's
+    assert built.prior == str(earlier.resolve()) and built.prior_scores == rule.prior_scores
     again = tmp_path / "again"
     run_inline(load(tmp_path / "b.yaml"), again)
     assert main(["report", str(again), "--json"]) == 0
@@ -163,7 +163,7 @@ def test_an_earlier_run_is_the_prior_by_model_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("params", "words"),
     [
-        ({"prior": "no/such/run"}, "no earlier run at no/such/run"),
+        ({"prior": "no/such/run"}, "/no/such/run: no such folder or summary.json"),
         ({"prior": "x", "scores": {"a": [0.5, 0.01]}}, "not both"),
         ({"scores": {"a": [0.5]}}, "scores['a'] must be [score, standard error >= 0]"),
         ({"robust": 1.0}, "robust must be"),

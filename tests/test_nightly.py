@@ -325,7 +325,7 @@ def test_a_betting_rule_takes_last_nights_run_as_its_prior(tmp_path: Path) -> No
     assert "prior" not in first  # no night before it
     _checkpoint(tmp_path, 0.72)  # new weights, nearly the same score
     second = run_nightly(load(path), history, night="2026-01-02", runner=inline)
-    last = history / "runs" / "2026-01-01"
+    last = (history / "runs" / "2026-01-01").resolve()
     assert second["prior"] == str(last)
     summary = json.loads((history / "runs" / "2026-01-02" / "summary.json").read_text())
     (rule,) = [p for p in summary["decision_rules"]["plugins"] if p["name"] == "betting"]

@@ -261,9 +261,10 @@ def last_night_prior(
     trials count as tonight's), and that run's folder (None: no rule took it, or no night
     before tonight finished)."""
     refs = config.policy.pair_rules or []
-    last = next((p for p in reversed(previous) if (p / "summary.json").exists()), None)
-    if last is None:
+    found = next((p for p in reversed(previous) if (p / "summary.json").exists()), None)
+    if found is None:
         return config, None
+    last = found.resolve()  # the config's relative paths are its folder's, not ours
     taken = False
     rules: list[Any] = []
     for ref in refs:
