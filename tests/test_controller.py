@@ -13,6 +13,7 @@ from helpers import (
     load,
     mimic_success,
     run_inline,
+    trials_in,
     write_config,
     write_scenario,
 )
@@ -221,7 +222,12 @@ def test_execution_only_entry_options_may_change_on_resume(
     data = base_config("s.npz")
     data["models"][0]["options"] = {"load_s": 0.01, "swappable": True}
     changed = build_campaign(load(write_config(tmp_path / "changed.yaml", data)))
-    open_run_dir(changed, tmp_path / "run")[0].close()  # accepted: results cannot differ
+    before = trials_in(tmp_path / "run" / "trials.sqlite")
+    store, _, resumed = open_run_dir(changed, tmp_path / "run")  # results cannot differ
+    try:
+        assert resumed and store.count_trials() == before > 0
+    finally:
+        store.close()
 
 
 def test_token_savings_are_not_inflated_by_trials_without_counts() -> None:

@@ -156,7 +156,11 @@ def test_pairwise_serves_least_resolved_pairs_first() -> None:
     everyone = allocators.build("pairwise")(v, decisions, needs, round_trials=60)
     counts = everyone.sum(axis=1)
     assert set(np.flatnonzero(counts)) == set(np.flatnonzero(needs))
-    assert counts[np.flatnonzero(needs)[0]] == 4 * int(np.ceil(60 / (needs.sum() * 4)))
+    # Each needed model the same trials on every question, the round at least round_trials
+    # and no whole question per model more than it takes to reach it.
+    served = everyone[needs]
+    assert (served == served[0, 0]).all() and everyone.sum() >= 60
+    assert everyone.sum() - needs.sum() * everyone.shape[1] < 60
 
 
 def test_cap_plan_respects_capacity_and_budget() -> None:
