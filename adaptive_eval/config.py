@@ -548,11 +548,28 @@ class CampaignConfig(_Strict):
             "max_trials_per_question": self.policy.max_trials_per_question,
         }
 
+    def pair_rule_refs(self) -> list[str | PluginSpec] | None:
+        """``policy.pair_rules`` with each rule's ``prior`` (``betting``'s earlier run) made
+        absolute, as every path of a config is."""
+        refs = self.policy.pair_rules
+        if refs is None:
+            return None
+        found: list[str | PluginSpec] = []
+        for ref in refs:
+            if not isinstance(ref, str) and isinstance(ref.params().get("prior"), str):
+                params = ref.params()
+                params["prior"] = str(self.resolve_path(params["prior"]))
+                ref = PluginSpec(name=ref.name, **params)
+            found.append(ref)
+        return found
+
     def _resolve_rule_priors(self, data: dict[str, Any]) -> None:
-        """A pair rule's ``prior`` (``betting``'s earlier run) made absolute in ``data``."""
-        for rule in data["policy"].get("pair_rules") or []:
-            if isinstance(rule, dict) and isinstance(rule.get("prior"), str):
-                rule["prior"] = str(self.resolve_path(rule["prior"]))
+        """``data``'s pair rules as :meth:`pair_rule_refs` gives them."""
+        refs = self.pair_rule_refs()
+        if refs is not None:
+            data["policy"]["pair_rules"] = [
+                ref if isinstance(ref, str) else ref.model_dump(mode="json") for ref in refs
+            ]
 
     def portable_dump(self) -> dict[str, Any]:
         """The config as a mapping with every file path made absolute and every credential

@@ -197,15 +197,11 @@ def build_pair_rules(config: CampaignConfig) -> tuple[PairRule, ...]:
             field="policy.pair_rules",
         )
     else:
-        refs = list(policy.pair_rules)
-    built = []
-    for i, ref in enumerate(refs):
-        name, params = plugin_spec(ref)
-        if isinstance(params.get("prior"), str):  # an earlier run: a path, as the config's are
-            params["prior"] = str(config.resolve_path(params["prior"]))
-        field = f"policy.pair_rules[{i}]"
-        built.append(pair_rules.build(name, params, source=config.source, field=field))
-    return tuple(built)
+        refs = config.pair_rule_refs() or []  # an earlier run's path resolved as the config's
+    return tuple(
+        pair_rules.build(*plugin_spec(ref), source=config.source, field=f"policy.pair_rules[{i}]")
+        for i, ref in enumerate(refs)
+    )
 
 
 def _build_rules(

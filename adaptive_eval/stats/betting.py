@@ -69,13 +69,6 @@ def scale_mixture(scales: Sequence[float] = DEFAULT_SCALES) -> Mixture:
     return Mixture((0.0,) * count, tuple(scales), (1.0 / count,) * count)
 
 
-def rope_mixture(epsilon: float) -> Mixture:
-    """Prior-free bets on how far inside a rope of half-width ``epsilon`` a difference is
-    (``Delta + epsilon`` for the lower side of equivalence): a true tie is ``epsilon`` in, a
-    pair at half the rope ``epsilon / 2`` on its near side."""
-    return Mixture((epsilon / 2, epsilon), (epsilon / 4, epsilon / 2), (0.5, 0.5))
-
-
 def prior_mixture(mean: float, scale: float, robust: float, fallback: Mixture) -> Mixture:
     """The prior's bet ``N(mean, scale^2)`` on ``theta > 0`` with weight ``1 - robust``, the
     ``fallback`` mixture with the rest: when the prior is wrong the wealth still grows at the
