@@ -38,18 +38,25 @@ def write_replay(folder: Path, scores: list[float], questions: int, epochs: int,
     return path
 
 
+def replay_eval(task: Any, models: list[str], path: Path, log_dir: Path, **options: Any) -> Any:
+    """``inspect_eval`` of ``task`` on ``models`` served by the replay provider from ``path``."""
+    return inspect_eval(
+        task,
+        model=models,
+        model_args={"path": str(path)},
+        display="none",
+        log_dir=str(log_dir),
+        **options,
+    )
+
+
 def run_bridge(path: Path, log_dir: Path, **kwargs: Any) -> list[Any]:
     with np.load(path) as data:
         models = [f"replay/{m}" for m in data["models"]]
     name = f"test-{next(_names)}"
     bridge = adaptive_stopping(name, models=models, wait_s=60, **kwargs)
-    logs = inspect_eval(
-        replay_task(path, early_stopping=bridge),
-        model=models,
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(log_dir),
-        max_samples=8,
+    logs = replay_eval(
+        replay_task(path, early_stopping=bridge), models, path, log_dir, max_samples=8
     )
     assert all(log.status == "success" for log in logs), [log.error for log in logs]
     return logs
@@ -138,12 +145,11 @@ def test_bad_input_is_one_line_before_any_sample(tmp_path: Path) -> None:
         models=["replay/m0", "replay/m1"],
         policy={"min_trials_per_question": 3},
     )
-    logs = inspect_eval(
+    logs = replay_eval(
         replay_task(path, epochs=2, early_stopping=bridge),
-        model=["replay/m0", "replay/m1"],
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(tmp_path / "logs"),
+        ["replay/m0", "replay/m1"],
+        path,
+        tmp_path / "logs",
     )
     for log in logs:
         assert log.status == "error"
@@ -172,23 +178,13 @@ def test_models_found_from_the_evals_that_start(tmp_path: Path) -> None:
     path = write_replay(tmp_path, [0.2, 0.9], questions=6, epochs=8, seed=5)
     models = ["replay/m1", "replay/m0"]
     bridge = adaptive_stopping(f"found-{next(_names)}", register_s=0.3, wait_s=30)
-    logs = inspect_eval(
-        replay_task(path, early_stopping=bridge),
-        model=models,
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(tmp_path / "logs"),
-    )
+    logs = replay_eval(replay_task(path, early_stopping=bridge), models, path, tmp_path / "logs")
     meta = logged(logs)["replay/m0"]
     assert meta["models"] == ["replay/m0", "replay/m1"]
     assert meta["decisions"][0]["verdict"] == "a>b"
     alone = adaptive_stopping(f"alone-{next(_names)}", register_s=0.3)
-    logs = inspect_eval(
-        replay_task(path, early_stopping=alone),
-        model=["replay/m0"],
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(tmp_path / "alone"),
+    logs = replay_eval(
+        replay_task(path, early_stopping=alone), ["replay/m0"], path, tmp_path / "alone"
     )
     assert logs[0].status == "error"
     assert "goal 'rank' needs at least 2 models" in logs[0].error.message
@@ -198,13 +194,7 @@ def test_an_unmappable_score_ends_every_eval_with_one_line(tmp_path: Path) -> No
     path = write_replay(tmp_path, [0.3, 0.6], questions=4, epochs=6, seed=6)
     models = ["replay/m0", "replay/m1"]
     bridge = adaptive_stopping(f"unmapped-{next(_names)}", models=models, score_map={"C": 1})
-    logs = inspect_eval(
-        replay_task(path, early_stopping=bridge),
-        model=models,
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(tmp_path / "logs"),
-    )
+    logs = replay_eval(replay_task(path, early_stopping=bridge), models, path, tmp_path / "logs")
     for log in logs:  # the other eval does not wait for rounds that cannot come
         assert log.status == "error"
         assert "has no category; map it with score_map=" in log.error.message
@@ -283,13 +273,7 @@ def test_an_undeclared_value_stops_the_eval_before_any_sample(tmp_path: Path) ->
         epochs=4,
         early_stopping=bridge,
     )
-    logs = inspect_eval(
-        task,
-        model=models,
-        model_args={"path": str(path)},
-        display="none",
-        log_dir=str(tmp_path / "logs"),
-    )
+    logs = replay_eval(task, models, path, tmp_path / "logs")
     for log in logs:
         assert log.status == "error"
         assert log.error.message.startswith("task ")
