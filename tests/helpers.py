@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from adaptive_eval._testing.dispatch import UnrulyInlineDispatcher
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import CampaignConfig, load_config
 from adaptive_eval.control.controller import Controller
@@ -138,10 +139,11 @@ def timeshare_config(
 
 
 def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Controller:
-    """Run a campaign to its end in this process (no Ray)."""
+    """Run a campaign to its end in this process (no Ray); ``dispatch``: the options of
+    :class:`UnrulyInlineDispatcher` (``shuffle_seed``, ``crash_after``, ``batches_per_poll``)."""
     campaign = build_campaign(config)
     store, _, _ = open_run_dir(campaign, run_dir)
-    dispatcher = InlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+    dispatcher = UnrulyInlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
     controller = Controller(campaign, store, dispatcher, NullLog())
     try:
         controller.run()
@@ -199,7 +201,6 @@ class InlineCluster:
     on_poll: Callable[[Any], None] | None = None
 
     def __new__(cls, plans: Any, offsets: Any, **options: Any) -> Any:
-        from adaptive_eval.dispatch import InlineDispatcher
 
         hook = cls.on_poll
 

@@ -362,8 +362,8 @@ def test_a_pilot_whose_every_trial_failed_says_so_instead_of_a_zero_resolution(
 def test_a_resumed_run_keeps_the_live_forecasts_of_its_earlier_legs(tmp_path: Path) -> None:
     from helpers import NullLog
 
+    from adaptive_eval._testing.dispatch import UnrulyInlineDispatcher
     from adaptive_eval.control.controller import Controller
-    from adaptive_eval.dispatch.inline import InlineDispatcher
     from adaptive_eval.loop.rundir import open_run_dir
     from adaptive_eval.store import TrialStore
 
@@ -372,7 +372,7 @@ def test_a_resumed_run_keeps_the_live_forecasts_of_its_earlier_legs(tmp_path: Pa
 
     def leg(**dispatch: Any) -> int:
         store, _, _ = open_run_dir(campaign, run_dir)
-        dispatcher = InlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+        dispatcher = UnrulyInlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
         controller = Controller(campaign, store, dispatcher, NullLog())
         controller.live = LiveForecaster(campaign, simulations=3, inline=True)
         try:

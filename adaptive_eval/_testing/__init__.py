@@ -6,8 +6,10 @@ code never imports this package (scripts/check_layers.py keeps it so).
   on CPU in tests, and a ~1.5B Qwen2-shaped random model for GPU benchmarks.
 - :mod:`adaptive_eval._testing.flaky_server`: a loopback OpenAI-compatible server that fails on
   purpose (429/500/dropped connections/hangs), for the ``openai`` backend's retry tests.
+- :mod:`adaptive_eval._testing.dispatch`: the in-process dispatcher with the tests' knobs
+  (batches in a random order, a crash on purpose).
 
-Neither module imports torch, transformers or vllm at import time.
+None of them imports torch, transformers or vllm at import time.
 """
 
 from __future__ import annotations

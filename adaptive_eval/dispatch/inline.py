@@ -16,10 +16,9 @@ class InlineDispatcher:
     """Runs batches in this process, no Ray: for tests, offline re-reads and quick checks.
 
     A failed batch is run again up to ``max_batch_retries`` times, as the Ray dispatcher does
-    (:meth:`DispatchStats.failed_batch`), then fails the run. ``shuffle_seed`` returns finished
-    batches in a random order (as a real cluster might) and ``crash_after`` raises
-    :class:`KeyboardInterrupt` after that many batches, to test that decisions do not depend on
-    arrival order and that a killed run resumes cleanly.
+    (:meth:`DispatchStats.failed_batch`), then fails the run. The tests' variant, which returns
+    batches in a random order and crashes on purpose, is
+    :class:`adaptive_eval._testing.dispatch.UnrulyInlineDispatcher`.
     """
 
     def __init__(
@@ -28,15 +27,11 @@ class InlineDispatcher:
         offsets: Sequence[int],
         *,
         batches_per_poll: int = 3,
-        shuffle_seed: int | None = None,
-        crash_after: int | None = None,
         max_batch_retries: int = 0,
         on_event: EventSink = no_events,
     ) -> None:
         self.max_batch_retries = max_batch_retries
         self._attempts: dict[int, int] = {}
-        import random
-
         self._event = on_event
         self._workers = [
             WorkerActor(plan.make_worker(offset), f"inline-{i}")
@@ -45,8 +40,6 @@ class InlineDispatcher:
         self._plan_of_model = [i for i, plan in enumerate(plans) for _ in plan.models]
         self._queue: list[Batch] = []
         self._per_poll = batches_per_poll
-        self._random = random.Random(shuffle_seed) if shuffle_seed is not None else None
-        self._crash_after = crash_after
         self.stats = DispatchStats()
         self._worker_count = len(self._workers)  # as the Ray dispatcher: kept after shutdown
 
@@ -61,31 +54,33 @@ class InlineDispatcher:
         return len(self._queue)
 
     def poll(self, timeout: float) -> list[BatchResult]:
-        if self._random is not None:
-            self._random.shuffle(self._queue)
         taken, self._queue = self._queue[: self._per_poll], self._queue[self._per_poll :]
         results = []
         for batch in taken:
-            if self._crash_after is not None and self.stats.batches >= self._crash_after:
-                raise KeyboardInterrupt("simulated crash")
-            worker = self._workers[self._plan_of_model[batch.model]]
-            reply = worker.run(batch)
-            self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
-            result = reply.result
-            if result.error is not None:
-                self.stats.failed_batch(
-                    batch,
-                    worker.worker_id,
-                    result.error,
-                    self.max_batch_retries,
-                    self._attempts,
-                    self._event,
-                )
-                self._queue.insert(0, batch)  # run again first, as the Ray dispatcher does
-                continue
-            self.stats.batches += 1
-            results.append(result)
+            result = self._run_one(batch)
+            if result is not None:
+                results.append(result)
         return results
+
+    def _run_one(self, batch: Batch) -> BatchResult | None:
+        """Run one batch: its result, or None when it failed and was queued to run again."""
+        worker = self._workers[self._plan_of_model[batch.model]]
+        reply = worker.run(batch)
+        self.stats.note(worker.worker_id, batch, reply.diagnostics, self._event)
+        result = reply.result
+        if result.error is not None:
+            self.stats.failed_batch(
+                batch,
+                worker.worker_id,
+                result.error,
+                self.max_batch_retries,
+                self._attempts,
+                self._event,
+            )
+            self._queue.insert(0, batch)  # run again first, as the Ray dispatcher does
+            return None
+        self.stats.batches += 1
+        return result
 
     def shutdown(self) -> None:
         for worker in self._workers:
