@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "config, store and registry",
         (
             "adaptive_eval.config",
+            "adaptive_eval.config_yaml",
             "adaptive_eval.settings",
             "adaptive_eval.files",
             "adaptive_eval.store.",
