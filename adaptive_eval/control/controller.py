@@ -20,8 +20,6 @@ from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.types import (
     Batch,
     BatchResult,
-    PairDecision,
-    Stop,
     Trial,
     WorkItem,
     pack_batches,
@@ -30,6 +28,7 @@ from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.control.live_forecast import LiveForecaster
 from adaptive_eval.control.round_events import RoundEvents
 from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import DecidedByCore, DecisionCore, RoundCore
 from adaptive_eval.decide.state import RunState, expand_counts, missing_items
 from adaptive_eval.stats.sequential import boundary_tables_built
 from adaptive_eval.store import TrialStore
@@ -48,7 +47,10 @@ class _Round:
     trials: list[tuple[int, int, int, int, float]] | None
 
 
-class Controller:
+class Controller(DecidedByCore):
+    """Drives one run: feeds recorded rounds to its decision core and dispatches its plans;
+    :attr:`decisions` and :attr:`stop` are the core's (:class:`DecidedByCore`)."""
+
     def __init__(
         self,
         campaign: Campaign,
@@ -70,7 +72,7 @@ class Controller:
         self.rounds: dict[int, _Round] = {}
         #: What decides (pairs, stop, plans): the campaign's rules, the same core the
         #: simulator and the benchmarks run. The controller only feeds it and records.
-        self.core = campaign.decision_core()
+        self.core: RoundCore = campaign.decision_core()
         self.settings = campaign.view_settings()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
@@ -234,6 +236,8 @@ class Controller:
         the run's forecast history (store metadata, summary.json's ``live_forecast``), and once a
         warning when the budget will leave a settleable pair unsettled."""
         assert self.live is not None
+        # The forecast runs the campaign's own rules forward (a pilot's run forecasts nothing).
+        assert isinstance(self.core, DecisionCore)
         found, failed = self.live.after_round(self.core, self.state, self.elapsed_s)
         if failed is not None:
             self.log.warning("live_forecast_failed", message=failed)
@@ -251,19 +255,6 @@ class Controller:
 
     def finished(self) -> bool:
         return self.stop is not None and not self.rounds
-
-    @property
-    def decisions(self) -> tuple[PairDecision, ...]:
-        """The pair decisions after the latest applied round."""
-        return self.core.decisions
-
-    @property
-    def stop(self) -> Stop | None:
-        return self.core.stop
-
-    @stop.setter
-    def stop(self, stop: Stop | None) -> None:
-        self.core.interrupt(stop)
 
     # -- helpers --------------------------------------------------------------------------------
     @property

@@ -17,29 +17,25 @@ import numpy as np
 from adaptive_eval.base.types import Stop
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
-from adaptive_eval.decide.core import DecisionCore, RoundDecision
+from adaptive_eval.decide.core import CoreState, DecidedByCore, RoundCore, RoundDecision
 
 #: The smallest pilot that estimates anything (a per-question variance needs two trials).
 MIN_PILOT = 2
 
 
-class PilotCore:
+class PilotCore(DecidedByCore):
     """The campaign's decision core, holding back every plan once each cell has ``trials``
-    trials planned (its model's cap, if lower). It decides exactly as the core does."""
+    trials planned (its model's cap, if lower). It decides exactly as the core does (a
+    :class:`~adaptive_eval.decide.core.RoundCore`)."""
 
-    def __init__(self, core: DecisionCore, trials: int) -> None:
-        self.core = core
+    def __init__(self, core: RoundCore, trials: int) -> None:
+        self.core: RoundCore = core
         self.trials = trials
-        self.limits = core.limits
         self.done = False
 
     @property
-    def decisions(self) -> tuple:  # type: ignore[type-arg]
-        return self.core.decisions
-
-    @property
-    def stop(self) -> Stop | None:
-        return self.core.stop
+    def state(self) -> CoreState:
+        return self.core.state
 
     def decide(self, view: CampaignView) -> RoundDecision:
         return self.core.decide(view)
@@ -59,7 +55,7 @@ def run_pilot(controller: Controller, trials: int) -> bool:
     """Drive ``controller`` until every cell has ``trials`` trials recorded (or the campaign
     stops first); returns whether the campaign finished during the pilot."""
     pilot = PilotCore(controller.core, trials)
-    controller.core = pilot  # type: ignore[assignment]
+    controller.core = pilot
     controller.resume()
     while controller.step():
         if pilot.done and not controller.rounds:

@@ -16,10 +16,9 @@ import numpy as np
 
 from adaptive_eval.base.accounting import Savings
 from adaptive_eval.base.summary_schema import Dispatch, Nightly
-from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
-from adaptive_eval.decide.core import CoreState
+from adaptive_eval.decide.core import CoreState, DecidedByCore
 from adaptive_eval.decide.state import frozen_copy
 
 
@@ -39,13 +38,14 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
-class FinishedRun:
+class FinishedRun(DecidedByCore):
     """A run's final evidence and decisions, detached from the loop that produced them.
 
     ``view`` is the read-only snapshot of the evidence (counts, trials, the decision statistic,
     the Bayes@N posterior and score intervals on demand); ``core`` the decision core's state
     (pair decisions, stop, the rules' memory between looks); ``plans`` every round's (L, M)
-    plan, in round order (when each verdict's trials were spent).
+    plan, in round order (when each verdict's trials were spent). :attr:`decisions` and
+    :attr:`stop` are the core state's (:class:`DecidedByCore`).
     """
 
     campaign_id: str
@@ -54,14 +54,6 @@ class FinishedRun:
     plans: tuple[np.ndarray, ...]
     savings: Savings
     facts: RunFacts = field(default_factory=RunFacts)
-
-    @property
-    def decisions(self) -> tuple[PairDecision, ...]:
-        return self.core.decisions
-
-    @property
-    def stop(self) -> Stop | None:
-        return self.core.stop
 
 
 def finished_run(controller: Controller, campaign_id: str, facts: RunFacts) -> FinishedRun:

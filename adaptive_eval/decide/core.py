@@ -30,6 +30,7 @@ for the loops that keep one (:meth:`DecisionCore.decide`, :meth:`DecisionCore.ne
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -82,6 +83,47 @@ class RoundDecision:
     stop_before: Stop | None
     decisions_before: tuple[PairDecision, ...]
     state: CoreState
+
+
+class Decided(Protocol):
+    """Where a run's pair decisions and stop are read: a core, or a core's state."""
+
+    @property
+    def decisions(self) -> tuple[PairDecision, ...]: ...
+
+    @property
+    def stop(self) -> Stop | None: ...
+
+
+class RoundCore(Decided, Protocol):
+    """What the controller needs from its decision core: :class:`DecisionCore`, or a core that
+    wraps it (a pilot's, :class:`~adaptive_eval.control.pilot.PilotCore`)."""
+
+    @property
+    def state(self) -> CoreState: ...
+
+    def decide(self, view: CampaignView) -> RoundDecision: ...
+
+    def next_plan(self, view: CampaignView, in_flight: int) -> np.ndarray | None: ...
+
+    def interrupt(self, stop: Stop | None) -> None: ...
+
+
+class DecidedByCore:
+    """:attr:`decisions` and :attr:`stop`, those of the ``core`` attribute (a decision core, or
+    its state): declared here once for the controller, a pilot's core and a finished run."""
+
+    core: Decided
+
+    @property
+    def decisions(self) -> tuple[PairDecision, ...]:
+        """The pair decisions after the latest decided round."""
+        return self.core.decisions
+
+    @property
+    def stop(self) -> Stop | None:
+        """Why the campaign stopped (None: it goes on)."""
+        return self.core.stop
 
 
 class DecisionCore:
@@ -191,8 +233,11 @@ def nothing_left(view: CampaignView, max_trials_per_question: int) -> Stop:
 __all__ = [
     "LATCHED_STOPS",
     "CoreState",
+    "Decided",
+    "DecidedByCore",
     "DecisionCore",
     "Limits",
+    "RoundCore",
     "RoundDecision",
     "nothing_left",
 ]

@@ -254,14 +254,14 @@ def reread(campaign: Campaign, run_dir: Path, conclude: Conclude) -> Summary:
     try:
         controller = Controller(campaign, store, _NoDispatch(), SilentLog(), record_events=False)
         # A set stop keeps resume() from planning new rounds: reading never writes a plan.
-        controller.stop = Stop(StopReason.INTERRUPTED, "run did not finish")
+        controller.core.interrupt(Stop(StopReason.INTERRUPTED, "run did not finish"))
         controller.resume()
         stops = [e for e in store.events() if e[1] in ("stop", "stop_withdrawn")]
         last = stops[-1] if stops else None
         if last is not None and last[1] == "stop":
-            controller.stop = Stop(StopReason(last[2]["reason"]), last[2]["detail"])
+            controller.core.interrupt(Stop(StopReason(last[2]["reason"]), last[2]["detail"]))
         elif not store.get_meta("finished"):
-            controller.stop = None
+            controller.core.interrupt(None)
         facts = RunFacts(
             resumed=kept.get("resumed"),
             elapsed_s=store.get_meta("elapsed_s"),
