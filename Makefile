@@ -42,11 +42,16 @@ demo: setup
 setup-browser:
 	bash scripts/install-chromium.sh
 
+# One pytest worker per core; the tests that start Ray clusters or engines share one of them
+# (tests/conftest.py). PYTEST_WORKERS=0 runs the suite in this process, one test at a time.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: setup setup-vllm setup-browser
-	$(BIN)/pytest tests adaptive_eval policies
+	$(PYTEST) tests adaptive_eval policies
 
 test-fast: setup
-	$(BIN)/pytest tests adaptive_eval policies -m "not slow and not vllm"
+	$(PYTEST) tests adaptive_eval policies -m "not slow and not vllm"
 
 check: setup
 	$(BIN)/ruff check adaptive_eval policies tests benchmarks scripts

@@ -17,6 +17,28 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 # Ray reads its environment when first imported, and tests import it before init_ray: the
 # session's cluster gets the run's settings (no folded "[repeated Nx]" worker lines) here.
 os.environ.update({k: os.environ.get(k, v) for k, v in RAY_ENVIRONMENT.items()})
+# Under pytest-xdist (`make test` runs two or more workers) each worker gets a Ray temp folder
+# and a core-claims folder of its own: `ray.init()` with no address joins the cluster that the
+# last `ray start` recorded in its temp folder, and engines claim cores host-wide; a test on one
+# worker must not join or block another worker's.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    os.environ.setdefault("RAY_TMPDIR", f"/tmp/ae-ray-{_WORKER}")
+    os.environ.setdefault("ADAPTIVE_EVAL_CORE_LOCKS", f"/tmp/ae-cores-{_WORKER}")
+    Path(os.environ["RAY_TMPDIR"]).mkdir(exist_ok=True)
+
+#: Tests that start Ray clusters, vLLM engines or a fresh install run on one xdist worker, one
+#: after another (`--dist loadgroup`): two at once would share two cores between two clusters.
+SERIAL_GROUP = "ray-and-engines"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        heavy = item.get_closest_marker("slow") or item.get_closest_marker("vllm")
+        if heavy or "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+
+
 # The tests' dispatch mode registers from this copy of helpers, before a second import of the
 # file under another name (doctest collection) could.
 importlib.import_module("helpers")

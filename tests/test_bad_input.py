@@ -35,6 +35,7 @@ from helpers import (
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
 from adaptive_eval.datasets import ARITH20
+from adaptive_eval.workflows.imports import MAX_MAP_ENTRIES
 
 NAMES = ["a", "b", "c"]
 QUESTIONS = 6
@@ -1065,11 +1066,11 @@ COMMAND_CASES = [
         ],
     ),
     command(
-        "import-map-40000",
-        "--map given 40,000 times; at most 1,000",
+        "import-map-over-the-limit",
+        f"--map given {MAX_MAP_ENTRIES + 1:,} times; at most {MAX_MAP_ENTRIES:,}",
         lambda i, r, t: [
             *("import", "--format", "inspect", str(i / "epoch0.json"), "--out", str(t / "x.npz")),
-            *[arg for k in range(40_000) for arg in ("--map", f"v{k}=1")],
+            *[arg for k in range(MAX_MAP_ENTRIES + 1) for arg in ("--map", f"v{k}=1")],
         ],
     ),
 ]
