@@ -11,13 +11,14 @@ Paths in a config are resolved relative to the config file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -46,6 +47,9 @@ from adaptive_eval.settings import (
     RunRecord,
     SamplingSettings,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: Config fields a resume may change freely: they bound the campaign (when it stops, how many
 #: trials a cell may get) without changing any recorded trial. Rounds are planned from the
@@ -598,52 +602,20 @@ class CampaignConfig(_Strict):
         """The config resolved once into the typed settings a campaign carries (every path
         absolute, every default filled in): what the modules below the campaign builder read
         instead of the config. Call it after the paths are checked (``resolve_path`` refuses a
-        path that cannot be one)."""
-        policy, execution, output = self.policy, self.execution, self.output
-        budget = BudgetSettings(self.budget.trials, self.budget.tokens, self.budget.wall_clock_s)
-        dataset = self.dataset
-        grader = self.grader
-        sampling = self.sampling
-        return CampaignSettings(
-            name=self.name,
-            seed=self.seed,
-            source=self.source,
+        path that cannot be one). Each settings type takes its section's fields by name
+        (:func:`settled`): only what is not a plain copy is written here."""
+        policy, dataset, grader = self.policy, self.dataset, self.grader
+        budget = settled(BudgetSettings, self.budget)
+        return settled(
+            CampaignSettings,
+            self,
             rubric_span=self.rubric.span,
-            policy=PolicySettings(
-                confidence=policy.confidence,
-                rope=policy.rope,
-                error_control=policy.error_control,
-                futility=policy.futility,
-                min_trials_per_question=policy.min_trials_per_question,
-                max_trials_per_question=policy.max_trials_per_question,
-                round_trials=policy.round_trials,
-                bayes_prior=policy.bayes_prior,
-                prior_trials=policy.prior is not None,
-            ),
+            policy=settled(PolicySettings, policy, prior_trials=policy.prior is not None),
             budget=budget,
-            execution=ExecutionSettings(
-                dispatch=execution.dispatch,
-                ray_address=execution.ray_address,
-                num_cpus=execution.num_cpus,
-                workers=execution.workers,
-                batch_size=execution.batch_size,
-                in_flight_per_worker=execution.in_flight_per_worker,
-                rounds_in_flight=execution.rounds_in_flight,
-                max_batch_retries=execution.max_batch_retries,
-                gpu_slots=execution.gpu_slots,
-            ),
-            output=OutputSettings(
-                output.keep_completions, output.progress, output.fsync, output.live_forecast
-            ),
+            execution=settled(ExecutionSettings, self.execution),
+            output=settled(OutputSettings, self.output),
             generation=GenerationSettings(
-                sampling=SamplingSettings(
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    max_tokens=sampling.max_tokens,
-                    logprobs=sampling.logprobs,
-                    prompt_logprobs=sampling.prompt_logprobs,
-                    ignore_eos=sampling.ignore_eos,
-                ),
+                sampling=settled(SamplingSettings, self.sampling),
                 grader=None
                 if grader is None
                 else GraderSpec(grader, {})
@@ -651,19 +623,9 @@ class CampaignConfig(_Strict):
                 else GraderSpec(grader.name, grader.params()),
                 dataset=None
                 if dataset is None
-                else DatasetSettings(
-                    path=self.resolve_path(dataset.path),
-                    id_field=dataset.id_field,
-                    problem_field=dataset.problem_field,
-                    answer_field=dataset.answer_field,
-                    template=dataset.template,
-                    instruction=dataset.instruction,
-                    limit=dataset.limit,
-                ),
+                else settled(DatasetSettings, dataset, path=self.resolve_path(dataset.path)),
             ),
-            compare=None
-            if self.compare is None
-            else CompareSettings(self.compare.margin, self.compare.settle_all),
+            compare=None if self.compare is None else settled(CompareSettings, self.compare),
             library=None if self.library is None else self.resolve_path(self.library),
             redacted=tuple(redacted_fields(self.model_dump(mode="json"))),
             run_record=RunRecord(
@@ -671,6 +633,46 @@ class CampaignConfig(_Strict):
                 config_yaml=yaml.safe_dump(self.portable_dump(), sort_keys=False),
             ),
         )
+
+
+#: The schema's fields that reach no settings field of their own name, section by section;
+#: every other field of a section is carried to the settings type :meth:`CampaignConfig.settle`
+#: makes of it (``tests/test_settings.py`` checks that each is one or the other).
+NOT_SETTLED: dict[type[BaseModel], frozenset[str]] = {
+    # The campaign builder makes the entries into backend plans, reads the rubric's weights
+    # (the settings carry their span) and the baseline's N; dataset, sampling and grader are
+    # carried inside ``generation``.
+    CampaignConfig: frozenset(("models", "rubric", "baseline", "dataset", "sampling", "grader")),
+    # Plug-ins the campaign builder builds; the prior's file becomes its prior counts (the
+    # settings carry only whether there is one, ``prior_trials``).
+    PolicyConfig: frozenset(("allocation", "pair_rules", "stopping", "prior")),
+    # Removed in issue 26: only 0 is accepted.
+    ExecutionConfig: frozenset(("prefetch_trials",)),
+}
+
+Settled = TypeVar("Settled", bound="DataclassInstance")
+
+
+def settled(kind: type[Settled], section: BaseModel, **computed: Any) -> Settled:
+    """``kind`` (a frozen settings dataclass) holding ``section``'s values: each of its fields
+    is the section's field of the same name, or the value in ``computed`` where it is not a
+    plain copy (a path resolved, a fact derived). A field of the section that reaches no field
+    of ``kind`` and is not in :data:`NOT_SETTLED` is refused here (a programming error), so
+    a field added to the schema cannot fall silently out of the settled campaign."""
+    names = [field.name for field in dataclasses.fields(kind)]
+    schema = type(section)
+    dropped = next((NOT_SETTLED[base] for base in schema.__mro__ if base in NOT_SETTLED), ())
+    lost = sorted(set(schema.model_fields) - set(names) - set(dropped) - set(computed))
+    unknown = sorted(set(computed) - set(names))
+    if lost or unknown:
+        raise TypeError(
+            f"{schema.__name__} -> {kind.__name__}: fields {lost or unknown} "
+            f"{'reach no settings field' if lost else 'are not settings fields'}; carry them "
+            "(a settings field of the same name) or list them in NOT_SETTLED"
+        )
+    return kind(
+        **{name: computed[name] if name in computed else getattr(section, name) for name in names}
+    )
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

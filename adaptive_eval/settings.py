@@ -7,7 +7,10 @@ builder reads these (the controller, the run loop, the run folder, the outputs) 
 get theirs in the :class:`~adaptive_eval.backends.base.BackendContext`; none of them reads the
 config. Paths are absolute (resolved against the config's folder); defaults are filled in. The
 config schema (its field descriptions, bounds and defaults) stays the reference for what each
-value means; these types only carry the values.
+value means; these types only carry the values, each field under its schema field's name and type:
+:func:`adaptive_eval.config.settled` copies a section into its type by those names, and
+``tests/test_settings.py`` checks that every schema field is carried or listed as not carried
+(:data:`adaptive_eval.config.NOT_SETTLED`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class OutputSettings:
     keep_completions: bool  # store full completion texts (compressed)
     progress: bool  # show a progress line on a terminal
     fsync: Literal["full", "normal"]  # SQLite synchronous mode of the trial store
-    live_forecast: int = 20  # simulations of the live forecast after each round (0: off)
+    live_forecast: int  # simulations of the live forecast after each round (0: off)
 
 
 @dataclass(frozen=True)
