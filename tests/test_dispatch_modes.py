@@ -78,3 +78,34 @@ def test_an_unknown_dispatch_mode_is_one_line_before_anything_is_written(
     assert "execution.dispatch: unknown dispatch mode 'bogus' (known: " in err
     assert "inline" in err and "ray" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_each_mode_says_its_own_start_and_the_run_loop_names_none() -> None:
+    """The lines and events a run gives as its workers start, as the run loop gave them when it
+    branched on the mode's name (``ray``, ``inline``, any other)."""
+    from types import SimpleNamespace
+
+    from adaptive_eval.dispatch import LaunchRequest, launcher, starting
+
+    def said(name: str, address: str | None) -> tuple[str | None, str, dict[str, Any]]:
+        execution: Any = SimpleNamespace(ray_address=address)
+        request = LaunchRequest([object(), object()], [0, 0], execution)
+        found = starting(name, launcher(name), request)
+        return found.line, found.event, found.fields
+
+    assert said("ray", None) == (
+        "starting Ray (a local cluster) and the workers; its output: ray.log\n",
+        "ray_starting",
+        {"address": None},
+    )
+    assert said("ray", "10.0.0.1:6379")[0] == (
+        "starting Ray (10.0.0.1:6379) and the workers; its output: ray.log\n"
+    )
+    assert said("inline", None) == (None, "dispatch_start", {"mode": "inline", "workers": 2})
+    assert said("test_inline", None) == (  # a mode registered as a plain function
+        "starting the workers (dispatch mode 'test_inline')\n",
+        "dispatch_start",
+        {"mode": "test_inline", "workers": 2},
+    )
+    source = (REPO / "adaptive_eval" / "loop" / "runner.py").read_text()
+    assert '"ray"' not in source and '"inline"' not in source

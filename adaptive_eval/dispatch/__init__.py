@@ -6,7 +6,15 @@ Ray in the same process; :mod:`.launch` holds the dispatch modes (``execution.di
 """
 
 from adaptive_eval.dispatch.inline import InlineDispatcher
-from adaptive_eval.dispatch.launch import LaunchRequest, Workers, dispatch_modes, launcher
+from adaptive_eval.dispatch.launch import (
+    DispatchMode,
+    LaunchRequest,
+    Starting,
+    Workers,
+    dispatch_modes,
+    launcher,
+    starting,
+)
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import (
     DispatchStats,
@@ -15,13 +23,16 @@ from adaptive_eval.dispatch.stats import (
 )
 
 __all__ = [
+    "DispatchMode",
     "DispatchStats",
     "Dispatcher",
     "InlineDispatcher",
     "LaunchRequest",
+    "Starting",
     "Workers",
     "combine_dispatch",
     "dispatch_modes",
     "dispatch_summary",
     "launcher",
+    "starting",
 ]

@@ -7,6 +7,10 @@ the workers in this process, one batch at a time, without Ray
 (:class:`~adaptive_eval.dispatch.inline.InlineDispatcher`: small campaigns, CI jobs,
 benchmarks). Another mode (a scheduler of one's own, a test's instrumented one) registers the
 same way, ``@dispatch_modes.register("name")``, and a config names it.
+
+As the workers start, the run says so (:func:`starting`): a mode registered as a
+:class:`DispatchMode` says it its own way (``ray`` names the cluster and Ray's log, ``inline``
+shows no line), any other with :func:`announce_start`. The run loop names no mode.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import ClusterError
@@ -60,6 +64,48 @@ class LaunchRequest:
 
 Launcher = Callable[[LaunchRequest], Workers]
 
+
+@dataclass(frozen=True)
+class Starting:
+    """What a run says as its workers start: a line for the console (``None``: no line; a
+    quiet run shows none anyway) and the event it logs, with the event's fields."""
+
+    line: str | None
+    event: str
+    fields: dict[str, Any]
+
+
+#: How a mode announces its workers' start, given the mode's name and the launch request.
+Announce = Callable[[str, LaunchRequest], Starting]
+
+
+def announce_start(name: str, request: LaunchRequest) -> Starting:
+    """The announcement of a mode that has none of its own: a line naming the mode, and a
+    ``dispatch_start`` event."""
+    return Starting(
+        f"starting the workers (dispatch mode {name!r})\n",
+        "dispatch_start",
+        {"mode": name, "workers": len(request.plans)},
+    )
+
+
+@dataclass(frozen=True)
+class DispatchMode:
+    """A registered mode that carries how it announces its start: called, it launches."""
+
+    launch: Launcher
+    announce: Announce = announce_start
+
+    def __call__(self, request: LaunchRequest) -> Workers:
+        return self.launch(request)
+
+
+def starting(name: str, launch: Launcher, request: LaunchRequest) -> Starting:
+    """What the run says as the workers of mode ``name`` (its launcher ``launch``) start."""
+    announce = launch.announce if isinstance(launch, DispatchMode) else announce_start
+    return announce(name, request)
+
+
 #: The dispatch modes by name (``execution.dispatch``).
 dispatch_modes: Registry[Workers] = Registry("dispatch mode")
 
@@ -70,7 +116,6 @@ def launcher(name: str, *, source: str | None = None) -> Launcher:
     return found
 
 
-@dispatch_modes.register("ray")
 def launch_ray(request: LaunchRequest) -> Workers:
     """Start (or join) the Ray cluster, then one actor per worker."""
     execution = request.execution
@@ -97,7 +142,17 @@ def launch_ray(request: LaunchRequest) -> Workers:
     )
 
 
-@dispatch_modes.register("inline")
+def ray_starting(name: str, request: LaunchRequest) -> Starting:
+    """``ray`` names the cluster it starts or joins and the file Ray's output goes to."""
+    address = request.execution.ray_address
+    return Starting(
+        f"starting Ray ({address or 'a local cluster'}) and the workers; "
+        f"its output: {cluster.RAY_LOG}\n",
+        "ray_starting",
+        {"address": address},
+    )
+
+
 def launch_inline(request: LaunchRequest) -> Workers:
     """The workers in this process, no Ray."""
     return InlineDispatcher(
@@ -106,3 +161,12 @@ def launch_inline(request: LaunchRequest) -> Workers:
         max_batch_retries=request.execution.max_batch_retries,
         on_event=request.on_event,
     )
+
+
+def inline_starting(name: str, request: LaunchRequest) -> Starting:
+    """``inline`` shows no line (the run goes on in this process at once)."""
+    return Starting(None, "dispatch_start", {"mode": name, "workers": len(request.plans)})
+
+
+dispatch_modes.register("ray")(DispatchMode(launch_ray, ray_starting))
+dispatch_modes.register("inline")(DispatchMode(launch_inline, inline_starting))

@@ -34,6 +34,7 @@ from adaptive_eval.dispatch import (
     combine_dispatch,
     dispatch_summary,
     launcher,
+    starting,
 )
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.loop.progress import Progress
@@ -133,15 +134,10 @@ def _run_opened(
         )
 
         def start_workers() -> Workers:
-            if execution.dispatch == "ray":
-                where = execution.ray_address or "a local cluster"
-                if not quiet:
-                    lines.write(f"starting Ray ({where}) and the workers; its output: {RAY_LOG}\n")
-                log.info("ray_starting", address=execution.ray_address)
-            else:
-                if not quiet and execution.dispatch != "inline":
-                    lines.write(f"starting the workers (dispatch mode {execution.dispatch!r})\n")
-                log.info("dispatch_start", mode=execution.dispatch, workers=len(campaign.plans))
+            said = starting(execution.dispatch, launch, request)
+            if said.line is not None and not quiet:
+                lines.write(said.line)
+            log.info(said.event, **said.fields)
             return launch(request)
 
         dispatcher = StartOnDemand(start_workers)
