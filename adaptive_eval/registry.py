@@ -90,20 +90,28 @@ class Registry(Generic[T]):
 
     ``label_errors``: an :class:`InputError` the factory itself raises is re-raised naming the
     plug-in (graders); otherwise it passes through as raised (backends name their own fields).
+    ``traits``: what a kind's entries declare besides their factory (backends: a
+    :class:`BackendTraits`), the value an entry registered without any has; read by name with
+    :meth:`traits`.
     """
 
-    def __init__(self, kind: str, *, label_errors: bool = False) -> None:
+    def __init__(self, kind: str, *, label_errors: bool = False, traits: Any = None) -> None:
         self.kind = kind
         self.label_errors = label_errors
         self._factories: dict[str, Callable[..., T]] = {}
         self._internal: dict[str, frozenset[str]] = {}
+        self._default_traits = traits
+        self._traits: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r})"
 
-    def register(self, name: str, *, internal: tuple[str, ...] = ()) -> Callable[[F], F]:
+    def register(
+        self, name: str, *, internal: tuple[str, ...] = (), traits: Any = None
+    ) -> Callable[[F], F]:
         """Register a class or a factory under ``name``; ``internal`` names dataclass fields
-        (or factory parameters) that are no user parameters and keep their defaults."""
+        (or factory parameters) that are no user parameters and keep their defaults;
+        ``traits``: what it declares besides (the kind's default when None)."""
 
         def decorate(factory: F) -> F:
             known = self._factories.get(name)
@@ -111,6 +119,7 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._factories[name] = factory
             self._internal[name] = frozenset(internal)
+            self._traits[name] = self._default_traits if traits is None else traits
             return factory
 
         return decorate
@@ -119,6 +128,7 @@ class Registry(Generic[T]):
         """Forget ``name`` (tests that register a plug-in of their own)."""
         self._factories.pop(name, None)
         self._internal.pop(name, None)
+        self._traits.pop(name, None)
 
     def names(self) -> list[str]:
         load_plugins()
@@ -127,6 +137,18 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         load_plugins()
         return name in self._factories
+
+    def traits(self, name: object) -> Any:
+        """What ``name`` declared when it registered; the kind's default for a name that is not
+        (or no longer) registered, such as an old run's."""
+        load_plugins()
+        found = self._traits.get(name) if isinstance(name, str) else None
+        return self._default_traits if found is None else found
+
+    def declared(self) -> list[Any]:
+        """Every entry's traits, in registration order."""
+        load_plugins()
+        return list(self._traits.values())
 
     def label(self, name: str) -> str:
         return f"{self.kind} {name!r}"
@@ -464,7 +486,35 @@ def load_plugins() -> None:
         entry.load()
 
 
-backends: Registry[Any] = Registry("backend")
+@dataclasses.dataclass(frozen=True)
+class BackendTraits:
+    """What the rest of the house asks of a backend by its name, declared where it registers
+    (``@backends.register("name", traits=BackendTraits(...))``), so a new backend is one file:
+
+    * ``module``, ``install``: the module its workers run on, looked for (``find_spec``) before
+      Ray starts, and how to install it, said when it is missing (``control/cluster.py``);
+    * ``packages``: distributions whose versions shape its results, recorded in every run's store
+      (``loop/rundir.py``; each registered backend's, in registration order, duplicates once);
+    * ``deployment``: Every Eval Ever's ``deployment_type`` of its models, and ``engine``: the
+      ``inference_engine`` named there, its version read from the backend's recorded ``engine``
+      file (``workflows/eee.py``);
+    * ``served``: its models are served by someone else, so the provenance lists what the servers
+      reported serving (``outputs/provenance.py``).
+
+    Where its workers are placed (CPUs, GPUs) is its plan's own (``BackendPlan.actor_options``).
+    A backend registered without traits, or a name no longer registered (an old run's config),
+    has the defaults: nothing to check or record, deployment ``unknown``, not served.
+    """
+
+    module: str = ""
+    install: str = ""
+    packages: tuple[str, ...] = ()
+    deployment: Literal["self_deployed", "externally_managed", "unknown"] = "unknown"
+    engine: str = ""
+    served: bool = False
+
+
+backends: Registry[Any] = Registry("backend", traits=BackendTraits())
 pair_rules: Registry[Any] = Registry("pair rule")
 stopping_rules: Registry[Any] = Registry("stopping rule")
 allocators: Registry[Any] = Registry("allocation policy")

@@ -65,7 +65,7 @@ from adaptive_eval.base.errors import BackendError, InputError, printable
 from adaptive_eval.base.redact import REDACTED, remember, remember_secret, scrub
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.grading import GeneratedSample, Graded
-from adaptive_eval.registry import backends
+from adaptive_eval.registry import BackendTraits, backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")
@@ -576,7 +576,16 @@ def _make(setup: GenerationSetup, settings: OpenAISettings, offset: int) -> Call
     return partial(OpenAIWorker, setup, settings, offset)
 
 
-@backends.register("openai")
+@backends.register(
+    "openai",
+    traits=BackendTraits(
+        module="httpx",
+        install="pip install 'adaptive-eval[openai]'",
+        packages=("math-verify", "httpx"),  # the grader's, the client's
+        deployment="externally_managed",
+        served=True,
+    ),
+)
 def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     options = Options(entry, context, "openai")
     base_url = options.string("base_url")

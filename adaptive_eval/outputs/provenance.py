@@ -21,6 +21,7 @@ import yaml
 from adaptive_eval.base.errors import printable
 from adaptive_eval.base.summary_schema import Provenance
 from adaptive_eval.loop import rundir
+from adaptive_eval.registry import backends
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore
@@ -109,7 +110,7 @@ def collect(run_dir: Path, store: TrialStore | None = None) -> Provenance:
                 "server": hashes.get("server"),
             }
         )
-        if entry.get("backend") == "openai":
+        if backends.traits(entry.get("backend")).served:
             name = entry.get("name") or options.get("model")
             models[-1]["served"] = served.get(str(name), [])
     dataset = None

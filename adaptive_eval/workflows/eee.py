@@ -36,6 +36,7 @@ from adaptive_eval.base import summary_schema
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.datasets import Question, load_dataset
 from adaptive_eval.files import atomic_output, atomic_write
+from adaptive_eval.registry import BackendTraits, backends
 from adaptive_eval.store import TrialStore
 
 EEE_SCHEMA_VERSION = "0.3.0"
@@ -204,21 +205,21 @@ def _aggregate(
     rows: int,
 ) -> dict[str, Any]:
     kind = backend.get("backend")
-    deployment = {"vllm": "self_deployed", "openai": "externally_managed"}.get(str(kind), "unknown")
+    traits: BackendTraits = backends.traits(kind)  # what the backend's registration declares
     model_info: dict[str, Any] = {
         "name": name,
         "id": name,
         "additional_details": {
-            "deployment_type": deployment,
+            "deployment_type": traits.deployment,
             "model_availability": "unknown",
             **_strings({"adaptive_eval_backend": kind, **backend["files"]}),
         },
     }
     engine = str(backend["files"].get("engine") or "")
-    if kind == "vllm" and engine:
+    if traits.engine and engine:
         first = engine.split(";")[0].split(",")[0].split()
         model_info["inference_engine"] = {
-            "name": "vllm",
+            "name": traits.engine,
             **({"version": first[-1]} if len(first) >= 2 else {}),
         }
     uncertainty: dict[str, Any] = {
