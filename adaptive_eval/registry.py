@@ -21,7 +21,9 @@ parameter, what it must be and the value given, e.g.
 fields go in the dataclass's ``__post_init__`` (a ``ValueError``) or in the factory.
 
 Every built instance records its resolved name and parameters, defaults included
-(:meth:`Registry.resolved`).
+(:meth:`Registry.resolved`). An entry may also declare traits, read by name without building it
+(:meth:`Registry.traits`): a backend's :class:`BackendTraits` say what the rest of the house
+asks of it (engine, packages, export kind), so a new backend is one file.
 
 Built-in plug-ins register themselves when their module is imported; third-party ones (and the
 top-level ``policies`` package) are found through the entry-point group :data:`ENTRY_POINT_GROUP`,
