@@ -7,7 +7,7 @@ dense ``outcomes``; the first line says which trials were scored. Bayes@N, avg a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -72,27 +72,28 @@ def score_tensor(
     correct = weights[np.clip(dense, 0, None)] == weights.max()
     ranks = stats.rank_with_ties(score, score_se, stats.z_threshold(confidence))
     plain = stats.rank_no_ties(score)
+    # A row per model, best first: its name, then these per-model columns in this order (the
+    # JSON's), then Bayes@N's mean and sd again under their version-1 names, then Pass@k.
+    columns: tuple[tuple[str, Callable[[Any], Any], np.ndarray], ...] = (
+        ("rank", int, ranks),
+        ("rank_no_ties", int, plain),
+        ("score", float, score),
+        ("score_se", float, score_se),
+        ("score_low", float, score_low),
+        ("score_high", float, score_high),
+        ("trials", int, trials.sum(axis=1)),
+        ("avg@N", float, avg),
+        ("bayes_mu", float, mu),
+        ("bayes_sigma", float, sigma),
+        ("bayes_low", float, low),
+        ("bayes_high", float, high),
+    )
     rows = []
     for i in np.argsort(-score, kind="stable"):
-        row: dict[str, Any] = {
-            "name": names[i],
-            "rank": int(ranks[i]),
-            "rank_no_ties": int(plain[i]),
-            "score": float(score[i]),
-            "score_se": float(score_se[i]),
-            "score_low": float(score_low[i]),
-            "score_high": float(score_high[i]),
-            "trials": int(trials[i].sum()),
-            "avg@N": float(avg[i]),
-            "bayes_mu": float(mu[i]),
-            "bayes_sigma": float(sigma[i]),
-            "bayes_low": float(low[i]),
-            "bayes_high": float(high[i]),
-            "mu": float(mu[i]),
-            "sigma": float(sigma[i]),
-        }
-        for k in ks:
-            row[f"pass@{k}"] = float(stats.pass_at_k(correct[i], k))
+        row: dict[str, Any] = {"name": names[i]}
+        row.update((key, cast(values[i])) for key, cast, values in columns)
+        row.update(mu=row["bayes_mu"], sigma=row["bayes_sigma"])
+        row.update((f"pass@{k}", float(stats.pass_at_k(correct[i], k))) for k in ks)
         rows.append(row)
     return {
         "schema_version": SCORE_SCHEMA_VERSION,
