@@ -12,7 +12,7 @@ import pytest
 import yaml
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
-from adaptive_eval.base.summary_schema import Summary
+from adaptive_eval.base.summary_schema import ModelRow, Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import CampaignConfig
@@ -154,20 +154,39 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
     assert "Ranking: night 2026-01-02, no alert" in html.unescape(lead)
 
 
+def _row(name: str, rank: int, score: float) -> ModelRow:
+    """A summary's model row: its name, rank and score (the rest does not matter here)."""
+    figures = dict.fromkeys(
+        ("score_se", "score_low", "score_high", "avg", "bayes_mu", "bayes_sigma"), 0.0
+    )
+    figures |= {"bayes_low": 0.0, "bayes_high": 1.0}
+    return ModelRow(
+        name=name,
+        rank=rank,
+        rank_no_ties=rank,
+        score=score,
+        trials=10,
+        trials_per_question_min=1,
+        trials_per_question_max=1,
+        **figures,
+    )
+
+
 def test_a_settled_pair_that_flipped_is_an_alert_however_far_apart_they_are() -> None:
     """Issue 22, workflow 5: only pairs adjacent on both nights were compared, so a model
     settled above another and ranked two places below it later raised no flip."""
     from adaptive_eval.workflows.nightly import ranking_flips
 
-    def ranked(*names: str, ties: tuple[str, ...] = ()) -> dict[str, Any]:
+    def ranked(*named: tuple[str, float], ties: tuple[str, ...] = ()) -> list[ModelRow]:
         rank, models = 0, []
-        for name in names:
+        for name, score in named:
             rank += 0 if name in ties and models else 1
-            models.append({"name": name, "rank": rank})
-        return {"models": models, "pairs": []}
+            models.append(_row(name, rank, score))
+        return models
 
-    flips = ranking_flips(ranked("a", "b", "c"), ranked("b", "c", "a"))
-    # (No scores in these summaries: a flip whose direction is unknown counts as down.)
+    before = ranked(("a", 0.9), ("b", 0.5), ("c", 0.4))
+    flips = ranking_flips(before, ranked(("b", 0.6), ("c", 0.5), ("a", 0.3)))
+    # "a" lost more score than "b" and "c" gained: the flips are down.
     assert flips == [
         {
             "kind": "ranking_flip",
@@ -185,7 +204,8 @@ def test_a_settled_pair_that_flipped_is_an_alert_however_far_apart_they_are() ->
         },
     ]
     # Not settled tonight (a shares b's rank): no flip, whatever the order.
-    assert ranking_flips(ranked("a", "b"), ranked("b", "a", ties=("a",))) == []
+    tied = ranked(("b", 0.5), ("a", 0.5), ties=("a",))
+    assert ranking_flips(ranked(("a", 0.6), ("b", 0.5)), tied) == []
 
 
 def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
@@ -201,13 +221,16 @@ def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
 def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
     from adaptive_eval.workflows.nightly import ranking_flips
 
-    before = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
-    after = {"models": [{"name": "y", "rank": 1}, {"name": "x", "rank": 2}]}
-    same = {"models": [{"name": "x", "rank": 1}, {"name": "y", "rank": 2}]}
+    before = [_row("x", 1, 0.6), _row("y", 2, 0.5)]
+    after = [_row("y", 1, 0.5), _row("x", 2, 0.4)]
+    same = [_row("x", 1, 0.6), _row("y", 2, 0.5)]
     assert ranking_flips(before, after) == [
         {"kind": "ranking_flip", "pair": ["x", "y"], "before": "x", "now": "y", "direction": "down"}
     ]
     assert ranking_flips(before, same) == []
+    # The model behind rose past the one ahead more than that one fell: up.
+    risen = [_row("y", 1, 0.8), _row("x", 2, 0.55)]
+    assert ranking_flips(before, risen)[0]["direction"] == "up"
 
 
 @pytest.mark.slow
@@ -334,3 +357,15 @@ def test_a_betting_rule_takes_last_nights_run_as_its_prior(tmp_path: Path) -> No
     assert sampled[3] == _per_model(history / "runs" / "2026-01-02")[3]  # all of it tonight's
     ckpt = next(m for m in summary["models"] if m["name"] == "ckpt")
     assert ckpt["trials"] == sampled[3]
+
+
+def test_a_past_summary_that_does_not_read_is_an_error_naming_it(tmp_path: Path) -> None:
+    """Nightly reads the nights before it as typed summaries (any version, upgraded); one that
+    does not validate is one error naming its file, never a half-read comparison."""
+    from adaptive_eval.base.errors import InputError
+    from adaptive_eval.workflows.nightly import read_past_summary
+
+    (tmp_path / "summary.json").write_text(json.dumps({"schema_version": 3, "name": "x"}))
+    with pytest.raises(InputError, match="campaign_id: Field required") as info:
+        read_past_summary(tmp_path)
+    assert info.value.source == str(tmp_path / "summary.json")

@@ -45,16 +45,17 @@ import datetime as _dt
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from adaptive_eval.base import markdown as md
 from adaptive_eval.base import summary_schema
 from adaptive_eval.base.errors import AdaptiveEvalError, InputError
-from adaptive_eval.base.summary_schema import Nightly, Summary
+from adaptive_eval.base.summary_schema import ModelRow, Nightly, Summary
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import Campaign, build_campaign
 from adaptive_eval.campaign.checks import plugin_spec
@@ -204,37 +205,26 @@ def alert_text(alert: dict[str, Any], text: Callable[[object], str] = str) -> st
     )
 
 
-def _flip_direction(flip: dict[str, Any], before: dict[str, Any], now: dict[str, Any]) -> str:
+def _flip_direction(
+    flip: dict[str, Any], before: Sequence[ModelRow], now: Sequence[ModelRow]
+) -> str:
     """``down`` when the model that was ahead lost more score than the other gained."""
-
-    def scores(summary: dict[str, Any]) -> dict[str, float]:
-        out = {}
-        for m in summary["models"]:
-            try:
-                out[str(m["name"])] = score(m)
-            except StopIteration:
-                continue
-        return out
-
-    old, new = scores(before), scores(now)
+    old = {m.name: m.score for m in before}
+    new = {m.name: m.score for m in now}
     ahead, behind = flip["before"], flip["now"]
-    if not {ahead, behind} <= old.keys() & new.keys():
-        return "down"  # unknown: alert
     fell = old[ahead] - new[ahead]
     rose = new[behind] - old[behind]
     return "down" if fell >= rose else "up"
 
 
-def ranking_flips(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
-    """Pairs settled one way last night and the other way tonight, over every pair of models
-    both nights ranked, not only the adjacent ones: a model settled above another (a lower
-    decided rank) and tonight settled below it is a flip, however far apart they are (a model
-    that fell two places raised only ``score_drop`` when only adjacent pairs were compared)."""
-
-    def ranks(summary: dict[str, Any]) -> dict[str, int]:
-        return {str(m["name"]): int(m["rank"]) for m in summary["models"] if "rank" in m}
-
-    old, new = ranks(before), ranks(now)
+def ranking_flips(before: Sequence[ModelRow], now: Sequence[ModelRow]) -> list[dict[str, Any]]:
+    """Pairs settled one way last night and the other way tonight (the nights' model rows),
+    over every pair of models both nights ranked, not only the adjacent ones: a model settled
+    above another (a lower decided rank) and tonight settled below it is a flip, however far
+    apart they are (a model that fell two places raised only ``score_drop`` when only adjacent
+    pairs were compared)."""
+    old = {m.name: m.rank for m in before}
+    new = {m.name: m.rank for m in now}
     names = sorted(old.keys() & new.keys())
     flips = []
     for index, first in enumerate(names):
@@ -278,43 +268,52 @@ def last_night_prior(
     return config.model_copy(update={"policy": policy}), str(last)
 
 
+#: What a night's record keeps of each model row of its summary, in this order.
+RANKING_FIELDS = (
+    "name",
+    "rank",
+    "score",
+    "score_se",
+    "score_low",
+    "score_high",
+    "bayes_mu",
+    "bayes_sigma",
+    "trials",
+)
+
+
 def _night_record(
     night: str,
-    summary: dict[str, Any],
+    summary: Summary,
     alerts: list[dict[str, Any]],
     news: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    library = (summary.get("provenance") or {}).get("library") or {}
+    library = summary.provenance.library
     return {
         "night": night,
-        "campaign_id": summary["campaign_id"],
-        "stop_reason": summary["stop_reason"],
-        "trials_used": summary["trials_used"],
-        "sampled": library.get("sampled", summary["trials_used"]),
-        "reused": library.get("reused", 0),
+        "campaign_id": summary.campaign_id,
+        "stop_reason": summary.stop_reason,
+        "trials_used": summary.trials_used,
+        "sampled": summary.trials_used if library is None else library.sampled,
+        "reused": 0 if library is None else library.reused,
         # Models whose identity (weights, engine, ...) changed since the library last saw them.
-        "changed": list(library.get("changes") or []),
-        "ranking": [
-            {
-                k: m[k]
-                for k in (
-                    "name",
-                    "rank",
-                    "score",
-                    "score_se",
-                    "score_low",
-                    "score_high",
-                    "bayes_mu",
-                    "bayes_sigma",
-                    "trials",
-                )
-                if k in m
-            }
-            for m in summary["models"]
-        ],
+        "changed": [] if library is None else list(library.changes),
+        "ranking": [{k: getattr(m, k) for k in RANKING_FIELDS} for m in summary.models],
         "alerts": alerts,
         "news": list(news or []),
     }
+
+
+def read_past_summary(run_dir: Path) -> Summary:
+    """A past night's summary.json, of any version, upgraded and validated; one that does not
+    read is an error naming the file."""
+    path = run_dir / "summary.json"
+    try:
+        return summary_schema.read_summary(json.loads(path.read_text()))
+    except ValidationError as error:
+        where = error.errors()[0]
+        field = ".".join(str(part) for part in where["loc"])
+        raise InputError(f"{field}: {where['msg']}", source=str(path)) from None
 
 
 #: Simulated campaigns of a night's forecast (fewer than ``forecast``'s default: it runs before
@@ -496,7 +495,8 @@ def run_nightly(
     run_dir = runs / tonight
     forecast = night_forecast(config, run_dir)
     summary = runner(config, run_dir)
-    tonight_document = summary_schema.record(summary)  # read as the nights before it are
+    # Read as the nights before it are: summary.json's values, validated.
+    tonight_summary = summary_schema.validate(summary_schema.record(summary))
     save_posterior(campaign, run_dir)
     alerts: list[dict[str, Any]] = []
     news: list[dict[str, Any]] = []
@@ -505,13 +505,13 @@ def run_nightly(
         now = _load_posterior(run_dir)
         if before is not None and now is not None:
             alerts += score_drops(campaign, before, now)
-        last = summary_schema.upgrade(json.loads((previous[-1] / "summary.json").read_text()))
-        for flip in ranking_flips(last, tonight_document):
+        last = read_past_summary(previous[-1])
+        for flip in ranking_flips(last.models, tonight_summary.models):
             alerting = flip_alerts == "any" or (
                 flip_alerts == "down" and flip["direction"] == "down"
             )
             (alerts if alerting else news).append(flip)
-    record = _night_record(tonight, tonight_document, alerts, news)
+    record = _night_record(tonight, tonight_summary, alerts, news)
     if prior is not None:
         record["prior"] = prior
     if forecast is not None:
