@@ -32,7 +32,7 @@ from adaptive_eval.base.redact import (
     without_secrets,
 )
 from adaptive_eval.config_yaml import MAX_YAML_DEPTH, load_yaml, read_yaml
-from adaptive_eval.inputfiles import check
+from adaptive_eval.inputfiles import check, not_a_device
 from adaptive_eval.settings import (
     BudgetSettings,
     CampaignSettings,
@@ -212,6 +212,11 @@ class PluginSpec(_Strict):
 
 
 PluginRef = Annotated[str | PluginSpec, Field(union_mode="left_to_right")]
+
+
+def plugin_spec(ref: str | PluginSpec) -> tuple[str, dict[str, Any]]:
+    """A plug-in reference's name and keyword parameters (a bare name has none)."""
+    return (ref, {}) if isinstance(ref, str) else (ref.name, ref.params())
 
 
 class PriorConfig(_Strict):
@@ -598,12 +603,23 @@ class CampaignConfig(_Strict):
         portable: dict[str, Any] = redact(data)
         return portable
 
+    def named_paths(self) -> list[tuple[str, str]]:
+        """Each file or folder the config names, with its field, as written."""
+        named = [(f"models[{i}].path", entry.path) for i, entry in enumerate(self.models)]
+        named.append(("dataset.path", self.dataset.path if self.dataset else None))
+        named.append(("policy.prior.path", self.policy.prior.path if self.policy.prior else None))
+        named.append(("library", self.library))
+        return [(field, path) for field, path in named if path is not None]
+
     def settle(self) -> CampaignSettings:
         """The config resolved once into the typed settings a campaign carries (every path
         absolute, every default filled in): what the modules below the campaign builder read
-        instead of the config. Call it after the paths are checked (``resolve_path`` refuses a
-        path that cannot be one). Each settings type takes its section's fields by name
+        instead of the config. Every path the config names is checked first, in order: one that
+        cannot be a path (``resolve_path``) or that names a device, a pipe or a socket (reading
+        one never ends) is refused. Each settings type takes its section's fields by name
         (:func:`settled`): only what is not a plain copy is written here."""
+        for field, path in self.named_paths():
+            not_a_device(self.resolve_path(path), source=self.source, field=field)
         policy, dataset, grader = self.policy, self.dataset, self.grader
         budget = settled(BudgetSettings, self.budget)
         return settled(
@@ -616,11 +632,7 @@ class CampaignConfig(_Strict):
             output=settled(OutputSettings, self.output),
             generation=GenerationSettings(
                 sampling=settled(SamplingSettings, self.sampling),
-                grader=None
-                if grader is None
-                else GraderSpec(grader, {})
-                if isinstance(grader, str)
-                else GraderSpec(grader.name, grader.params()),
+                grader=None if grader is None else GraderSpec(*plugin_spec(grader)),
                 dataset=None
                 if dataset is None
                 else settled(DatasetSettings, dataset, path=self.resolve_path(dataset.path)),

@@ -2,7 +2,7 @@
 
 :func:`adaptive_eval.campaign.build.build_campaign` resolves the validated config (its ``settle()``,
 :mod:`adaptive_eval.config`) into one :class:`CampaignSettings`, held by the
-:class:`~adaptive_eval.campaign.build.Campaign` as ``campaign.settings``. Every module below the
+:class:`~adaptive_eval.campaign.campaign.Campaign` as ``campaign.settings``. Every module below the
 builder reads these (the controller, the run loop, the run folder, the outputs) and the backends
 get theirs in the :class:`~adaptive_eval.backends.base.BackendContext`; none of them reads the
 config. Paths are absolute (resolved against the config's folder); defaults are filled in. The

@@ -428,7 +428,7 @@ def test_a_width_campaigns_default_baseline_is_the_fixed_n_of_its_width(
     """Issue 29 (3.1): a width campaign reported "saved -227.1%" against the default N = 80
     where the goal needed 336 per question; without baseline.fixed_n its baseline is the fixed
     N of the width (as validate states it), and a campaign that stops early saves against it."""
-    from adaptive_eval.campaign.build import width_fixed_n
+    from adaptive_eval.campaign.parts import width_fixed_n
 
     data = base_config(
         "s.npz", stopping=[{"name": "ci_width", "half_width": 0.03}], max_trials_per_question=400

@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "adaptive_eval"
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
-#: The modules that may hold the config: its schema, the campaign builder and its checks, and
-#: what stands above them (the workflows, the command line, test support).
+#: The modules that may hold the config: its schema, the campaign builder, its checks and the
+#: parts it builds, and what stands above them (the workflows, the command line, test support).
 ABOVE_OR_BUILDER = (
     "config.py",
     "campaign/build.py",
     "campaign/checks.py",
+    "campaign/parts.py",
     "commands.py",
     "cli.py",
 )
@@ -85,6 +86,7 @@ def test_no_module_below_the_campaign_builder_reads_the_config() -> None:
         "control/library.py",
         "outputs/summary.py",
         "campaign/checkpoint.py",
+        "campaign/campaign.py",
         "control/preflight.py",
         "backends/generation.py",
         "backends/simulated.py",

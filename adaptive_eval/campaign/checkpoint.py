@@ -42,7 +42,9 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import CompareVerdict, Comparison
 from adaptive_eval.base.types import PairDecision, Stop, StopReason, Verdict
-from adaptive_eval.campaign.build import Campaign, budget_rule, fingerprint_of
+from adaptive_eval.campaign.build import fingerprint_of
+from adaptive_eval.campaign.campaign import Campaign
+from adaptive_eval.campaign.parts import budget_rule
 from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,

@@ -1,8 +1,12 @@
 """The checks a campaign's inputs pass before anything runs: contents and names, scales and
-goals a campaign could never meet, paths, budgets and sections a backend would ignore.
+goals a campaign could never meet, budgets and sections a backend would ignore.
 
 Each raises an :class:`~adaptive_eval.base.errors.InputError` naming the file, the field and the
-value; :func:`adaptive_eval.campaign.build.build_campaign` calls them in order.
+value. :func:`adaptive_eval.campaign.build.build_campaign` calls the two passes: the backend
+plans against each other and the config (:func:`check_plans`), then the goals against the
+built rules (:func:`check_goals`). (The paths are checked where the config is settled,
+:meth:`~adaptive_eval.config.CampaignConfig.settle`; a backend's files, the prior's file and a
+plug-in's parameters where they are built, :mod:`adaptive_eval.campaign.parts`.)
 """
 
 from __future__ import annotations
@@ -13,48 +17,138 @@ import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.config import CampaignConfig, PluginSpec
-from adaptive_eval.decide.contracts import StoppingRule, all_of, any_of
-from adaptive_eval.inputfiles import not_a_device
-from adaptive_eval.registry import stopping_rules
+from adaptive_eval.campaign.parts import COMPOSITES
+from adaptive_eval.config import CampaignConfig, plugin_spec
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
-#: Stopping rules that combine others: ``{name: all_of, rules: [...]}``.
-COMPOSITES = {"all_of": all_of, "any_of": any_of}
+__all__ = ["check_goals", "check_plans", "plugin_spec"]
 
 
-def plugin_spec(ref: str | PluginSpec) -> tuple[str, dict[str, Any]]:
-    return (ref, {}) if isinstance(ref, str) else (ref.name, ref.params())
-
-
-def build_stopping(ref: str | PluginSpec, source: str | None, field: str) -> StoppingRule:
-    """One stopping rule; ``all_of`` / ``any_of`` build their ``rules`` the same way."""
-    name, params = plugin_spec(ref)
-    if name not in COMPOSITES:
-        rule: StoppingRule = stopping_rules.build(name, params, source=source, field=field)
-        return rule
-    children = params.pop("rules", None)
-    if params or not isinstance(children, list) or not children:
-        raise InputError(
-            f"{name} takes one parameter, rules: a non-empty list of stopping rules "
-            f"(got {sorted(params) or children!r})",
-            source=source,
-            field=field,
-        )
-    built = []
-    for j, child in enumerate(children):
-        if not isinstance(child, str | dict) or (isinstance(child, dict) and "name" not in child):
+def check_plans(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
+    """Every entry serves models and questions under names that can be shown, the same
+    questions as the others and models no other entry names; the rope, the pair rules' epsilon
+    and the compare margin are below the weights' range; the weights fit each entry's
+    categories; a token budget can be counted. Returns the warnings: what the config asks
+    that no entry will do (:func:`_ignored_sections`)."""
+    source = config.source
+    _check_contents(config, plans)
+    question_ids = plans[0].question_ids
+    for index, plan in enumerate(plans[1:], start=1):
+        if plan.question_ids != question_ids:
             raise InputError(
-                f"rules[{j}] must be a rule name or {{name: ..., ...}}, got {child!r}",
+                f"has {len(plan.question_ids)} questions that differ from "
+                f"models[0]'s {len(question_ids)}; every entry must cover the "
+                "same questions",
                 source=source,
+                field=f"models[{index}]",
+            )
+    names = tuple(name for plan in plans for name in plan.models)
+    _check_scale(config)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InputError(
+                f"model name {name!r} appears twice; give entries distinct names",
+                source=source,
+                field="models",
+            )
+        seen.add(name)
+    weights = np.asarray(config.rubric.weights, dtype=np.float64)
+    for index, plan in enumerate(plans):
+        if plan.num_categories is not None and plan.num_categories != len(weights):
+            raise InputError(
+                f"has {len(weights)} weights but models[{index}] ({plan.describe}) has "
+                f"{plan.num_categories} categories (C+1); give one weight per category",
+                source=source,
+                field="rubric.weights",
+            )
+        if plan.validate_categories is not None:
+            plan.validate_categories(len(weights))
+    _check_token_budget(config, plans)
+    return _ignored_sections(config, plans)
+
+
+def check_goals(
+    config: CampaignConfig, design: IntervalDesign, capacity: np.ndarray, plans: list[BackendPlan]
+) -> None:
+    """What the campaign is asked to reach, against what its rules and files allow: a width
+    goal (:func:`_check_width_goal`), a fixed-N baseline no larger than a replay's recorded
+    trials per question."""
+    _check_width_goal(config, design, capacity, len(plans[0].question_ids))
+    recorded = [plan.capacity for plan in plans if plan.capacity is not None]
+    fixed_n = config.baseline.fixed_n
+    if fixed_n is not None and recorded and fixed_n > min(recorded):
+        raise InputError(
+            f"fixed_n={fixed_n} exceeds the {min(recorded)} "
+            "trials per question recorded in a replay; the fixed-N baseline could "
+            "not have been run on it",
+            source=config.source,
+            field="baseline.fixed_n",
+        )
+
+
+def _check_contents(config: CampaignConfig, plans: list[BackendPlan]) -> None:
+    """Every entry serves at least one model and one question, under names a table and a
+    terminal can show (a file's names are as much input as the config's)."""
+    for index, plan in enumerate(plans):
+        field = f"models[{index}]"
+        what = plan.describe or plan.backend
+        if not plan.models:
+            raise InputError(f"{what}: serves no model", source=config.source, field=field)
+        if not plan.question_ids:
+            raise InputError(f"{what}: has no questions", source=config.source, field=field)
+        for kind, names in (("model name", plan.models), ("question id", plan.question_ids)):
+            for name in names:
+                if not name.strip() or not name.isprintable():
+                    raise InputError(
+                        f"{what}: {kind} {name!r} is empty or holds control characters",
+                        source=config.source,
+                        field=field,
+                    )
+
+
+def _check_scale(config: CampaignConfig) -> None:
+    """A rope (or a pair rule's epsilon) as wide as the weights' range makes every pair
+    "equivalent" without a single trial's say; a compare margin that wide passes any
+    candidate."""
+    span = config.rubric.span
+    equivalent = "every pair would be declared equivalent"
+    margin = config.compare.margin if config.compare is not None else None
+    bounds = [
+        ("policy.rope", config.policy.rope, equivalent),
+        ("compare.margin", margin, "any candidate would pass"),
+    ]
+    for index, ref in enumerate(config.policy.pair_rules or []):
+        _, params = plugin_spec(ref)
+        bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon"), equivalent))
+    for field, value, meaning in bounds:
+        if isinstance(value, int | float) and value >= span:
+            raise InputError(
+                f"{value:g} is not below the range of the rubric weights ({span:g}): {meaning}; "
+                "give a difference that matters on the weights' scale",
+                source=config.source,
                 field=field,
             )
-        spec = child if isinstance(child, str) else PluginSpec(**child)
-        built.append(build_stopping(spec, source, f"{field}.rules[{j}]"))
-    return COMPOSITES[name](*built)
 
 
-def check_width_goal(
+def _check_token_budget(config: CampaignConfig, plans: list[BackendPlan]) -> None:
+    """``budget.tokens`` counts the tokens trials report: a backend that reports none would
+    never reach it (the budget was accepted and silently ignored)."""
+    if config.budget.tokens is None:
+        return
+    for index, plan in enumerate(plans):
+        if not plan.reports_tokens:
+            raise InputError(
+                f"{config.budget.tokens} tokens cannot be counted: models[{index}] "
+                f"({plan.describe or plan.backend}) reports no token counts (a scenario without "
+                "tokens_mean, a replay without tokens), so this budget would never be reached; "
+                "use budget.trials, or give the file its token counts",
+                source=config.source,
+                field="budget.tokens",
+            )
+
+
+def _check_width_goal(
     config: CampaignConfig, design: IntervalDesign, capacity: np.ndarray, num_questions: int
 ) -> None:
     """A width goal must be narrower than the weights' range, and reachable by the cap for any
@@ -110,39 +204,11 @@ def _width_field(config: CampaignConfig) -> str:
     return find(list(config.policy.stopping or []), "policy.stopping") or "policy.stopping"
 
 
-def check_paths(config: CampaignConfig) -> None:
-    """No path in the config may name a device, a pipe or a socket (reading one never ends)."""
-    named = [(f"models[{i}].path", entry.path) for i, entry in enumerate(config.models)]
-    named.append(("dataset.path", config.dataset.path if config.dataset else None))
-    named.append(("policy.prior.path", config.policy.prior.path if config.policy.prior else None))
-    named.append(("library", config.library))
-    for field, path in named:
-        if path is not None:
-            not_a_device(config.resolve_path(path), source=config.source, field=field)
-
-
-def check_token_budget(config: CampaignConfig, plans: list[BackendPlan]) -> None:
-    """``budget.tokens`` counts the tokens trials report: a backend that reports none would
-    never reach it (the budget was accepted and silently ignored)."""
-    if config.budget.tokens is None:
-        return
-    for index, plan in enumerate(plans):
-        if not plan.reports_tokens:
-            raise InputError(
-                f"{config.budget.tokens} tokens cannot be counted: models[{index}] "
-                f"({plan.describe or plan.backend}) reports no token counts (a scenario without "
-                "tokens_mean, a replay without tokens), so this budget would never be reached; "
-                "use budget.trials, or give the file its token counts",
-                source=config.source,
-                field="budget.tokens",
-            )
-
-
 #: Config sections only generating backends (vllm, openai) read.
 GENERATION_SECTIONS = ("dataset", "sampling", "grader")
 
 
-def ignored_sections(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
+def _ignored_sections(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
     """Warnings for sections given that no entry of this config reads, and for a ``library:``
     given without a value (it silently meant no library)."""
     warnings: tuple[str, ...] = ()
@@ -161,47 +227,3 @@ def ignored_sections(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[
         f"config generates ({', '.join(backends)} entries draw simulated or recorded outcomes; "
         "only vllm and openai entries read a dataset, sampling and a grader)",
     )
-
-
-def check_contents(config: CampaignConfig, plans: list[BackendPlan]) -> None:
-    """Every entry serves at least one model and one question, under names a table and a
-    terminal can show (a file's names are as much input as the config's)."""
-    for index, plan in enumerate(plans):
-        field = f"models[{index}]"
-        what = plan.describe or plan.backend
-        if not plan.models:
-            raise InputError(f"{what}: serves no model", source=config.source, field=field)
-        if not plan.question_ids:
-            raise InputError(f"{what}: has no questions", source=config.source, field=field)
-        for kind, names in (("model name", plan.models), ("question id", plan.question_ids)):
-            for name in names:
-                if not name.strip() or not name.isprintable():
-                    raise InputError(
-                        f"{what}: {kind} {name!r} is empty or holds control characters",
-                        source=config.source,
-                        field=field,
-                    )
-
-
-def check_scale(config: CampaignConfig) -> None:
-    """A rope (or a pair rule's epsilon) as wide as the weights' range makes every pair
-    "equivalent" without a single trial's say; a compare margin that wide passes any
-    candidate."""
-    span = config.rubric.span
-    equivalent = "every pair would be declared equivalent"
-    margin = config.compare.margin if config.compare is not None else None
-    bounds = [
-        ("policy.rope", config.policy.rope, equivalent),
-        ("compare.margin", margin, "any candidate would pass"),
-    ]
-    for index, ref in enumerate(config.policy.pair_rules or []):
-        _, params = plugin_spec(ref)
-        bounds.append((f"policy.pair_rules[{index}].epsilon", params.get("epsilon"), equivalent))
-    for field, value, meaning in bounds:
-        if isinstance(value, int | float) and value >= span:
-            raise InputError(
-                f"{value:g} is not below the range of the rubric weights ({span:g}): {meaning}; "
-                "give a difference that matters on the weights' scale",
-                source=config.source,
-                field=field,
-            )
