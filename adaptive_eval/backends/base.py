@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,6 +89,15 @@ class BackendPlan:
     reachable: Callable[[], str | None] | None = None
 
 
+def worker_maker(
+    worker: Callable[..., Worker], *args: Any
+) -> Callable[[int], Callable[[], Worker]]:
+    """A :attr:`BackendPlan.make_worker` for a worker built as ``worker(*args, offset)``:
+    ``make_worker(offset)`` is that call, left for the actor to make (picklable where ``args``
+    are)."""
+    return partial(partial, worker, *args)
+
+
 def uniform_from_seeds(seeds: np.ndarray, stream: int) -> np.ndarray:
     """Deterministic uniforms in [0, 1) from integer seeds (splitmix64 finaliser).
 
@@ -122,6 +132,37 @@ def expand_items(
         np.asarray(trials, dtype=np.int64),
         np.asarray(seeds, dtype=np.int64),
     )
+
+
+@dataclass(frozen=True)
+class EntryModels:
+    """The models of one config entry as its workers index them: row ``i`` of the entry's
+    arrays is model ``names[i]``; ``question_ids`` are the dataset's, and each trial's seed
+    derives from the campaign ``seed`` (:func:`~adaptive_eval.base.types.trial_seed`)."""
+
+    names: tuple[str, ...]
+    question_ids: tuple[str, ...]
+    seed: int
+
+
+class ArrayWorker:
+    """What the workers that read or draw their trials from arrays over their entry's models
+    (replay, simulated) share: the entry's ``models`` and ``offset``, its first global model
+    index (a batch of model ``m`` reads row ``m - offset`` of the arrays)."""
+
+    def __init__(self, models: EntryModels, offset: int) -> None:
+        self.models = models
+        self.offset = offset
+
+    def expand(self, batch: Batch) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's row of the entry's arrays, then its trials' question, trial and seed
+        arrays (:func:`expand_items`)."""
+        local = batch.model - self.offset
+        models = self.models
+        questions, trials, seeds = expand_items(
+            batch, models.question_ids, models.names[local], models.seed
+        )
+        return local, questions, trials, seeds
 
 
 def result_from_arrays(

@@ -9,57 +9,46 @@ what adaptive sampling would have saved on it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
 from adaptive_eval.backends.base import (
+    ArrayWorker,
     BackendContext,
     BackendPlan,
-    Worker,
-    expand_items,
+    EntryModels,
     result_from_arrays,
+    worker_maker,
 )
-from adaptive_eval.backends.simulated import select_models
-from adaptive_eval.base.errors import ExhaustedError, InputError
+from adaptive_eval.backends.simulated import entry_npz, select_models
+from adaptive_eval.base.errors import ExhaustedError
 from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config import ModelEntry, file_sha256
-from adaptive_eval.npzio import NpzFile, check_categories
+from adaptive_eval.npzio import check_categories
 from adaptive_eval.registry import backends
 
 
-class ReplayWorker:
+class ReplayWorker(ArrayWorker):
     def __init__(
-        self,
-        names: tuple[str, ...],
-        question_ids: tuple[str, ...],
-        outcomes: np.ndarray,
-        tokens: np.ndarray | None,
-        seed: int,
-        offset: int,
+        self, models: EntryModels, outcomes: np.ndarray, tokens: np.ndarray | None, offset: int
     ) -> None:
-        self.names = names
-        self.question_ids = question_ids
+        super().__init__(models, offset)
         self.outcomes = outcomes
         self.tokens = tokens
-        self.seed = seed
-        self.offset = offset
 
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
-        local = batch.model - self.offset
+        local, questions, trials, seeds = self.expand(batch)
         recorded = self.outcomes.shape[2]
         for item in batch.items:
             if item.first_trial + item.count > recorded:
                 raise ExhaustedError(
-                    f"replay of {self.names[local]!r} question {self.question_ids[item.question]!r}"
+                    f"replay of {self.models.names[local]!r} question "
+                    f"{self.models.question_ids[item.question]!r}"
                     f" asked for trial {item.first_trial + item.count - 1} but only {recorded} "
                     "were recorded"
                 )
-        questions, trials, seeds = expand_items(
-            batch, self.question_ids, self.names[local], self.seed
-        )
         categories = self.outcomes[local, questions, trials]
         tokens = None if self.tokens is None else self.tokens[local, questions, trials]
         return result_from_arrays(
@@ -73,27 +62,9 @@ def _recorded_scores(outcomes: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _make(
-    names: tuple[str, ...],
-    question_ids: tuple[str, ...],
-    outcomes: np.ndarray,
-    tokens: np.ndarray | None,
-    seed: int,
-    offset: int,
-) -> Callable[[], Worker]:
-    return partial(ReplayWorker, names, question_ids, outcomes, tokens, seed, offset)
-
-
 @backends.register("replay")
 def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
-    if entry.path is None:
-        raise InputError(
-            "replay backend needs path: an npz of recorded outcomes",
-            source=context.source,
-            field=f"{context.field}.path",
-        )
-    path = context.resolve_path(entry.path)
-    file = NpzFile(path, field=context.field)
+    path, file = entry_npz(entry, context, "replay backend needs path: an npz of recorded outcomes")
     key = entry.key or "outcomes"
     outcomes = file.get(key, ndim=3, kind="i").astype(np.int64)
     num_models, num_questions, recorded = outcomes.shape
@@ -112,24 +83,22 @@ def replay(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     names = file.names("models", num_models, "model-")
     question_ids = file.names("questions", num_questions, "q")
     keep = select_models(names, entry.select, file, context.field)
-    kept_names = tuple(names[i] for i in keep)
+    models = EntryModels(tuple(names[i] for i in keep), question_ids, context.campaign_seed)
     kept_outcomes = np.ascontiguousarray(outcomes[keep])
     kept_tokens = None if tokens is None else np.ascontiguousarray(tokens[keep])
     return BackendPlan(
         backend="replay",
-        models=kept_names,
+        models=models.names,
         question_ids=question_ids,
         num_categories=None,  # known only from the rubric; range checked by the campaign
         capacity=recorded,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": 0.25},
-        make_worker=partial(
-            _make, kept_names, question_ids, kept_outcomes, kept_tokens, context.campaign_seed
-        ),
+        make_worker=worker_maker(ReplayWorker, models, kept_outcomes, kept_tokens),
         files={"outcomes": file_sha256(path)},
         reports_tokens=kept_tokens is not None,
         known_scores=partial(_recorded_scores, kept_outcomes),
-        describe=f"replay {path.name}[{key}]: {len(kept_names)} models x {num_questions} "
+        describe=f"replay {path.name}[{key}]: {len(models.names)} models x {num_questions} "
         f"questions x {recorded} recorded trials",
         validate_categories=partial(check_categories, kept_outcomes, file=file, name=key),
     )

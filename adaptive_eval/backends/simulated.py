@@ -16,24 +16,26 @@ a time, the engine draining at every batch boundary (the vLLM worker before the 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import threading
 import time
-from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adaptive_eval.backends.base import (
+    ArrayWorker,
     BackendContext,
     BackendPlan,
-    Worker,
-    expand_items,
+    EntryModels,
     result_from_arrays,
     uniform_from_seeds,
+    worker_maker,
 )
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Batch, BatchResult
@@ -113,25 +115,20 @@ class EngineModel:
         return end
 
 
-class SimulatedWorker:
+class SimulatedWorker(ArrayWorker):
     def __init__(
         self,
-        names: tuple[str, ...],
-        question_ids: tuple[str, ...],
+        models: EntryModels,
         cumulative: np.ndarray,
         tokens_mean: np.ndarray | None,
-        offset: int,
-        seed: int,
         latency: LatencyModel | None,
-        worker_id: str,
-        load_s: float = 0.0,
+        load_s: float,
+        offset: int,
+        worker_id: str = "simulated",
     ) -> None:
-        self.names = names
-        self.question_ids = question_ids
+        super().__init__(models, offset)
         self.cumulative = cumulative
         self.tokens_mean = tokens_mean
-        self.offset = offset
-        self.seed = seed
         self.latency = latency
         self.worker_id = worker_id
         self.engine: EngineModel | None = None
@@ -142,10 +139,7 @@ class SimulatedWorker:
 
     def run(self, batch: Batch) -> BatchResult:
         started = time.perf_counter()
-        local = batch.model - self.offset
-        questions, trials, seeds = expand_items(
-            batch, self.question_ids, self.names[local], self.seed
-        )
+        local, questions, trials, seeds = self.expand(batch)
         cells = self.cumulative[local, questions]
         uniforms = uniform_from_seeds(seeds, stream=0)
         categories = (uniforms[:, None] >= cells[:, :-1]).sum(axis=1)
@@ -161,11 +155,10 @@ class SimulatedWorker:
                 np.int64
             )
         gpu_s = 0.0
+        engine_share = None
         if self.latency is not None and self.engine is not None:
-            return self._run_on_engine(
-                batch, started, questions, trials, seeds, categories, tokens, self.engine
-            )
-        if self.latency is not None:
+            gpu_s = engine_share = self._wait_for_engine(seeds, tokens, self.engine)
+        elif self.latency is not None:
             gpu_s = (
                 self.latency.per_batch_s
                 + self.latency.per_trial_s * len(trials)
@@ -174,70 +167,45 @@ class SimulatedWorker:
             remaining = gpu_s - (time.perf_counter() - started)
             if remaining > 0:
                 time.sleep(remaining)
-        return result_from_arrays(
+        result = result_from_arrays(
             batch, self.worker_id, started, questions, trials, seeds, categories, tokens, gpu_s
         )
+        if engine_share is None:
+            return result
+        # Busy for its share of the engine: the batches sharing it add up to its busy time.
+        return dataclasses.replace(result, busy_s=engine_share)
 
-    def _run_on_engine(
-        self,
-        batch: Batch,
-        started: float,
-        questions: np.ndarray,
-        trials: np.ndarray,
-        seeds: np.ndarray,
-        categories: np.ndarray,
-        tokens: np.ndarray | None,
-        engine: EngineModel,
-    ) -> BatchResult:
+    def _wait_for_engine(
+        self, seeds: np.ndarray, tokens: np.ndarray | None, engine: EngineModel
+    ) -> float:
+        """Queue the trials on the engine and sleep until the last ends; returns this batch's
+        share of the engine: its sequence-seconds over the engine's slots."""
         latency = self.latency
         assert latency is not None
         lengths = lognormal_lengths(seeds, latency)
         if lengths is None:
-            lengths = tokens if tokens is not None else np.zeros(len(trials), dtype=np.int64)
+            lengths = tokens if tokens is not None else np.zeros(len(seeds), dtype=np.int64)
         services = latency.per_trial_s + latency.per_token_s * lengths.astype(np.float64)
         end = engine.schedule(services, time.perf_counter()) + latency.per_batch_s
         remaining = end - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
-        # This batch's share of the engine: its sequence-seconds over the engine's slots (the
-        # batches sharing the engine add up to its busy time).
-        share = float(services.sum()) / engine.slots
-        result = result_from_arrays(
-            batch, self.worker_id, started, questions, trials, seeds, categories, tokens, share
-        )
-        return BatchResult(
-            result.batch_id, result.round, result.worker, result.trials, share, share
-        )
-
-
-def _make(
-    names: tuple[str, ...],
-    question_ids: tuple[str, ...],
-    cumulative: np.ndarray,
-    tokens_mean: np.ndarray | None,
-    seed: int,
-    latency: LatencyModel | None,
-    load_s: float,
-    offset: int,
-) -> Callable[[], Worker]:
-    return partial(
-        SimulatedWorker,
-        names,
-        question_ids,
-        cumulative,
-        tokens_mean,
-        offset,
-        seed,
-        latency,
-        "simulated",
-        load_s,
-    )
+        return float(services.sum()) / engine.slots
 
 
 def _true_scores(probs: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Each model's true score: the mean over questions of its expected weight."""
     scores: np.ndarray = (probs @ weights).mean(axis=1)
     return scores
+
+
+def entry_npz(entry: ModelEntry, context: BackendContext, needs: str) -> tuple[Path, NpzFile]:
+    """The npz an entry's ``path`` names, resolved against the config; ``needs`` is the error
+    where the entry has no path (what the path must name)."""
+    if entry.path is None:
+        raise InputError(needs, source=context.source, field=f"{context.field}.path")
+    path = context.resolve_path(entry.path)
+    return path, NpzFile(path, field=context.field)
 
 
 def select_models(
@@ -281,14 +249,7 @@ def parse_options(model: type[OptionsT], entry: ModelEntry, context: BackendCont
 @backends.register("simulated")
 def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     options = parse_options(SimulatedOptions, entry, context)
-    if entry.path is None:
-        raise InputError(
-            "simulated backend needs path: a scenario npz",
-            source=context.source,
-            field=f"{context.field}.path",
-        )
-    path = context.resolve_path(entry.path)
-    file = NpzFile(path, field=context.field)
+    path, file = entry_npz(entry, context, "simulated backend needs path: a scenario npz")
     probs = file.get("probs", ndim=3, kind="f").astype(np.float64)
     if np.any(probs < 0):
         bad = tuple(int(i) for i in np.argwhere(probs < 0)[0])
@@ -324,7 +285,7 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         weights = tuple(float(w) for w in file.get("weights", ndim=1, kind="fi"))
     keep = select_models(names, entry.select, file, context.field)
     cumulative = np.cumsum(probs[keep], axis=2)
-    kept_names = tuple(names[i] for i in keep)
+    models = EntryModels(tuple(names[i] for i in keep), question_ids, context.campaign_seed)
     kept_tokens = None if tokens_mean is None else tokens_mean[keep]
     latency = entry.latency
     concurrency = 1
@@ -333,21 +294,14 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         concurrency = max(2, context.execution.in_flight_per_worker + 1)
     return BackendPlan(
         backend="simulated",
-        models=kept_names,
+        models=models.names,
         question_ids=question_ids,
         num_categories=num_categories,
         capacity=None,
         workers=entry.workers or context.default_workers,
         actor_options={"num_cpus": 0.5},
-        make_worker=partial(
-            _make,
-            kept_names,
-            question_ids,
-            cumulative,
-            kept_tokens,
-            context.campaign_seed,
-            entry.latency,
-            options.load_s,
+        make_worker=worker_maker(
+            SimulatedWorker, models, cumulative, kept_tokens, entry.latency, options.load_s
         ),
         files={"scenario": file_sha256(path)},
         reports_tokens=kept_tokens is not None,
@@ -357,6 +311,6 @@ def simulated(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         execution_options=frozenset(SimulatedOptions.model_fields),
         devices_per_worker=options.devices,
         actor_concurrency=concurrency,
-        describe=f"simulated {path.name}: {len(kept_names)} models x {num_questions} questions,"
+        describe=f"simulated {path.name}: {len(models.names)} models x {num_questions} questions,"
         f" {num_categories} categories",
     )
