@@ -18,12 +18,12 @@ Nothing here imports vllm, httpx or torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
 
-from adaptive_eval.backends.base import BackendContext
+from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker, worker_maker
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.config import ModelEntry
 from adaptive_eval.datasets import Dataset, Question, load_dataset, render_prompt
@@ -205,6 +205,51 @@ class Prepared:
     dataset: Dataset
     grader: Grader
     num_cpus: float | None
+
+    def plan(
+        self,
+        entry: ModelEntry,
+        context: BackendContext,
+        *,
+        backend: str,
+        worker: Callable[..., Worker],
+        settings: Any,
+        files: Mapping[str, str],
+        describe: str,
+        cpus: float,
+        num_gpus: int = 0,
+        **backend_fields: Any,
+    ) -> BackendPlan:
+        """The entry's plan: its one model over the dataset's questions, graded in the worker.
+
+        A worker is ``worker(setup, settings, offset)``, one batch per thread for every batch
+        queued at it (:func:`feed_concurrency`); it reserves ``num_cpus`` CPUs (default
+        ``cpus``) and ``num_gpus`` GPUs. ``files`` are recorded after the dataset's digest,
+        ``describe`` is followed by the questions and the grader; ``backend_fields`` are the
+        backend's own :class:`BackendPlan` fields."""
+        setup = self.setup
+        actor_options: dict[str, Any] = {
+            "num_cpus": self.num_cpus if self.num_cpus is not None else cpus
+        }
+        if num_gpus:
+            actor_options["num_gpus"] = num_gpus
+        return BackendPlan(
+            backend=backend,
+            models=(setup.model_name,),
+            question_ids=setup.question_ids,
+            num_categories=setup.num_categories,
+            capacity=None,
+            workers=entry.workers or context.default_workers,
+            actor_options=actor_options,
+            actor_concurrency=feed_concurrency(context.execution),
+            make_worker=worker_maker(worker, setup, settings),
+            files={"dataset": self.dataset.sha256, **files},
+            weights=tuple(getattr(self.grader, "default_weights", ())) or None,
+            describe=f"{describe}: {len(setup.questions)} questions, grader {setup.grader_name}",
+            devices_per_worker=float(num_gpus),
+            generating=True,
+            **backend_fields,
+        )
 
 
 def grader_spec(settings: GenerationSettings) -> tuple[str, dict[str, Any]]:

@@ -45,13 +45,12 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.backends.generation import (
     COMMON_OPTIONS,
     EXECUTION_OPTIONS,
     GenerationSetup,
     Options,
-    feed_concurrency,
     prepare_generation,
 )
 from adaptive_eval.backends.generation_worker import (
@@ -572,10 +571,6 @@ class OpenAIWorker(GenerationWorker):
         return [g for g, _ in done], [f for _, f in done], window
 
 
-def _make(setup: GenerationSetup, settings: OpenAISettings, offset: int) -> Callable[[], Worker]:
-    return partial(OpenAIWorker, setup, settings, offset)
-
-
 @backends.register(
     "openai",
     traits=BackendTraits(
@@ -640,7 +635,6 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
     name = entry.name or model
     prepared = prepare_generation(entry, context, options, name)
     options.finish(known=BACKEND_OPTIONS)
-    setup = prepared.setup
     # The model's identity: what the server says it serves under the name (its /models card and
     # version), besides a stated revision; asked once the entry is known to be well-formed.
     auth = (
@@ -664,23 +658,17 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
             revision=revision,
             timeout=min(settings.timeout_s, TIMEOUT_S),
         )
-    return BackendPlan(
+    # Batches share the worker's request pool.
+    return prepared.plan(
+        entry,
+        context,
         backend="openai",
-        models=(name,),
-        question_ids=setup.question_ids,
-        num_categories=setup.num_categories,
-        capacity=None,
-        workers=entry.workers or context.default_workers,
-        actor_options={"num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 0.25},
-        # batches share the worker's request pool
-        actor_concurrency=feed_concurrency(context.execution),
-        make_worker=partial(_make, setup, settings),
-        files={"dataset": prepared.dataset.sha256, "server": server},
-        weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
-        describe=f"openai {model} at {base_url} ({settings.endpoint}): "
-        f"{len(setup.questions)} questions, grader {setup.grader_name}",
+        worker=OpenAIWorker,
+        settings=settings,
+        files={"server": server},
+        describe=f"openai {model} at {base_url} ({settings.endpoint})",
+        cpus=0.25,
         execution_options=OPENAI_EXECUTION_OPTIONS,
-        generating=True,
         reachable=partial(
             server_answers,
             base_url,

@@ -44,13 +44,12 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
+from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.backends.cores import (
     CoreClaim,
     pin_current_thread,
@@ -60,7 +59,6 @@ from adaptive_eval.backends.generation import (
     EXECUTION_OPTIONS,
     GenerationSetup,
     Options,
-    feed_concurrency,
     prepare_generation,
 )
 from adaptive_eval.backends.generation_worker import (
@@ -394,10 +392,6 @@ class VllmWorker(GenerationWorker):
         return convert(output, params, latency, self.settings.device)
 
 
-def _make(setup: GenerationSetup, settings: VllmSettings, offset: int) -> Callable[[], Worker]:
-    return partial(VllmWorker, setup, settings, offset)
-
-
 # -- driver-side checks -------------------------------------------------------------------------
 
 
@@ -495,11 +489,6 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         engine_args.get("pipeline_parallel_size", 1)
     )
     num_gpus = tp if device == "cuda" else 0
-    actor_options: dict[str, Any] = {
-        "num_cpus": prepared.num_cpus if prepared.num_cpus is not None else 1
-    }
-    if num_gpus:
-        actor_options["num_gpus"] = num_gpus
     settings = VllmSettings(
         entry_field=field_name,
         path=str(path),
@@ -514,10 +503,9 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         bench_lengths=bench_lengths,
         engine_cpus=engine_cpus,
     )
-    setup = prepared.setup
     # The model's identity (library cells, the run's fingerprint): every byte of its folder
     # (and of a separate tokenizer folder), and the engine that runs it.
-    files = {"dataset": prepared.dataset.sha256, "model_files": folder_digest(path)}
+    files = {"model_files": folder_digest(path)}
     if tokenizer_dir.resolve() != path.resolve():
         files["tokenizer_files"] = folder_digest(tokenizer_dir, what="tokenizer folder")
     files["engine"] = engine_description(path, device, engine_args)
@@ -525,26 +513,19 @@ def vllm_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         import hashlib
 
         files["chat_template"] = hashlib.sha256(template_text.encode()).hexdigest()
-    return BackendPlan(
+    # Every batch queued at a worker runs at once, in its own thread: the feed puts all of
+    # their requests into the one engine (and grading overlaps generation).
+    return prepared.plan(
+        entry,
+        context,
         backend="vllm",
-        models=(name,),
-        question_ids=setup.question_ids,
-        num_categories=setup.num_categories,
-        capacity=None,
-        workers=entry.workers or context.default_workers,
-        actor_options=actor_options,
-        make_worker=partial(_make, setup, settings),
+        worker=VllmWorker,
+        settings=settings,
         files=files,
-        weights=tuple(getattr(prepared.grader, "default_weights", ())) or None,
-        describe=f"vllm {name} ({path}) on {device}"
-        + (f" x{num_gpus} GPU" if num_gpus else "")
-        + f": {len(setup.questions)} questions, grader {setup.grader_name}",
+        describe=f"vllm {name} ({path}) on {device}" + (f" x{num_gpus} GPU" if num_gpus else ""),
+        cpus=1,
+        num_gpus=num_gpus,
         load_cost_s=float(load_cost) if load_cost is not None else estimate_load_cost(path),
         swappable=True,
-        # Every batch queued at a worker runs at once, in its own thread: the feed puts all of
-        # their requests into the one engine (and grading overlaps generation).
-        actor_concurrency=feed_concurrency(context.execution),
         execution_options=EXECUTION_OPTIONS | {"engine_cpus"},
-        devices_per_worker=float(num_gpus),
-        generating=True,
     )
