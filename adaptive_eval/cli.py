@@ -103,32 +103,40 @@ def _at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def _config_options(command: argparse.ArgumentParser, *, json_help: str | None = None) -> None:
+    """The options of a command that reads a campaign config: ``--set``, and where it runs the
+    campaign (``json_help`` says what ``--json`` prints) ``--json`` and ``--quiet``."""
+    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    if json_help is not None:
+        command.add_argument("--json", action="store_true", help=json_help)
+        command.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="adaptive-eval", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run or resume a campaign")
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help: str
+    ) -> argparse.ArgumentParser:
+        """The subcommand ``name``, run by ``func``; ``help`` is its line in ``--help``."""
+        subcommand = sub.add_parser(name, help=help)
+        subcommand.set_defaults(func=func)
+        return subcommand
+
+    run = command("run", cmd_run, help="run or resume a campaign")
     run.add_argument("config", help="campaign config (YAML)")
     run.add_argument("--out", required=True, help="run directory (resumed if it exists)")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=SET_HELP,
-    )
-    run.add_argument("--json", action="store_true", help="print summary.json to stdout")
-    run.add_argument("--quiet", action="store_true", help=QUIET_HELP)
-    run.set_defaults(func=cmd_run)
+    _config_options(run, json_help="print summary.json to stdout")
 
-    validate = sub.add_parser("validate", help="check a config and print the plan")
+    validate = command("validate", cmd_validate, help="check a config and print the plan")
     validate.add_argument("config", help="campaign config (YAML)")
-    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
-    validate.set_defaults(func=cmd_validate)
+    _config_options(validate)
 
-    forecast = sub.add_parser(
+    forecast = command(
         "forecast",
+        cmd_forecast,
         help="forecast trials, tokens, GPU time and the pairs a campaign will settle, before "
         "it samples",
     )
@@ -160,13 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidate", help="forecast `compare --candidate NAME`: its pairs against each incumbent"
     )
     forecast.add_argument("--margin", type=float, help="compare's non-inferiority margin")
-    forecast.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
-    forecast.add_argument("--json", action="store_true", help="print forecast.json to stdout")
-    forecast.add_argument("--quiet", action="store_true", help=QUIET_HELP)
-    forecast.set_defaults(func=cmd_forecast)
+    _config_options(forecast, json_help="print forecast.json to stdout")
 
-    report = sub.add_parser(
-        "report", help="rebuild summary.json, report.md and report.html from a run's store"
+    report = command(
+        "report",
+        cmd_report,
+        help="rebuild summary.json, report.md and report.html from a run's store",
     )
     report.add_argument("run_dir", help="run folder (of run, compare or a night)")
     report.add_argument("--config", help="config (default: RUN_DIR/config.yaml)")
@@ -181,24 +188,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the path of the rewritten report.html (plots) instead of the summary",
     )
-    report.set_defaults(func=cmd_report)
 
-    verify = sub.add_parser(
-        "verify", help="check a run's store: SQLite's integrity check and the digest chain"
+    verify = command(
+        "verify",
+        cmd_verify,
+        help="check a run's store: SQLite's integrity check and the digest chain",
     )
     verify.add_argument("run_dir", help="run folder")
-    verify.set_defaults(func=cmd_verify)
 
-    completions = sub.add_parser("completions", help="print stored completions of a run")
+    completions = command("completions", cmd_completions, help="print stored completions of a run")
     completions.add_argument("run_dir", help="run folder")
     completions.add_argument("--model", help="model name")
     completions.add_argument("--question", help="question id")
     completions.add_argument("--trial", type=_at_least(0), help="trial index")
     completions.add_argument("--limit", type=_at_least(0), default=20, help="at most N (0: all)")
     completions.add_argument("--json", action="store_true", help="one JSON object per line")
-    completions.set_defaults(func=cmd_completions)
 
-    score = sub.add_parser("score", help="score a recorded (L, M, N) outcome tensor offline")
+    score = command("score", cmd_score, help="score a recorded (L, M, N) outcome tensor offline")
     score.add_argument("file", help="npz with an (L, M, N) integer outcome array")
     score.add_argument("--key", default="outcomes", help="array name (default outcomes)")
     score.add_argument("--weights", help="comma-separated rubric weights (default 0,1)")
@@ -220,9 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
         "recorded trial ('recorded')",
     )
     score.add_argument("--json", action="store_true", help="print the scores as JSON")
-    score.set_defaults(func=cmd_score)
-    imp = sub.add_parser(
-        "import", help="read lm-eval-harness or inspect_ai logs into an (L, M, N) outcome npz"
+    imp = command(
+        "import",
+        cmd_import,
+        help="read lm-eval-harness or inspect_ai logs into an (L, M, N) outcome npz",
     )
     imp.add_argument(
         "--format",
@@ -248,10 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="lm-eval filter whose scores to read when the files hold several (lm-eval writes "
         "one line per document and filter, e.g. gsm8k's strict-match and flexible-extract)",
     )
-    imp.set_defaults(func=cmd_import)
 
-    compare = sub.add_parser(
+    compare = command(
         "compare",
+        cmd_compare,
         help="place a candidate among the incumbents (exit 0 not worse, 3 worse, 4 undecided)",
     )
     compare.add_argument("config", help="campaign config listing candidate and incumbents")
@@ -270,13 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         "regression has fixed the exit code at 3 (default: stop there; compare.settle_all)",
     )
     compare.add_argument("--out", required=True, help="run directory (resumed if it exists)")
-    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
-    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    compare.add_argument("--quiet", action="store_true", help=QUIET_HELP)
-    compare.set_defaults(func=cmd_compare)
+    _config_options(compare, json_help="print the comparison as JSON")
 
-    nightly = sub.add_parser(
-        "nightly", help="one night of a scheduled run: reuse, rank, alert (exit 3 on an alert)"
+    nightly = command(
+        "nightly",
+        cmd_nightly,
+        help="one night of a scheduled run: reuse, rank, alert (exit 3 on an alert)",
     )
     nightly.add_argument("config", help="campaign config (YAML)")
     nightly.add_argument("--history", required=True, help="history folder (library, nights)")
@@ -291,11 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="which ranking flips alert (exit 3): down (default: a model that was ahead fell "
         "behind), any, or none; the others are printed as news",
     )
-    nightly.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
-    nightly.set_defaults(func=cmd_nightly)
+    _config_options(nightly)
 
-    export = sub.add_parser(
-        "export", help="write a run's trials as an outcome npz (for replay and policy.prior)"
+    export = command(
+        "export",
+        cmd_export,
+        help="write a run's trials as an outcome npz (for replay and policy.prior)",
     )
     export.add_argument("run_dir", help="run folder")
     export.add_argument(
@@ -308,7 +315,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="npz: the outcome tensor replay and score read (default); eee: Every Eval Ever "
         "aggregate and instance records (schema 0.3.0)",
     )
-    export.set_defaults(func=cmd_export)
     commands = "\n".join(
         f"  {action.dest:<12} {action.help}"
         for action in sub._choices_actions  # the subcommands with their help, in order
