@@ -44,6 +44,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 importlib.import_module("helpers")
 
 
+@pytest.fixture(autouse=True)
+def stop_signals_as_they_were() -> Iterator[None]:
+    """Each test starts with the stop signals' handlers the session began with. A command that
+    stops on a signal leaves them ignored to the end of its process (by design); in a test
+    worker that leaked into later tests, and into the runs they spawn (an ignored signal is
+    inherited): a SIGHUP or Ctrl-C sent to such a run did nothing."""
+    import signal
+
+    from adaptive_eval.base.interrupts import STOP_SIGNALS
+
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    yield
+    for signum, handler in handlers.items():
+        if handler is not None:
+            signal.signal(signum, handler)
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """One local Ray cluster for every test that needs one."""
