@@ -238,22 +238,22 @@ def _th(t: Thresholds, name: str) -> float:
     return float(value)
 
 
-def _completion_bpt(s: Signals) -> float:
-    if s.completion_bpt is None:
+def _known_bpt(value: float | None, which: str, needed_by: str) -> float:
+    """A bits-per-token signal (``which``: completion or prompt) a schema reads; where the
+    backend returned no log-probs for it, :class:`MissingSignalError` saying who needs them."""
+    if value is None:
         raise MissingSignalError(
-            "completion_bpt is unknown (the backend returned no completion log-probs); "
-            "confidence-based schemata need them"
+            f"{which}_bpt is unknown (the backend returned no {which} log-probs); {needed_by}"
         )
-    return s.completion_bpt
+    return value
+
+
+def _completion_bpt(s: Signals) -> float:
+    return _known_bpt(s.completion_bpt, "completion", "confidence-based schemata need them")
 
 
 def _prompt_bpt(s: Signals) -> float:
-    if s.prompt_bpt is None:
-        raise MissingSignalError(
-            "prompt_bpt is unknown (the backend returned no prompt log-probs); "
-            "the OOD schema needs them"
-        )
-    return s.prompt_bpt
+    return _known_bpt(s.prompt_bpt, "prompt", "the OOD schema needs them")
 
 
 def _verifier(s: Signals) -> tuple[float, float, float]:
