@@ -488,9 +488,9 @@ def _quiet_stdout() -> None:
 
 
 def _stop_ray() -> None:
-    if "adaptive_eval.control.cluster" not in sys.modules:
+    if "adaptive_eval.dispatch.cluster" not in sys.modules:
         return  # this command never started Ray
-    from adaptive_eval.control.cluster import stop_ray
+    from adaptive_eval.dispatch.cluster import stop_ray
 
     try:
         stop_ray()

@@ -21,7 +21,7 @@ from adaptive_eval.base.errors import InputError
 
 if TYPE_CHECKING:
     from adaptive_eval.base.summary_schema import Summary
-    from adaptive_eval.campaign.build import Campaign
+    from adaptive_eval.campaign.campaign import Campaign
     from adaptive_eval.settings import BudgetSettings
 
 
@@ -71,8 +71,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.base.redact import scrub
     from adaptive_eval.campaign.build import build_campaign, describe_stopping
     from adaptive_eval.config import load_config
-    from adaptive_eval.control.cluster import check_engines, check_local_placement
-    from adaptive_eval.control.preflight import check_before_sampling
+    from adaptive_eval.dispatch.cluster import check_engines, check_local_placement
+    from adaptive_eval.dispatch.preflight import check_before_sampling
     from adaptive_eval.workflows.forecast import short_forecast
 
     config = load_config(args.config, args.set)

@@ -494,7 +494,7 @@ class BackendTraits:
     (``@backends.register("name", traits=BackendTraits(...))``), so a new backend is one file:
 
     * ``module``, ``install``: the module its workers run on, looked for (``find_spec``) before
-      Ray starts, and how to install it, said when it is missing (``control/cluster.py``);
+      Ray starts, and how to install it, said when it is missing (``dispatch/cluster.py``);
     * ``packages``: distributions whose versions shape its results, recorded in every run's store
       (``loop/rundir.py``; each registered backend's, in registration order, duplicates once);
     * ``deployment``: Every Eval Ever's ``deployment_type`` of its models, and ``engine``: the

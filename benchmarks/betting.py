@@ -6,7 +6,7 @@ A nightly candidate whose weights changed a little: last night's scores (each mo
 score, the candidate's moved by ``--moved``, with the standard error a night reaches, 0.01) are
 the prior of tonight's ``betting`` rule; tonight's truth is the stated one. Per case and design,
 ``replicates`` seeded campaigns on the same truths (the candidate is model 0) through
-:func:`adaptive_eval.control.simulate.simulate` (the shipped decision core); reported: the share
+:func:`adaptive_eval.forecast.simulate.simulate` (the shipped decision core); reported: the share
 of campaigns with a wrong decided pair (Wilson 95% upper bound), the share with every pair
 settled, mean trials, and trials over the cold default's (``group_sequential``).
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import sequential as seq
 

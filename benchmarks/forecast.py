@@ -25,10 +25,11 @@ Each replicate of a campaign is one pilot-then-run, seeded:
    spread of shape 4 around the scenario's ``tokens_mean``), or each cell's recorded outcomes of
    a real file in a seeded shuffled order (replays; these files have no token counts).
 2. The pilot is the tape's first ``--pilot`` trials of every cell: the
-   :class:`~adaptive_eval.control.evidence.Evidence` (``replayed=True``) the forecast is given,
+   :class:`~adaptive_eval.forecast.evidence.Evidence` (``replayed=True``) the forecast is given,
    for the campaign built with ``policy.min_trials_per_question = K`` and no budget.
-3. The realised run is the same campaign (:func:`~adaptive_eval.control.simulate.simulate_campaign`)
-   served the tape in order (its first K trials per cell are the pilot's).
+3. The realised run is the same campaign
+   (:func:`~adaptive_eval.forecast.simulate.simulate_campaign`) served the tape in order (its
+   first K trials per cell are the pilot's).
 
 Reported per campaign: the share of replicates whose realised trials, pairs settled and tokens
 fall inside the forecast's 10-90% range (targets: 70-90% for trials, at least 80% for pairs
@@ -87,9 +88,9 @@ import yaml
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign, exit_code
 from adaptive_eval.config import CampaignConfig, load_config
-from adaptive_eval.control.evidence import Evidence
-from adaptive_eval.control.forecast import Forecast, forecast
-from adaptive_eval.control.simulate import (
+from adaptive_eval.forecast.campaign import Forecast, forecast
+from adaptive_eval.forecast.evidence import Evidence
+from adaptive_eval.forecast.simulate import (
     Truth,
     recorded_costing,
     replay_sampler,

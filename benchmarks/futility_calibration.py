@@ -26,7 +26,7 @@ from sequential import parse_design, policy_for, replay_truth, shuffled, suite
 
 import policies.pair_rules as pair_rules_module
 from adaptive_eval.base.types import PairDecision
-from adaptive_eval.control.simulate import Truth, replay_sampler, simulate
+from adaptive_eval.forecast.simulate import Truth, replay_sampler, simulate
 
 CHANCE_BINS = (0.0, 0.1, 0.2, 0.3, 0.45, 0.7, 1.01)
 T_BINS = (0.0, 0.5, 0.8, 1.01)

@@ -11,11 +11,11 @@ real file), seeded:
 
 1. An outcome tape is fixed (drawn from the scenario, or each cell's recorded outcomes shuffled).
 2. The realised run is the campaign (default policy of the case, no pilot) served the tape in
-   order: :func:`~adaptive_eval.control.simulate.run_core`, the controller's loop.
+   order: :func:`~adaptive_eval.forecast.simulate.run_core`, the controller's loop.
 3. The same run again (it is deterministic given the tape), stopped at the first round whose
    trials reach each share of ``--at`` (default 0.25 and 0.5) of the realised total: the
    controller's core and state there are the snapshot the live forecast gets
-   (:func:`~adaptive_eval.control.live_forecast.forecast_rest`, ``--simulations`` continuations).
+   (:func:`~adaptive_eval.forecast.live.forecast_rest`, ``--simulations`` continuations).
 
 Reported per campaign and share: the share of replicates whose realised total is inside the
 forecast's 10-90% range (target 70-90%), the share whose forecast median is within 20% of it
@@ -42,13 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.control.live_forecast import Snapshot, forecast_rest, freeze_core
-from adaptive_eval.control.simulate import Truth, recorded_costing, replay_sampler, run_core
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.decide.state import RunState
+from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core
+from adaptive_eval.forecast.simulate import Truth, recorded_costing, replay_sampler, run_core
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

@@ -25,8 +25,8 @@ target gap exactly. Run ``r`` draws its difficulties and its (2, M, cap) Bernoul
 
 Methods, all at alpha = 0.05 two-sided:
 
-* the project's rules through :func:`adaptive_eval.control.simulate.simulate` with
-  :func:`adaptive_eval.control.simulate.replay_sampler` over those outcomes (designs of
+* the project's rules through :func:`adaptive_eval.forecast.simulate.simulate` with
+  :func:`adaptive_eval.forecast.simulate.replay_sampler` over those outcomes (designs of
   ``benchmarks/sequential.py``; round_trials = 2 M, so ``uniform`` with one trial per question
   per model per round is exactly the peers' stream);
 * peer gates on the per-round paired difference ``Y_t = mean_q(x_B,q,t - x_A,q,t)`` in [-1, 1]
@@ -61,7 +61,7 @@ from scipy.special import expit, logit
 from sequential import EPSILON, Design, policy_for
 
 from adaptive_eval.base.types import Verdict
-from adaptive_eval.control.simulate import Truth, replay_sampler, simulate, wrong_calls
+from adaptive_eval.forecast.simulate import Truth, replay_sampler, simulate, wrong_calls
 from adaptive_eval.stats.sequential import wilson_interval
 
 REPO = Path(__file__).resolve().parent.parent

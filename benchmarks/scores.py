@@ -3,7 +3,7 @@
     python benchmarks/scores.py --runs 200 --out runs/bench-scores
     python benchmarks/scores.py --replay ../shared/data/real/*.npz --runs 50
 
-Two kinds of seeded campaigns run through :func:`adaptive_eval.control.simulate.simulate` (the
+Two kinds of seeded campaigns run through :func:`adaptive_eval.forecast.simulate.simulate` (the
 controller's loop with the real rules, stopping and allocators):
 
 * **ranking** (the default policy): per campaign, the largest error of Bayes@N against the
@@ -46,8 +46,8 @@ from sequential import (
     sparse,
 )
 
-from adaptive_eval.control.simulate import SimPolicy, Truth
 from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.forecast.simulate import SimPolicy, Truth
 from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import IntervalDesign, score_intervals

@@ -3,7 +3,7 @@
     python benchmarks/sequential.py --replicates 300 --out runs/bench-sequential
 
 For each campaign of the suite and each design (pair rule x allocator), ``replicates`` seeded
-campaigns run through :func:`adaptive_eval.control.simulate.simulate` (the controller's loop with
+campaigns run through :func:`adaptive_eval.forecast.simulate.simulate` (the controller's loop with
 the
 real rules, stopping and allocators; outcomes drawn per round). Reported per design:
 
@@ -44,7 +44,8 @@ from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import norm
 
-from adaptive_eval.control.simulate import (
+from adaptive_eval.decide.contracts import CampaignView, any_of
+from adaptive_eval.forecast.simulate import (
     SimPolicy,
     SimResult,
     Truth,
@@ -52,7 +53,6 @@ from adaptive_eval.control.simulate import (
     simulate,
     wrong_calls,
 )
-from adaptive_eval.decide.contracts import CampaignView, any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as program
 from adaptive_eval.stats import sequential as seq

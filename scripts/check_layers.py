@@ -55,6 +55,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "campaign, controller and dispatch",
         ("adaptive_eval.campaign.", "adaptive_eval.control.", "adaptive_eval.dispatch."),
     ),
+    (
+        "forecasts: the decision core run forward on simulated truths",
+        ("adaptive_eval.forecast.",),
+    ),
     ("the run loop", ("adaptive_eval.loop.",)),
     (
         "presentation shared by every output",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.control.cluster import RAY_ENVIRONMENT
+from adaptive_eval.dispatch.cluster import RAY_ENVIRONMENT
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -66,7 +66,7 @@ def ray_local() -> Iterator[None]:
     """One local Ray cluster for every test that needs one."""
     import ray
 
-    from adaptive_eval.control.cluster import init_ray
+    from adaptive_eval.dispatch.cluster import init_ray
 
     init_ray(None, 2)
     yield

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.control import cluster
+from adaptive_eval.dispatch import cluster
 from adaptive_eval.loop import rundir
 from adaptive_eval.registry import BackendTraits, backends
 

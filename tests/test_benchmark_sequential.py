@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_eval.control.simulate import Truth
 from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.forecast.simulate import Truth
 from adaptive_eval.stats import allocation as program
 
 REPO = Path(__file__).resolve().parent.parent

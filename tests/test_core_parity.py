@@ -1,7 +1,7 @@
 """The controller and the benchmarks' simulator are one decision loop.
 
 Every error rate the project publishes is measured with
-:func:`adaptive_eval.control.simulate.simulate`;
+:func:`adaptive_eval.forecast.simulate.simulate`;
 users run :class:`adaptive_eval.control.controller.Controller` (store, dispatch, events, resume).
 Both
 call the same :class:`adaptive_eval.decide.core.DecisionCore`. Here both are driven on the same
@@ -22,7 +22,8 @@ from helpers import run_inline, write_config
 
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config import load_config
-from adaptive_eval.control.simulate import (
+from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.forecast.simulate import (
     SimPolicy,
     Truth,
     recorded_costing,
@@ -30,7 +31,6 @@ from adaptive_eval.control.simulate import (
     simulate,
     simulate_campaign,
 )
-from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.store import TrialStore
 

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adaptive_eval.config import load_config
-from adaptive_eval.control.simulate import Truth, ViewSettings, run_core
 from adaptive_eval.decide.contracts import CampaignView, any_of
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
 from adaptive_eval.decide.state import RunState
+from adaptive_eval.forecast.simulate import Truth, ViewSettings, run_core
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 
 

@@ -27,9 +27,9 @@ from helpers import (
 
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
-from adaptive_eval.control.evidence import Evidence, fit_cost
-from adaptive_eval.control.forecast import Range, forecast
-from adaptive_eval.control.simulate import (
+from adaptive_eval.forecast.campaign import Range, forecast
+from adaptive_eval.forecast.evidence import Evidence, fit_cost
+from adaptive_eval.forecast.simulate import (
     Truth,
     recorded_costing,
     replay_sampler,
@@ -398,7 +398,7 @@ def test_a_backend_without_token_counts_is_said_once_never_a_zero(
 def test_the_evidences_score_resolution_is_the_sd_of_a_pilots_estimate() -> None:
     """Monte Carlo oracle: the sd, over 2,000 pilots of 4 trials per question, of a model's
     mean of per-question means against what one pilot says it is."""
-    from adaptive_eval.control.evidence import score_resolution
+    from adaptive_eval.forecast.evidence import score_resolution
 
     probs = np.stack([1 - mimic_success([0.5], 30, 2), mimic_success([0.5], 30, 2)], axis=2)
     rng = np.random.default_rng(0)

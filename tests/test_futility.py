@@ -24,7 +24,6 @@ from scipy.stats import binomtest
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import StopReason, Verdict
 from adaptive_eval.campaign.build import build_campaign, fingerprint_of
-from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,
@@ -32,6 +31,7 @@ from adaptive_eval.decide.contracts import (
     decide_pairs,
     settle_pairs,
 )
+from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import sequential as seq

@@ -31,8 +31,8 @@ from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
-from adaptive_eval.control import cluster
 from adaptive_eval.datasets import ARITH20
+from adaptive_eval.dispatch import cluster
 from adaptive_eval.loop import rundir
 from adaptive_eval.workflows import run as runner
 
@@ -356,7 +356,7 @@ def test_ray_output_goes_to_the_run_log_and_the_console_keeps_the_terminal(
     script = f"""
 import os, sys
 from pathlib import Path
-from adaptive_eval.control.cluster import ray_output_to
+from adaptive_eval.dispatch.cluster import ray_output_to
 with ray_output_to(Path({str(tmp_path / "ray.log")!r}), sys.stderr) as console:
     os.write(2, b"[E core_worker.cc] noise\\n")
     os.write(1, b"(WorkerActor pid=1) noise\\n")

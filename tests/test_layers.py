@@ -21,7 +21,7 @@ RUN_PATH = (
     "adaptive_eval/workflows/run.py",
     "adaptive_eval/loop/runner.py",
     "adaptive_eval/loop/rundir.py",
-    "adaptive_eval/control/cluster.py",
+    "adaptive_eval/dispatch/cluster.py",
     "adaptive_eval/campaign/build.py",
     "adaptive_eval/control/controller.py",
     "adaptive_eval/decide/state.py",

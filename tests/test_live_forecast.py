@@ -29,24 +29,24 @@ from helpers import (
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.cli import main
 from adaptive_eval.config import load_config
-from adaptive_eval.control import live_forecast
-from adaptive_eval.control.evidence import wall_model
-from adaptive_eval.control.forecast import Range, degenerate_evidence
-from adaptive_eval.control.live_forecast import (
+from adaptive_eval.decide.state import RunState
+from adaptive_eval.forecast import live as live_forecast
+from adaptive_eval.forecast.campaign import Range, degenerate_evidence
+from adaptive_eval.forecast.evidence import wall_model
+from adaptive_eval.forecast.live import (
     LiveForecaster,
     Snapshot,
     forecast_rest,
     freeze_core,
     thaw_core,
 )
-from adaptive_eval.control.predictive import (
+from adaptive_eval.forecast.predictive import (
     Resolution,
     ScoreEvidence,
     SpacingPrior,
     tilt_to_scores,
 )
-from adaptive_eval.control.simulate import Truth, run_core
-from adaptive_eval.decide.state import RunState
+from adaptive_eval.forecast.simulate import Truth, run_core
 from adaptive_eval.stats.posterior import empirical_bayes_prior
 
 SCORES = [0.25, 0.4, 0.55, 0.7]
@@ -330,8 +330,8 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
 def test_a_pilot_whose_every_trial_failed_says_so_instead_of_a_zero_resolution(
     tmp_path: Path,
 ) -> None:
-    from adaptive_eval.control.evidence import Evidence
-    from adaptive_eval.control.forecast import forecast
+    from adaptive_eval.forecast.campaign import forecast
+    from adaptive_eval.forecast.evidence import Evidence
     from adaptive_eval.settings import BudgetSettings
     from adaptive_eval.workflows.forecast import render
 

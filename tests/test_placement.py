@@ -11,8 +11,8 @@ from helpers import base_config, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.cli import main
-from adaptive_eval.control import cluster
-from adaptive_eval.control.cluster import WorkerRequest, check_placement
+from adaptive_eval.dispatch import cluster
+from adaptive_eval.dispatch.cluster import WorkerRequest, check_placement
 
 #: The issue's config: three simulated entries, 2 workers each at 0.5 CPU = 3 CPUs.
 ENTRIES = 3

@@ -149,8 +149,8 @@ def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
 
 
 def test_status_lines_carry_the_live_forecast_once_it_has_one() -> None:
-    from adaptive_eval.control.forecast import Range as Spread
-    from adaptive_eval.control.live_forecast import LiveForecast
+    from adaptive_eval.forecast.campaign import Range as Spread
+    from adaptive_eval.forecast.live import LiveForecast
 
     clock = FakeClock()
     stream = io.StringIO()

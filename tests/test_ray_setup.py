@@ -17,7 +17,7 @@ DEDUP = textwrap.dedent(
     """
     import builtins, os, sys
     os.environ.pop("RAY_DEDUP_LOGS", None)
-    from adaptive_eval.control import cluster
+    from adaptive_eval.dispatch import cluster
     real = builtins.__import__
     seen = []
 

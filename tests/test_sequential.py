@@ -18,8 +18,8 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.config import parse_config
-from adaptive_eval.control.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.decide.contracts import CampaignView, any_of, decide_pairs, settle_pairs
+from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.stats import sequential as seq

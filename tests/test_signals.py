@@ -35,7 +35,7 @@ from helpers import (
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.ray_address import address_problem
 from adaptive_eval.cli import main
-from adaptive_eval.control import cluster
+from adaptive_eval.dispatch import cluster
 
 
 @pytest.fixture()

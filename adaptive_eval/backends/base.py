@@ -85,7 +85,7 @@ class BackendPlan:
     # backend knows it before sampling; None for generating backends.
     known_scores: Callable[[np.ndarray], np.ndarray] | None = None
     # Where its workers call a service (a server): None where it answers, else one line naming
-    # it; asked before the workers start (:func:`adaptive_eval.control.preflight.check_services`).
+    # it; asked before the workers start (:func:`adaptive_eval.dispatch.preflight.check_services`).
     reachable: Callable[[], str | None] | None = None
 
 

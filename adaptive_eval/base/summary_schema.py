@@ -245,7 +245,7 @@ class ForecastRange(_Closed):
 
 class LiveForecastPoint(_Closed):
     """The live forecast of the rest of the run, made after one round from all the evidence so
-    far (:mod:`adaptive_eval.control.live_forecast`); ``*_to_go`` what was still to come."""
+    far (:mod:`adaptive_eval.forecast.live`); ``*_to_go`` what was still to come."""
 
     round: int
     trials_used: int = Field(description="trials recorded when the forecast was made")

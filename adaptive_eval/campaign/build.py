@@ -35,11 +35,8 @@ from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
 from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign
 
-#: ``Campaign`` lives in :mod:`adaptive_eval.campaign.campaign`; the modules that read a campaign
-#: import it from here, beside the function that builds it.
 __all__ = [
     "DECISION_RULES",
-    "Campaign",
     "build_campaign",
     "default_design",
     "describe_design",

@@ -1,2 +1,2 @@
-"""The controller and what runs beside it: the run's frozen end, round events, the in-process
-simulator, the Ray cluster, pre-flight checks, the trial library (layer 4)."""
+"""The controller and what runs beside it: the run's frozen end, round events, the pilot, the
+trial library (layer 4; the Ray cluster and pre-flight checks are dispatch's)."""

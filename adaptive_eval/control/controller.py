@@ -24,8 +24,7 @@ from adaptive_eval.base.types import (
     WorkItem,
     pack_batches,
 )
-from adaptive_eval.campaign.build import Campaign
-from adaptive_eval.control.live_forecast import LiveForecaster
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.control.round_events import RoundEvents
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import DecidedByCore, DecisionCore, RoundCore
@@ -38,6 +37,29 @@ class DispatchPort(Protocol):
     def submit(self, batches: list[Batch]) -> None: ...
     def poll(self, timeout: float) -> list[BatchResult]: ...
     def pending(self) -> int: ...
+
+
+class ForecastPoint(Protocol):
+    """A forecast of the rest of the run, as the controller logs it."""
+
+    @property
+    def round(self) -> int: ...
+    def record(self) -> dict[str, Any]: ...
+    def budget_warning(self) -> str | None: ...
+    def line(self) -> str: ...
+
+
+class RestForecaster(Protocol):
+    """What forecasts the rest of the run beside the loop
+    (:class:`adaptive_eval.forecast.live.LiveForecaster`, wired in by the run loop): handed
+    every round, it answers at once with a finished forecast or a failure, either may be None."""
+
+    @property
+    def history(self) -> Sequence[ForecastPoint]: ...
+    def after_round(
+        self, core: DecisionCore, state: RunState, elapsed_s: float
+    ) -> tuple[ForecastPoint | None, str | None]: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -81,7 +103,7 @@ class Controller(DecidedByCore):
         self._next_batch_id = store.max_batch_id()
         self._sent: dict[int, Batch] = {}  # batches in flight, by id
         #: The forecast of the rest of the run after each round (None: off); never waited on.
-        self.live: LiveForecaster | None = None
+        self.live: RestForecaster | None = None
         self._budget_warned = False
         self._live_before: list[dict[str, Any]] | None = None
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.base.types import Batch, BatchResult, Trial, WorkItem, trial_seed
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.store import TrialStore
 from adaptive_eval.store.library import LibraryFile, library_path
 

@@ -2,7 +2,7 @@
 
 Every loop that decides calls it and nothing else decides: the controller (which keeps only
 I/O: poll, record, durability, events, resume), the in-process simulator that measures error
-rates (:mod:`adaptive_eval.control.simulate`), compare's gate (a pair selector) and the forecast.
+rates (:mod:`adaptive_eval.forecast.simulate`), compare's gate (a pair selector) and the forecast.
 After
 round ``r`` is applied, on the frozen :class:`~adaptive_eval.decide.contracts.CampaignView` of the
 evidence:

@@ -24,7 +24,7 @@ from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.errors import ClusterError, InputError
 from adaptive_eval.base.ray_address import address_problem
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.logs import EventSink, no_events
 from adaptive_eval.registry import BackendTraits, backends
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import ClusterError
 from adaptive_eval.base.types import Batch, BatchResult
-from adaptive_eval.control import cluster
+from adaptive_eval.dispatch import cluster
 from adaptive_eval.dispatch.inline import InlineDispatcher
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import DispatchStats

@@ -20,18 +20,18 @@ from typing import Any
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.types import Batch, BatchResult
-from adaptive_eval.control.cluster import (
-    check_placement,
-    cluster_capacity,
-    cluster_is_local,
-    worker_requests,
-)
 from adaptive_eval.dispatch.actors import (
     CLOSE_TIMEOUT_S,
     EVENT_ERROR_CHARS,
     Reply,
     SlotActor,
     WorkerActor,
+)
+from adaptive_eval.dispatch.cluster import (
+    check_placement,
+    cluster_capacity,
+    cluster_is_local,
+    worker_requests,
 )
 from adaptive_eval.dispatch.stats import DispatchStats
 from adaptive_eval.logs import EventSink, no_events

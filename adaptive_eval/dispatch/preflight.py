@@ -13,7 +13,7 @@ from pathlib import Path
 
 from adaptive_eval.base.errors import BackendError, InputError
 from adaptive_eval.base.redact import REDACTED
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.dispatch.launch import launcher
 from adaptive_eval.files import is_read_only, nearest_existing
 from adaptive_eval.settings import CampaignSettings

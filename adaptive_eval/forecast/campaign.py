@@ -1,7 +1,7 @@
 """What a campaign will settle and what it will cost, before it samples: the campaign's own
 decision core run forward many times on a posterior predictive of what is known.
 
-Every simulated campaign is :func:`~adaptive_eval.control.simulate.simulate_campaign`: the very
+Every simulated campaign is :func:`~adaptive_eval.forecast.simulate.simulate_campaign`: the very
 pair rules, stopping rules, allocator and limits that ``run`` executes; nothing here decides.
 What differs from a run is only where outcomes come from:
 
@@ -16,12 +16,12 @@ What differs from a run is only where outcomes come from:
    are mostly always or never solved gets a weak ``alpha`` and truths near 0 and 1, as it should;
    a model with no evidence gets the uniform Dirichlet (a prior guess, said so).
 2. **Recorded trials come first.** A pilot's trials are the run's own first trials
-   (:attr:`~adaptive_eval.control.evidence.Evidence.replayed`): each simulated campaign is
+   (:attr:`~adaptive_eval.forecast.evidence.Evidence.replayed`): each simulated campaign is
    served them in order before it draws anything, exactly as the run will reuse them.
 3. **Costs follow the outcomes.** A new trial of cell ``(i, a)`` in category ``k`` costs
    ``c_ik r_ia`` tokens (and GPU-seconds): ``c_ik`` the model's mean in that category (wrong
    answers of reasoning models run longer), ``r_ia`` the cell's observed ratio to it shrunk
-   toward 1 by :data:`~adaptive_eval.control.evidence.COST_SHRINK` pseudo-trials; the per-trial
+   toward 1 by :data:`~adaptive_eval.forecast.evidence.COST_SHRINK` pseudo-trials; the per-trial
    scatter adds a normal term of variance ``sum n_ia v_i``. Wall time is trials times the
    evidence's own seconds per trial, where the evidence was timed. Each simulated round is
    priced so (the replayed trials at their recorded costs) into the simulated run's ledgers,
@@ -55,7 +55,7 @@ import numpy as np
 
 from adaptive_eval.base.errors import first_few
 from adaptive_eval.base.types import PairDecision
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import (
     EXIT_NOT_WORSE,
     EXIT_REGRESSION,
@@ -63,18 +63,18 @@ from adaptive_eval.campaign.checkpoint import (
     Judge,
     exit_code,
 )
-from adaptive_eval.control.evidence import CostModel, Evidence, fit_cost, score_resolution
-from adaptive_eval.control.predictive import Predictive, Resolution
-from adaptive_eval.control.simulate import (
+from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import RoundDecision
+from adaptive_eval.decide.state import RoundCosts
+from adaptive_eval.forecast.evidence import CostModel, Evidence, fit_cost, score_resolution
+from adaptive_eval.forecast.predictive import Predictive, Resolution
+from adaptive_eval.forecast.simulate import (
     Costing,
     Sampler,
     Truth,
     recorded_costing,
     simulate_campaign,
 )
-from adaptive_eval.decide.contracts import CampaignView
-from adaptive_eval.decide.core import RoundDecision
-from adaptive_eval.decide.state import RoundCosts
 from adaptive_eval.settings import BudgetSettings
 
 #: forecast.json's format; a renamed or removed field is a new number.
@@ -500,7 +500,7 @@ def forecast(
     forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``).
     ``predictive``: ``cells`` draws each cell's truth from its posterior (the default, measured
     best from a pilot: docs/forecast.md); ``spacing`` tilts those draws onto the deconvolved
-    spacing of the models' scores (:mod:`~adaptive_eval.control.predictive`). The evidence's
+    spacing of the models' scores (:mod:`~adaptive_eval.forecast.predictive`). The evidence's
     resolution (what pilot size tells a typical gap from a tie) is reported either way."""
     global _JOB
     num_categories = campaign.num_categories

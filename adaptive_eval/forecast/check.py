@@ -20,8 +20,8 @@ from adaptive_eval.base.summary_schema import (
     ForecastMeasure,
     ForecastVerdict,
 )
-from adaptive_eval.control.forecast import Range, counts_pair
 from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.forecast.campaign import Range, counts_pair
 
 #: The measures a run is checked against its forecast on, in summary.json's order.
 CHECKED = ("trials", "new_trials", "tokens", "gpu_s", "wall_s", "pairs_settled")

@@ -1,7 +1,7 @@
 """What a forecast knows: the recorded trials of a campaign's cells (a pilot, an earlier run,
 the trial library) and what each trial cost, with how precisely they measure each score.
 
-:mod:`adaptive_eval.control.forecast` draws its simulated campaigns' truths from this evidence
+:mod:`adaptive_eval.forecast.campaign` draws its simulated campaigns' truths from this evidence
 and prices their new trials with its :class:`CostModel`.
 """
 

@@ -3,9 +3,9 @@ the loop (never in its way).
 
 After an applied round the controller hands a snapshot (its decision core, with every pair
 rule's memory, and its state, with the rounds in flight) to one background process; the loop
-goes on. The process runs that very core forward (:func:`~adaptive_eval.control.simulate.run_core`,
+goes on. The process runs that very core forward (:func:`~adaptive_eval.forecast.simulate.run_core`,
 continuing from the snapshot: nothing is replayed, a settled pair stays settled) on
-``simulations`` truths drawn from the evidence (:mod:`adaptive_eval.control.predictive`: each
+``simulations`` truths drawn from the evidence (:mod:`adaptive_eval.forecast.predictive`: each
 cell's posterior, tilted to a deconvolved spacing of the models' scores, which measured best
 here; docs/forecast.md), without the budget, so each path also says where a pair the budget
 would leave unsettled settles. A new snapshot is sent only when the process is free (the latest
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval.campaign.build import Campaign
-from adaptive_eval.control.forecast import Range
-from adaptive_eval.control.predictive import Predictive
-from adaptive_eval.control.simulate import Costing, Truth, run_core
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import AnyOf, CampaignView, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, RoundDecision
 from adaptive_eval.decide.state import RoundCosts, RunState
+from adaptive_eval.forecast.campaign import Range
+from adaptive_eval.forecast.predictive import Predictive
+from adaptive_eval.forecast.simulate import Costing, Truth, run_core
 
 #: Simulated continuations per live forecast: 10th and 90th percentiles from 20 draws.
 LIVE_SIMULATIONS = 20

@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from adaptive_eval.base.types import PairDecision, Stop, Verdict
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
 from adaptive_eval.decide.state import RoundCosts, RunState, ViewSettings
@@ -186,10 +186,10 @@ def simulate_campaign(
     costing: Costing | None = None,
 ) -> SimResult:
     """One campaign to its stop exactly as built for users: the campaign's own decision core
-    (:meth:`~adaptive_eval.campaign.build.Campaign.decision_core`: its pair rules, stopping rules,
-    allocator, limits and budget), prior and view settings, with outcomes drawn from ``truth``
-    (or served by ``sampler``) instead of its backends, each round priced by ``costing`` where
-    given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
+    (:meth:`~adaptive_eval.campaign.campaign.Campaign.decision_core`: its pair rules, stopping
+    rules, allocator, limits and budget), prior and view settings, with outcomes drawn from
+    ``truth`` (or served by ``sampler``) instead of its backends, each round priced by ``costing``
+    where given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
     Build a fresh campaign for each independent run (its sequential rules keep state)."""
     state = RunState(
         campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior

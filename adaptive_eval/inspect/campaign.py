@@ -22,7 +22,8 @@ import numpy as np
 import yaml
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config import CampaignConfig, load_config
 

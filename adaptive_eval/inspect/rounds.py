@@ -5,7 +5,7 @@ it. Here trial ``t`` of cell (model, sample) is epoch ``t + 1`` of that sample f
 and a round is the core's round: the plan the core made (the same
 :class:`~adaptive_eval.decide.core.DecisionCore` that ``adaptive-eval run`` drives, built from
 the same campaign), applied whole once every trial in it has its score. The loop is
-:func:`adaptive_eval.control.simulate.run_core`'s: decide after each applied round, then plan up
+:func:`adaptive_eval.forecast.simulate.run_core`'s: decide after each applied round, then plan up
 to ``rounds_in_flight`` rounds ahead. So an epoch is run iff its trial is in a plan, skipped
 iff the campaign has ended without planning it, and otherwise waits for the round boundary
 that settles it: nothing is decided on a partial round, and scores that arrive out of order
@@ -22,7 +22,7 @@ import enum
 import numpy as np
 
 from adaptive_eval.base.types import PairDecision, Stop
-from adaptive_eval.campaign.build import Campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.state import RunState
 
@@ -118,7 +118,7 @@ class RoundBook:
         self._plan_ahead()
 
     def _plan_ahead(self) -> None:
-        """As :func:`adaptive_eval.control.simulate.run_core` plans: up to
+        """As :func:`adaptive_eval.forecast.simulate.run_core` plans: up to
         ``rounds_in_flight`` rounds ahead of the applied evidence."""
         while len(self.state.plans) - self.state.applied_rounds < self.core.limits.rounds_in_flight:
             in_flight = len(self.state.plans) - self.state.applied_rounds

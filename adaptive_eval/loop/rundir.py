@@ -18,7 +18,8 @@ from typing import Any
 from adaptive_eval.backends.served_identity import reconcile_servers
 from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.redact import without_secrets
-from adaptive_eval.campaign.build import Campaign, fingerprint_of
+from adaptive_eval.campaign.build import fingerprint_of
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.files import atomic_write, foreign_entries, storage_error
 from adaptive_eval.registry import BackendTraits, backends
 from adaptive_eval.settings import RunRecord

@@ -21,10 +21,8 @@ from pydantic import BaseModel, ValidationError
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Dispatch, Nightly, Summary, record
 from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
-from adaptive_eval.campaign.build import Campaign
-from adaptive_eval.control.cluster import RAY_LOG, ray_output_to
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.control.controller import Controller
-from adaptive_eval.control.live_forecast import LiveForecaster
 from adaptive_eval.control.pilot import run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
@@ -36,6 +34,8 @@ from adaptive_eval.dispatch import (
     launcher,
     starting,
 )
+from adaptive_eval.dispatch.cluster import RAY_LOG, ray_output_to
+from adaptive_eval.forecast.live import LiveForecaster
 from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.loop.progress import Progress
 from adaptive_eval.loop.rundir import finished_before, kept_from_run, open_run_dir

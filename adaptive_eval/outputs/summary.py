@@ -23,7 +23,8 @@ from adaptive_eval.base.summary_schema import (
     Summary,
 )
 from adaptive_eval.base.types import PairDecision, Stop
-from adaptive_eval.campaign.build import Campaign, describe_rules
+from adaptive_eval.campaign.build import describe_rules
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.decide.contracts import adjacent_only
 from adaptive_eval.outputs.presentation import SCORE_STATISTIC, bayes_description

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import IO
 
 from adaptive_eval.base.summary_schema import Comparison, Summary
-from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign, comparison
 from adaptive_eval.config import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun

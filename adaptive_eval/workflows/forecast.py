@@ -1,6 +1,6 @@
 """``adaptive-eval forecast CONFIG``: what the campaign will settle and cost, before it samples.
 
-Evidence, in this order of preference (:mod:`adaptive_eval.control.forecast` says how it is
+Evidence, in this order of preference (:mod:`adaptive_eval.forecast.campaign` says how it is
 used):
 
 - ``--from RUN_DIR``: the trials of a previous run (or night) of the same campaign: same models,
@@ -29,20 +29,21 @@ from typing import IO, Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.control.evidence import Evidence, wall_model
-from adaptive_eval.control.forecast import (
+from adaptive_eval.control.library import library_trials
+from adaptive_eval.control.pilot import MIN_PILOT
+from adaptive_eval.files import atomic_write
+from adaptive_eval.forecast.campaign import (
     Forecast,
     Range,
     VerdictForecast,
     default_simulations,
     forecast,
 )
-from adaptive_eval.control.library import library_trials
-from adaptive_eval.control.pilot import MIN_PILOT
-from adaptive_eval.files import atomic_write
+from adaptive_eval.forecast.evidence import Evidence, wall_model
 from adaptive_eval.loop.rundir import check_out_folder, differences, identity_changes
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.store import TrialStore

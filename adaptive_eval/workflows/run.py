@@ -17,12 +17,13 @@ from pydantic import ValidationError
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Summary
-from adaptive_eval.campaign.build import Campaign, build_campaign
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.config import CampaignConfig
-from adaptive_eval.control import cluster
-from adaptive_eval.control.forecast_check import RecordedForecast, forecast_check
-from adaptive_eval.control.preflight import check_before_sampling, check_services
 from adaptive_eval.control.run_result import FinishedRun
+from adaptive_eval.dispatch import cluster
+from adaptive_eval.dispatch.preflight import check_before_sampling, check_services
+from adaptive_eval.forecast.check import RecordedForecast, forecast_check
 from adaptive_eval.loop import runner
 from adaptive_eval.loop.rundir import prepare_run_dir
 from adaptive_eval.outputs.provenance import collect
