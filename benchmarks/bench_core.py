@@ -59,10 +59,10 @@ def bench_ingest(repeats: int = 7) -> None:
 
 
 def bench_decide(repeats: int = 200) -> None:
+    from adaptive_eval.base.logs import SilentLog
     from adaptive_eval.campaign.build import build_campaign
-    from adaptive_eval.config import parse_config
+    from adaptive_eval.config.schema import parse_config
     from adaptive_eval.control.controller import Controller
-    from adaptive_eval.logs import SilentLog
     from adaptive_eval.loop.runner import _NoDispatch
 
     designs = (
@@ -114,14 +114,14 @@ def bench_decide(repeats: int = 200) -> None:
 
 def run_config(data: dict, tmp: Path) -> tuple[dict, float]:
     """Run a campaign in-process through Ray; return its summary and the loop's seconds."""
+    from adaptive_eval.base.logs import SilentLog
     from adaptive_eval.base.summary_schema import record
     from adaptive_eval.campaign.build import build_campaign
-    from adaptive_eval.config import parse_config
+    from adaptive_eval.config.schema import parse_config
     from adaptive_eval.control.controller import Controller
     from adaptive_eval.control.run_result import RunFacts, finished_run
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.dispatch.cluster import init_ray
-    from adaptive_eval.logs import SilentLog
     from adaptive_eval.loop.rundir import open_run_dir
     from adaptive_eval.outputs.provenance import collect
     from adaptive_eval.outputs.summary import build_summary

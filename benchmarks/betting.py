@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import sequential as seq
 
 HERE = Path(__file__).resolve().parent

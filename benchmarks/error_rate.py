@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from helpers import run_inline  # noqa: E402
 
-from adaptive_eval.config import parse_config  # noqa: E402
+from adaptive_eval.config.schema import parse_config  # noqa: E402
 from adaptive_eval.stats.sequential import wilson_interval  # noqa: E402
 
 

@@ -87,7 +87,8 @@ import yaml
 
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign, exit_code
-from adaptive_eval.config import CampaignConfig, load_config
+from adaptive_eval.config.schema import CampaignConfig, load_config
+from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.forecast.campaign import Forecast, forecast
 from adaptive_eval.forecast.evidence import Evidence
 from adaptive_eval.forecast.simulate import (
@@ -96,7 +97,6 @@ from adaptive_eval.forecast.simulate import (
     replay_sampler,
     simulate_campaign,
 )
-from adaptive_eval.settings import BudgetSettings
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -250,7 +250,7 @@ def build_model(args: argparse.Namespace) -> tuple[Path, float]:
 
 def plan_parts(config_path: Path) -> tuple[Any, Any]:
     from adaptive_eval.campaign.build import build_campaign
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
 
     plan = build_campaign(load_config(config_path)).plans[0]
     partial_make = plan.make_worker(0)
@@ -336,7 +336,7 @@ def idle_fraction(batches: dict[int, tuple[float, float]]) -> tuple[float, float
 
 
 def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.store import TrialStore
     from adaptive_eval.workflows.run import run_campaign
 

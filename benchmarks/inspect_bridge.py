@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from inspect_ai import eval as inspect_eval
 
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.forecast.simulate import Truth, replay_sampler, simulate_campaign
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, build

@@ -44,7 +44,7 @@ import numpy as np
 
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.decide.state import RunState

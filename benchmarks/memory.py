@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, command in commands.items():
             if args.only not in (None, name):
                 continue
-            peak, elapsed = peak_rss_mb([sys.executable, "-m", "adaptive_eval.cli", *command])
+            peak, elapsed = peak_rss_mb(
+                [sys.executable, "-m", "adaptive_eval.command_line.cli", *command]
+            )
             worst = max(worst, peak)
             verdict = "ok" if peak < TARGET_MB else f"OVER the {TARGET_MB:.0f} MB target"
             print(f"  {name}: peak RSS {peak:.0f} MB, {elapsed:.1f} s -> {verdict}")

@@ -56,14 +56,14 @@ def config(
 
 def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     """Run a campaign in-process through Ray (failed batches re-run, as in a real run)."""
+    from adaptive_eval.base.logs import SilentLog
     from adaptive_eval.base.summary_schema import record
     from adaptive_eval.campaign.build import build_campaign
-    from adaptive_eval.config import parse_config
+    from adaptive_eval.config.schema import parse_config
     from adaptive_eval.control.controller import Controller
     from adaptive_eval.control.run_result import RunFacts, finished_run
     from adaptive_eval.dispatch import Dispatcher
     from adaptive_eval.dispatch.cluster import init_ray
-    from adaptive_eval.logs import SilentLog
     from adaptive_eval.loop.rundir import open_run_dir
     from adaptive_eval.outputs.provenance import collect
     from adaptive_eval.outputs.summary import build_summary

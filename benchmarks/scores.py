@@ -46,9 +46,9 @@ from sequential import (
     sparse,
 )
 
+from adaptive_eval.config.registry import stopping_rules
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.forecast.simulate import SimPolicy, Truth
-from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import IntervalDesign, score_intervals
 from adaptive_eval.stats.posterior import dirichlet_multinomial_loglik

@@ -44,6 +44,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import norm
 
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import CampaignView, any_of
 from adaptive_eval.forecast.simulate import (
     SimPolicy,
@@ -53,7 +54,6 @@ from adaptive_eval.forecast.simulate import (
     simulate,
     wrong_calls,
 )
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as program
 from adaptive_eval.stats import sequential as seq
 from policies.allocation import TrackAndStop

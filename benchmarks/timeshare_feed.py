@@ -75,7 +75,7 @@ def ledger_digest(run_dir: Path) -> str:
 
 def run_one(args: argparse.Namespace, feed: bool) -> dict[str, Any]:
     from adaptive_eval.base.summary_schema import record
-    from adaptive_eval.config import parse_config
+    from adaptive_eval.config.schema import parse_config
     from adaptive_eval.workflows.run import run_campaign
 
     with tempfile.TemporaryDirectory() as name:

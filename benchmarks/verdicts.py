@@ -44,7 +44,7 @@ import yaml
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.forecast.simulate import Truth, simulate_campaign
 from adaptive_eval.stats import sequential as seq
 
@@ -246,7 +246,7 @@ def through_cli(
                 [
                     sys.executable,
                     "-m",
-                    "adaptive_eval.cli",
+                    "adaptive_eval.command_line.cli",
                     "compare",
                     str(config),
                     "--candidate",

@@ -9,8 +9,8 @@ import numpy as np
 from pydantic import Field
 
 from adaptive_eval.base.types import PairDecision
+from adaptive_eval.config.registry import allocators
 from adaptive_eval.decide.contracts import CampaignView, Goals, even_plan
-from adaptive_eval.registry import allocators
 from adaptive_eval.stats import allocation as lower_bound
 
 #: Share of what a model lacks of its trial target that one round may give it. Targets come

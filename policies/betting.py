@@ -42,8 +42,8 @@ from pydantic import Field
 
 from adaptive_eval.base import summary_schema
 from adaptive_eval.base.types import PairDecision
+from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.decide.contracts import CampaignView, PairMemory
-from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import betting
 from adaptive_eval.stats import sequential as seq
 from policies.pair_rules import ConfidenceSequenceRule, GroupSequential, capped_se

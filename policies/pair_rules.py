@@ -51,6 +51,7 @@ import numpy as np
 from pydantic import Field
 
 from adaptive_eval.base.types import PairDecision
+from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,
@@ -60,7 +61,6 @@ from adaptive_eval.decide.contracts import (
     oriented,
     pair_key,
 )
-from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.stats import z_threshold
 

@@ -9,8 +9,8 @@ import numpy as np
 from pydantic import Field
 
 from adaptive_eval.base.types import PairDecision, Stop, StopReason
+from adaptive_eval.config.registry import stopping_rules
 from adaptive_eval.decide.contracts import CampaignView, StoppingRule
-from adaptive_eval.registry import stopping_rules
 from adaptive_eval.stats.intervals import IntervalDesign, trials_to_reach
 
 

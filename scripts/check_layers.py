@@ -24,23 +24,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         # base/ holds summary.json's contract too (pydantic only), so that what produces a
         # block of the summary (dispatch counts, compare's verdicts) returns the typed block.
-        "foundation: statistics and value types, summary.json's contract",
+        "foundation: statistics, value types, files and logs, summary.json's contract",
         ("adaptive_eval.stats.", "adaptive_eval.base."),
     ),
     (
-        "config, store and registry",
-        (
-            "adaptive_eval.config",
-            "adaptive_eval.config_yaml",
-            "adaptive_eval.settings",
-            "adaptive_eval.files",
-            "adaptive_eval.store.",
-            "adaptive_eval.inputfiles",
-            "adaptive_eval.registry",
-            "adaptive_eval.npzio",
-            "adaptive_eval.datasets",
-            "adaptive_eval.logs",
-        ),
+        "config, input files and stores: the config and its plug-in registry, what is read, "
+        "what is kept",
+        ("adaptive_eval.config.", "adaptive_eval.inputs.", "adaptive_eval.store."),
     ),
     (
         "decisions, policies, backends and grading",
@@ -80,12 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workflows", ("adaptive_eval.workflows.", "adaptive_eval.inspect.")),
     (
         "command line",
-        (
-            "adaptive_eval.cli",
-            "adaptive_eval.commands",
-            "adaptive_eval.supervise",
-            "adaptive_eval.ray_job",
-        ),
+        ("adaptive_eval.command_line.",),
     ),
     # Test servers and builders: above everything, so no production module can import them.
     ("test support, imported by tests and benchmarks only", ("adaptive_eval._testing.",)),

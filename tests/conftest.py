@@ -79,7 +79,7 @@ def finished_run(tmp_path: Path) -> tuple[Path, Path]:
     (config path, run directory)."""
     from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=10))
     config_path = write_config(tmp_path / "c.yaml", base_config("s.npz"))

@@ -19,7 +19,7 @@ import yaml
 
 from adaptive_eval._testing.dispatch import UnrulyInlineDispatcher
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import CampaignConfig, load_config
+from adaptive_eval.config.schema import CampaignConfig, load_config
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.state import RunState
@@ -57,7 +57,7 @@ def served_campaign(
     """A campaign of one ``openai`` model at ``url`` on three arithmetic questions, two trials
     each (the hostile-server tests' campaign); ``options`` the backend's, ``execution`` added to
     one worker."""
-    from adaptive_eval.datasets import ARITH20
+    from adaptive_eval.inputs.datasets import ARITH20
 
     return {
         "name": name,

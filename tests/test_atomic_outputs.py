@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from adaptive_eval.cli import main
-from adaptive_eval.files import atomic_write
+from adaptive_eval.base.files import atomic_write
+from adaptive_eval.command_line.cli import main
 
 OUTPUTS = ("summary.json", "report.md", "report.html")
 

@@ -1,7 +1,7 @@
 """A new backend is one file (issue 43, item 3): what the rest of the house asks of a backend by
 name (the engine to look for and how to install it, the packages a run records, the export's
 deployment and engine, whether its models are served) is declared in its registration
-(:class:`adaptive_eval.registry.BackendTraits`), and read from there."""
+(:class:`adaptive_eval.config.registry.BackendTraits`), and read from there."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.config.registry import BackendTraits, backends
 from adaptive_eval.dispatch import cluster
 from adaptive_eval.loop import rundir
-from adaptive_eval.registry import BackendTraits, backends
 
 #: A third party's backend, the whole of it: one module, found through the entry-point group
 #: every plug-in uses (a ``dist-info`` beside it stands for its installed package).
@@ -36,7 +36,7 @@ from adaptive_eval.backends.base import (
     result_from_arrays,
     uniform_from_seeds,
 )
-from adaptive_eval.registry import BackendTraits, backends
+from adaptive_eval.config.registry import BackendTraits, backends
 
 
 class ToyWorker:
@@ -86,7 +86,7 @@ def toy(entry, context):
 
 RUN_AND_EXPORT = """
 import sys
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 config, run, out = sys.argv[1:]
 code = main(["run", config, "--out", run])
 sys.exit(code or main(["export", run, "--format", "eee", "--out", out]))

@@ -11,7 +11,7 @@ from helpers import base_config, mimic_success, write_config, write_scenario
 from adaptive_eval.base.errors import ExhaustedError, InputError
 from adaptive_eval.base.types import Batch, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 
 
 def campaign_for(tmp_path: Path, entry: dict, **overrides: object):
@@ -153,7 +153,7 @@ def test_duplicate_model_names_across_entries(tmp_path: Path) -> None:
 
 def test_heavy_tailed_lengths_are_seeded_lognormal() -> None:
     from adaptive_eval.backends.simulated import lognormal_lengths
-    from adaptive_eval.config import LatencyModel
+    from adaptive_eval.config.schema import LatencyModel
 
     seeds = np.arange(200_000, dtype=np.int64) * 7919 + 13
     latency = LatencyModel(tokens_median=500, tokens_p99_ratio=20)

@@ -32,9 +32,9 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval.cli import main
-from adaptive_eval.config import load_config
-from adaptive_eval.datasets import ARITH20
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import load_config
+from adaptive_eval.inputs.datasets import ARITH20
 from adaptive_eval.workflows.imports import MAX_MAP_ENTRIES
 
 NAMES = ["a", "b", "c"]

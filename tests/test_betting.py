@@ -16,10 +16,10 @@ from scipy.stats import norm
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import betting
 
 

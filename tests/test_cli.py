@@ -16,7 +16,7 @@ import pytest
 from helpers import base_config, mimic_success, trials_in, write_config, write_scenario
 
 from adaptive_eval import stats
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "adaptive_eval.cli", *args],
+        [sys.executable, "-m", "adaptive_eval.command_line.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -190,7 +190,7 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "adaptive_eval.cli",
+            "adaptive_eval.command_line.cli",
             "run",
             str(path),
             "--out",
@@ -298,7 +298,13 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
 
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "many.npz", outcomes=rng.integers(0, 2, (3000, 2, 2)))
-    command = [sys.executable, "-m", "adaptive_eval.cli", "score", str(tmp_path / "many.npz")]
+    command = [
+        sys.executable,
+        "-m",
+        "adaptive_eval.command_line.cli",
+        "score",
+        str(tmp_path / "many.npz"),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.readline()

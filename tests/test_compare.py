@@ -13,8 +13,8 @@ import pytest
 from helpers import TEST_SET, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import record as summary_dict
-from adaptive_eval.cli import main
-from adaptive_eval.config import CompareConfig
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import CompareConfig
 from adaptive_eval.store import RunLock, StoreError, TrialStore
 from adaptive_eval.workflows.compare import run_compare
 

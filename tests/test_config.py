@@ -10,7 +10,7 @@ from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, wri
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -145,7 +145,7 @@ def test_demo_scenario_matches_the_paper_scores() -> None:
 def test_generation_sections_with_a_simulated_backend_are_named_as_ignored(
     tmp_path: Path, scenario: Path, no_ray: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     data = base_config(scenario.name)
     data["sampling"] = {"temperature": 1.0}
@@ -170,7 +170,7 @@ def test_generation_sections_with_a_simulated_backend_are_named_as_ignored(
 def test_validate_says_an_empty_stopping_list_samples_every_model_to_the_cap(
     tmp_path: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     data = base_config(scenario.name, stopping=[])
     assert main(["validate", str(write_config(tmp_path / "c.yaml", data))]) == 0

@@ -13,9 +13,9 @@ from helpers import mimic_success, write_scenario
 import adaptive_eval
 from adaptive_eval import stats
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import build_parser
-from adaptive_eval.config import parse_config
-from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.command_line.cli import build_parser
+from adaptive_eval.config.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.config.schema import parse_config
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 WORKFLOWS = README.parent / "docs" / "workflows.md"

@@ -21,7 +21,8 @@ import pytest
 from helpers import run_inline, write_config
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.forecast.simulate import (
     SimPolicy,
@@ -31,7 +32,6 @@ from adaptive_eval.forecast.simulate import (
     simulate,
     simulate_campaign,
 )
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.store import TrialStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

@@ -15,12 +15,12 @@ from helpers import run_inline, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adaptive_eval.config import load_config
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.contracts import CampaignView, any_of
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.simulate import Truth, ViewSettings, run_core
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 
 
 class Recording(DecisionCore):

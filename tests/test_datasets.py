@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.datasets import (
+from adaptive_eval.grading import math_equal
+from adaptive_eval.inputs.datasets import (
     ARITH20,
     DEFAULT_INSTRUCTION,
     Dataset,
@@ -17,7 +18,6 @@ from adaptive_eval.datasets import (
     load_dataset,
     render_prompt,
 )
-from adaptive_eval.grading import math_equal
 
 
 def write(tmp_path: Path, lines: list[str], name: str = "qs.jsonl") -> Path:

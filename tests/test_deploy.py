@@ -24,8 +24,8 @@ import pytest
 import ray
 import yaml
 
-from adaptive_eval.cli import build_parser
-from adaptive_eval.config import parse_config
+from adaptive_eval.command_line.cli import build_parser
+from adaptive_eval.config.schema import parse_config
 from adaptive_eval.workflows.nightly import EXIT_ALERT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,7 +333,7 @@ def test_the_nightly_cronjob_runs_the_nightly_workflow_on_the_head() -> None:
     assert address == f"http://{cluster['metadata']['name']}-head-svc:8265"
     # The pod exits with the nightly's own code (ray job submit says 1 for any failure).
     job_id = submit[submit.index("--submission-id") + 1]
-    assert commands[-1] == ["python", "-m", "adaptive_eval.ray_job", address, job_id]
+    assert commands[-1] == ["python", "-m", "adaptive_eval.command_line.ray_job", address, job_id]
     # The entrypoint runs on the head: the config and the history must be mounted there.
     assert_mounted_on_head(cluster["spec"], entrypoint)
 
@@ -396,7 +396,7 @@ def test_an_alert_is_not_retried_by_the_jobs_backoff() -> None:
 def test_the_job_exit_code_is_the_entrypoints() -> None:
     from types import SimpleNamespace
 
-    from adaptive_eval.ray_job import job_exit_code
+    from adaptive_eval.command_line.ray_job import job_exit_code
 
     assert job_exit_code(SimpleNamespace(driver_exit_code=3, status="FAILED")) == EXIT_ALERT
     assert job_exit_code(SimpleNamespace(driver_exit_code=0, status="SUCCEEDED")) == 0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
 from adaptive_eval.store.chain import DIGEST_COLUMNS
 

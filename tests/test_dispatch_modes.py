@@ -25,7 +25,7 @@ CPU_CONFIGS = sorted(
 
 
 def _run(config: str, out: Path, *extra: str) -> dict[str, Any]:
-    command = [sys.executable, "-m", "adaptive_eval.cli"]
+    command = [sys.executable, "-m", "adaptive_eval.command_line.cli"]
     if config == "compare.yaml":
         command += ["compare", str(REPO / "configs" / config), "--candidate", "LLM_10"]
     else:
@@ -68,7 +68,7 @@ def test_every_config_gives_the_same_summary_with_and_without_ray(
 def test_an_unknown_dispatch_mode_is_one_line_before_anything_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     out = tmp_path / "run"
     config = str(REPO / "configs" / "demo.yaml")

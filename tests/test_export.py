@@ -9,7 +9,7 @@ import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
 
 SCORES = [0.25, 0.45, 0.47, 0.7]

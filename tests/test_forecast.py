@@ -26,7 +26,8 @@ from helpers import (
 )
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.forecast.campaign import Range, forecast
 from adaptive_eval.forecast.evidence import Evidence, fit_cost
 from adaptive_eval.forecast.simulate import (
@@ -35,7 +36,6 @@ from adaptive_eval.forecast.simulate import (
     replay_sampler,
     simulate_campaign,
 )
-from adaptive_eval.settings import BudgetSettings
 
 SCORES = [0.3, 0.45, 0.5, 0.7]
 NO_BUDGET = BudgetSettings(None, None, None)

@@ -24,6 +24,7 @@ from scipy.stats import binomtest
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import StopReason, Verdict
 from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import (
     NO_MEMORY,
     CampaignView,
@@ -33,7 +34,6 @@ from adaptive_eval.decide.contracts import (
 )
 from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
 from adaptive_eval.loop.rundir import open_run_dir
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import sequential as seq
 from adaptive_eval.store import TrialStore
 
@@ -221,7 +221,7 @@ def test_bad_futility_and_horizon_parameters_name_field_and_value(
 
 
 def test_policy_futility_out_of_range_is_refused(tmp_path: object) -> None:
-    from adaptive_eval.config import parse_config
+    from adaptive_eval.config.schema import parse_config
 
     raw = {
         "name": "x",

@@ -26,9 +26,9 @@ from adaptive_eval.backends.generation_worker import (
 from adaptive_eval.base.errors import BackendError, InputError
 from adaptive_eval.base.types import Batch, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import parse_config
-from adaptive_eval.datasets import ARITH20, load_dataset
+from adaptive_eval.config.schema import parse_config
 from adaptive_eval.grading import GeneratedSample
+from adaptive_eval.inputs.datasets import ARITH20, load_dataset
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 

@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.datasets import Question
 from adaptive_eval.grading import (
     GeneratedSample,
     Graded,
@@ -22,6 +21,7 @@ from adaptive_eval.grading import (
     grader,
     graders,
 )
+from adaptive_eval.inputs.datasets import Question
 
 HALF = Question("q-half", "What is 1/2 as a fraction?", r"\frac{1}{2}", {})
 SET = Question("q-set", "Roots of x^2-3x+2?", r"\{1, 2\}", {})

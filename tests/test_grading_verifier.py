@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.datasets import Question
 from adaptive_eval.grading import GeneratedSample, build_grader
+from adaptive_eval.inputs.datasets import Question
 
 QUESTION = Question(id="q", problem="What is 2 + 3?", answer="5", metadata={})
 

@@ -29,10 +29,10 @@ from helpers import (
 from adaptive_eval.base.errors import ClusterError, InputError
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
-from adaptive_eval.config import load_config
-from adaptive_eval.datasets import ARITH20
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.dispatch import cluster
+from adaptive_eval.inputs.datasets import ARITH20
 from adaptive_eval.loop import rundir
 from adaptive_eval.workflows import run as runner
 
@@ -376,7 +376,7 @@ print("final table")
 def test_log_lines_do_not_run_into_the_progress_bar() -> None:
     from tqdm import tqdm
 
-    from adaptive_eval.logs import ConsoleLines
+    from adaptive_eval.base.logs import ConsoleLines
 
     terminal = _Terminal()
     lines = ConsoleLines(terminal)
@@ -436,7 +436,7 @@ def test_quiet_prints_only_the_one_line_result(
 
     assert out.strip() == headline(read_summary(summary)).line
     help_text = subprocess.run(
-        [sys.executable, "-m", "adaptive_eval.cli", "run", "--help"],
+        [sys.executable, "-m", "adaptive_eval.command_line.cli", "run", "--help"],
         capture_output=True,
         text=True,
         check=True,

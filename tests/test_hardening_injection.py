@@ -13,7 +13,7 @@ from helpers import TEST_DISPATCH
 from test_hardening_resume import _config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31m"
 CONTROL = ("\x1b", "\x07", "\x9b")

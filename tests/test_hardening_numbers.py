@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 
 def test_score_json_gives_the_scores_interval_and_labels_bayes(
@@ -70,8 +70,8 @@ def test_negative_savings_are_worded_as_the_pages_word_them(tmp_path: Path) -> N
     trials"."""
     import io
 
+    from adaptive_eval.base.logs import ConsoleLines
     from adaptive_eval.base.summary_schema import read_summary
-    from adaptive_eval.logs import ConsoleLines
     from adaptive_eval.loop.progress import Progress
     from adaptive_eval.outputs.report import render_console
 

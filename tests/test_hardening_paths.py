@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import TEST_DISPATCH, base_config, mimic_success, write_config, write_scenario
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 
 @pytest.mark.parametrize("target", ["loop", "missing/folder"])

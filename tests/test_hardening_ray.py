@@ -11,9 +11,9 @@ from helpers import base_config, mimic_success, write_scenario
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.base.summary_schema import record as summary_dict
-from adaptive_eval.cli import main
-from adaptive_eval.config import parse_config
-from adaptive_eval.datasets import ARITH20, load_dataset
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import parse_config
+from adaptive_eval.inputs.datasets import ARITH20, load_dataset
 from adaptive_eval.workflows.run import run_campaign
 
 ANSWERS = {q.problem: q.answer for q in load_dataset(ARITH20).questions}

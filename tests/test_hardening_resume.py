@@ -12,7 +12,7 @@ import pytest
 from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
 
 CARD = {"root": "/models/candidate-a", "owned_by": "vllm"}

@@ -13,7 +13,7 @@ from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.base.redact import REDACTED, SAFE_HEADERS, redact, remember, scrub
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 ENV_KEY = "sk-proj-EnvKey0123456789abcdefXYZ"
 SUBSCRIPTION = "sub-4e5f6a7b8c9d0e1f"
@@ -144,7 +144,7 @@ def test_a_worker_process_scrubs_the_key_it_read_itself(
     from adaptive_eval.base.errors import BackendError
     from adaptive_eval.base.types import Batch, WorkItem
     from adaptive_eval.campaign.build import build_campaign
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
 
     monkeypatch.setenv("ECHO_TEST_KEY", ENV_KEY)
     with FlakyServer(script=["echo-401"]) as server:
@@ -166,8 +166,8 @@ def test_a_verifier_that_echoes_its_key_records_no_key(
     """The verifier's error (a trial's invalid reason, stored in trials.sqlite) held the
     server's text whole: an echoed key with it."""
     from adaptive_eval.base import redact as redaction
-    from adaptive_eval.datasets import Question
     from adaptive_eval.grading import GeneratedSample, build_grader
+    from adaptive_eval.inputs.datasets import Question
 
     monkeypatch.setenv("ECHO_TEST_KEY", ENV_KEY)
     monkeypatch.setattr(redaction, "_known", set())  # a worker's process: nothing remembered

@@ -17,8 +17,8 @@ from adaptive_eval.backends.openai import OpenAIWorker
 from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.types import Batch, WorkItem
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
-from adaptive_eval.config import parse_config
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import parse_config
 
 ONE = Batch(1, 0, 0, (WorkItem(0, 0, 0, 1),))
 

@@ -19,7 +19,7 @@ from helpers import (
 
 from adaptive_eval._testing.bigstore import write_big_run
 from adaptive_eval.base.summary_schema import record as summary_dict
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import SCHEMA_VERSION, RunLock, StoreError, TrialStore
 from adaptive_eval.workflows.report import report_run
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import load, run_inline, write_config
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
 from adaptive_eval.workflows.imports import import_files, parse_map
 

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("inspect_ai")
 
 from adaptive_eval.base.summary_schema import Summary
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.inspect.report import report_inspect
 
 _spec = importlib.util.spec_from_file_location(

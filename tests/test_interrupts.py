@@ -29,7 +29,7 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 
 def _ended(process: subprocess.Popen[str]) -> tuple[int, str]:

@@ -16,8 +16,8 @@ spec.loader.exec_module(check_layers)
 
 #: The modules a run passes through, from the command line to the store.
 RUN_PATH = (
-    "adaptive_eval/cli.py",
-    "adaptive_eval/commands.py",
+    "adaptive_eval/command_line/cli.py",
+    "adaptive_eval/command_line/commands.py",
     "adaptive_eval/workflows/run.py",
     "adaptive_eval/loop/runner.py",
     "adaptive_eval/loop/rundir.py",

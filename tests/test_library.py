@@ -13,7 +13,7 @@ from helpers import ledger as read_ledger
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.library import TrialLibrary, attach
 from adaptive_eval.dispatch import InlineDispatcher
@@ -117,7 +117,7 @@ def test_the_library_path_is_not_part_of_the_run_identity(
 
 @pytest.mark.slow
 def test_run_command_uses_the_library(tmp_path: Path, config_path: Path) -> None:
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     assert main(["run", str(config_path), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     assert main(["run", str(config_path), "--out", str(tmp_path / "b"), "--quiet"]) == 0
@@ -138,7 +138,7 @@ def test_a_run_names_a_model_whose_files_changed_since_the_library_saw_it(
     tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 29, section 1: the run that finds a changed identity says so in one line."""
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     inline = ["--quiet", "--set", "execution.dispatch=inline"]
     assert main(["run", str(config_path), "--out", str(tmp_path / "a"), *inline]) == 0

@@ -27,8 +27,8 @@ from helpers import (
 )
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
-from adaptive_eval.config import load_config
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast import live as live_forecast
 from adaptive_eval.forecast.campaign import Range, degenerate_evidence
@@ -330,9 +330,9 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
 def test_a_pilot_whose_every_trial_failed_says_so_instead_of_a_zero_resolution(
     tmp_path: Path,
 ) -> None:
+    from adaptive_eval.config.settings import BudgetSettings
     from adaptive_eval.forecast.campaign import forecast
     from adaptive_eval.forecast.evidence import Evidence
-    from adaptive_eval.settings import BudgetSettings
     from adaptive_eval.workflows.forecast import render
 
     campaign = build_campaign(load_config(_config(tmp_path)))

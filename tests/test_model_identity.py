@@ -18,9 +18,9 @@ from adaptive_eval.backends import model_files
 from adaptive_eval.base.summary_schema import Provenance
 from adaptive_eval.base.types import Batch, Trial, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import parse_config
+from adaptive_eval.config.schema import parse_config
 from adaptive_eval.control.library import TrialLibrary
-from adaptive_eval.datasets import ARITH20
+from adaptive_eval.inputs.datasets import ARITH20
 from adaptive_eval.outputs.provenance import markdown
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -142,7 +142,15 @@ def test_campaign_survives_losing_a_node(
     watcher.start()
     # The campaign runs as a newcomer would run it: the CLI, in its own process (its own driver).
     out = str(tmp_path / "run")
-    command = [sys.executable, "-m", "adaptive_eval.cli", "run", str(path), "--out", out]
+    command = [
+        sys.executable,
+        "-m",
+        "adaptive_eval.command_line.cli",
+        "run",
+        str(path),
+        "--out",
+        out,
+    ]
     done = subprocess.run(
         [*command, "--quiet", "--json"],
         env={**os.environ, **RAY_ENV},

@@ -14,8 +14,8 @@ from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_
 
 from adaptive_eval.base.summary_schema import ModelRow, Summary
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.cli import main
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.library import attach
 from adaptive_eval.dispatch import InlineDispatcher
@@ -235,7 +235,7 @@ def test_a_ranking_flip_is_an_alert(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_nightly_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     path = _setup(tmp_path)
     history = str(tmp_path / "history")

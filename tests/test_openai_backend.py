@@ -27,8 +27,8 @@ from adaptive_eval.base.errors import BackendError
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import parse_config
-from adaptive_eval.datasets import ARITH20, load_dataset
+from adaptive_eval.config.schema import parse_config
+from adaptive_eval.inputs.datasets import ARITH20, load_dataset
 from adaptive_eval.store import TrialStore
 
 QUESTIONS = load_dataset(ARITH20)
@@ -214,7 +214,7 @@ def test_campaign_through_a_flaky_server(tmp_path: Path) -> None:
 def test_request_retries_reach_events_and_summary(tmp_path: Path, no_ray: Any) -> None:
     """Issue 16, item 6: every request retry is counted by reason and reported as it happens
     (a ``request_retries`` event with the batch) and in summary.json's dispatch section."""
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     with FlakyServer(script=[503, 503, 429, "drop"], answers=ANSWERS) as server:
         data = config(server.url, limit=3).model_dump(mode="json")
@@ -600,7 +600,7 @@ def test_the_nightly_command_names_a_server_serving_other_weights(
     served from another ``root`` is sampled anew, and the night says so in one line."""
     import yaml
 
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     with FlakyServer(model="srv", card=VLLM_CARD, version="0.6.3", answers=ANSWERS) as server:
         data = config(server.url, limit=3).model_dump(mode="json", exclude_none=True)

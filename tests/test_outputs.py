@@ -12,7 +12,7 @@ from helpers import base_config, load, mimic_success, run_inline, write_config, 
 
 from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.base.summary_schema import record as summary_dict
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.loop import rundir
 from adaptive_eval.outputs.summary import SCHEMA_VERSION
 from adaptive_eval.store import TrialStore
@@ -346,7 +346,7 @@ def test_console_lines_are_sentences_and_routine_slowness_stays_in_the_file(
 ) -> None:
     import io
 
-    from adaptive_eval.logs import open_event_log
+    from adaptive_eval.base.logs import open_event_log
 
     console = io.StringIO()
     log, handle = open_event_log(tmp_path, "c-1", "warning", console)

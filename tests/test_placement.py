@@ -10,7 +10,7 @@ import pytest
 from helpers import base_config, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.dispatch import cluster
 from adaptive_eval.dispatch.cluster import WorkerRequest, check_placement
 

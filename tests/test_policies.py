@@ -7,8 +7,8 @@ import pytest
 from scipy.stats import norm
 
 from adaptive_eval.base.types import StopReason, Verdict
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import CampaignView, all_of, any_of, cap_plan, decide_pairs
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats.intervals import IntervalDesign
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from helpers import NullLog, base_config, load, mimic_success, write_config, write_scenario
 
+from adaptive_eval.base.logs import ConsoleLines
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.control import round_events
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.dispatch import InlineDispatcher
-from adaptive_eval.logs import ConsoleLines
 from adaptive_eval.loop.progress import Progress
 from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.outputs.report import render_console

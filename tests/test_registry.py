@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.grading import graders, schemata
-from adaptive_eval.registry import (
+from adaptive_eval.config.registry import (
     Registry,
     allocators,
     backends,
@@ -22,6 +21,7 @@ from adaptive_eval.registry import (
     resolved,
     stopping_rules,
 )
+from adaptive_eval.grading import graders, schemata
 
 KINDS: tuple[Registry[Any], ...] = (
     backends,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
+from adaptive_eval.base.logs import SilentLog
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.decide.contracts import adjacent_only
-from adaptive_eval.logs import SilentLog
 from adaptive_eval.loop.runner import _NoDispatch
 from adaptive_eval.outputs.provenance import collect
 from adaptive_eval.outputs.summary import build_summary
@@ -149,7 +149,7 @@ def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> Non
     """The run's RunFacts carry the typed dispatch block; summary.json's block is the store's
     record, in the schema's order, after the run and after ``report`` re-reads it."""
     from adaptive_eval.base.summary_schema import record
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
     from adaptive_eval.dispatch import dispatch_summary
     from adaptive_eval.dispatch.inline import InlineDispatcher
 
@@ -181,7 +181,7 @@ def test_a_damaged_dispatch_record_is_one_line_naming_it(
     naming the block and the counter, never a summary that counts it."""
     from helpers import one_error_line
 
-    from adaptive_eval.cli import main
+    from adaptive_eval.command_line.cli import main
 
     config, run_dir = recorded
     store = TrialStore(run_dir)

@@ -25,12 +25,12 @@ from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import StopReason
 from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate
 from adaptive_eval.loop.rundir import open_run_dir
 from adaptive_eval.outputs.report import render_console, render_markdown
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import posterior_moments
 from adaptive_eval.stats.intervals import (
     IntervalDesign,

@@ -17,10 +17,10 @@ from scipy.stats import binomtest, norm
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Verdict
-from adaptive_eval.config import parse_config
+from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
+from adaptive_eval.config.schema import parse_config
 from adaptive_eval.decide.contracts import CampaignView, any_of, decide_pairs, settle_pairs
 from adaptive_eval.forecast.simulate import SimPolicy, Truth, simulate, wrong_calls
-from adaptive_eval.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.stats import allocation as lower_bound
 from adaptive_eval.stats import sequential as seq
 
@@ -395,7 +395,7 @@ def test_resume_after_crash_is_exact_with_sequential_rules(
 ) -> None:
     from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
 
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
 
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.45, 0.5, 0.52, 0.8], questions=12))
     data = base_config("s.npz", pair_rules=[rule], allocation=allocation)
@@ -420,7 +420,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
     from helpers import base_config, mimic_success, run_inline, write_config, write_scenario
 
     from adaptive_eval.base.summary_schema import read_summary
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.outputs.report import render_markdown
     from adaptive_eval.workflows.report import report_run
 

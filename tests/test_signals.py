@@ -34,7 +34,7 @@ from helpers import (
 
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.ray_address import address_problem
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.dispatch import cluster
 
 
@@ -137,7 +137,7 @@ def test_a_sigterm_ray_turns_into_a_plain_keyboard_interrupt_keeps_its_code() ->
 # -- failure 12: every descendant ends, however late it is orphaned ---------------------------
 LEFTOVERS = """
 import os, signal, subprocess, sys, time
-from adaptive_eval import supervise
+from adaptive_eval.command_line import supervise
 supervise.GRACE_S = 0.5
 supervise._prctl(supervise.PR_SET_CHILD_SUBREAPER, 1)
 # A child and a grandchild that both ignore SIGTERM (as Ray's agents may while they stop): the
@@ -278,7 +278,7 @@ def test_the_watcher_ties_the_command_to_its_life() -> None:
     code = textwrap.dedent(
         """
         import ctypes, os
-        from adaptive_eval import supervise
+        from adaptive_eval.command_line import supervise
         os.environ[supervise.ENV] = str(os.getppid())
         assert supervise._follow_watcher() == os.getppid()
         libc = ctypes.CDLL(None, use_errno=True)
@@ -297,7 +297,7 @@ def test_a_command_that_ignores_a_passed_on_stop_is_killed_after_the_grace(
 ) -> None:
     """Failure 2: a run stuck in Ray's C++ connect never ran its SIGTERM handler and ignored
     SIGTERM for good; the watcher now kills the command once the grace is over."""
-    from adaptive_eval import supervise
+    from adaptive_eval.command_line import supervise
 
     monkeypatch.setattr(supervise, "STOP_GRACE_S", 1.0)
     stuck = subprocess.Popen(

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import TEST_DISPATCH, InlineCluster
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
 
 #: Words of the advice given for a damaged store; never for an intact one.
@@ -150,7 +150,13 @@ def test_a_wal_deleted_mid_run_loses_nothing_and_readers_say_why(
             (run_dir / "trials.sqlite-wal").unlink()
             readers.append(
                 subprocess.run(
-                    [sys.executable, "-m", "adaptive_eval.cli", "completions", str(run_dir)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "adaptive_eval.command_line.cli",
+                        "completions",
+                        str(run_dir),
+                    ],
                     capture_output=True,
                     text=True,
                     timeout=120,

@@ -28,7 +28,7 @@ from helpers import (
     write_scenario,
 )
 
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 PAGE = 4096
 

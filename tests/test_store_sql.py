@@ -15,7 +15,7 @@ STORE = PACKAGE / "store"
 #: Modules outside the store that may import ``sqlite3``, and why: they catch ``sqlite3.Error``
 #: to word a failure and sit where importing the store would be wrong (``storage`` lies beneath
 #: it; ``cli`` keeps its start-up imports light).
-ERROR_TYPE_ONLY = frozenset({"adaptive_eval/files.py", "adaptive_eval/cli.py"})
+ERROR_TYPE_ONLY = frozenset({"adaptive_eval/base/files.py", "adaptive_eval/command_line/cli.py"})
 
 #: SQL statements as the project writes them (upper-case keywords).
 SQL = re.compile(

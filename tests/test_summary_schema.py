@@ -14,7 +14,7 @@ from helpers import base_config, mimic_success, write_config, write_scenario
 from pydantic import ValidationError
 
 from adaptive_eval.base import summary_schema
-from adaptive_eval.cli import main
+from adaptive_eval.command_line.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "docs" / "summary.schema.json"

@@ -28,8 +28,8 @@ from adaptive_eval.backends.cores import LOCK_DIR_ENV
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Batch, Trial, WorkItem, trial_seed
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import parse_config
-from adaptive_eval.datasets import ARITH20
+from adaptive_eval.config.schema import parse_config
+from adaptive_eval.inputs.datasets import ARITH20
 from adaptive_eval.store import TrialStore
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -123,7 +123,7 @@ def test_end_to_end_campaign_records_real_completions(
     assert (run_dir / "summary.json").exists()
     assert json.loads((run_dir / "summary.json").read_text())["name"] == "tiny-vllm"
     trials = stored_trials(run_dir)
-    from adaptive_eval.datasets import load_dataset
+    from adaptive_eval.inputs.datasets import load_dataset
 
     ids = load_dataset(ARITH20).ids[:QUESTIONS]
     names = ("tiny-a", "tiny-b")

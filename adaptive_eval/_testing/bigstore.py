@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.loop.rundir import open_run_dir
 
 

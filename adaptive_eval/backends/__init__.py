@@ -2,7 +2,7 @@
 
 Generating backends (``vllm``, ``openai``) import their heavy dependencies only when a worker is
 built, so listing or validating them needs neither installed. Each declares what the rest of the
-house asks of it by name in its registration (:class:`adaptive_eval.registry.BackendTraits`).
+house asks of it by name in its registration (:class:`adaptive_eval.config.registry.BackendTraits`).
 """
 
 # vllm registers first: a run records the backends' packages in registration order (its

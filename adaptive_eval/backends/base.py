@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from adaptive_eval.base.types import Batch, BatchResult, Trial, trial_seed
-from adaptive_eval.settings import ExecutionSettings, GenerationSettings
+from adaptive_eval.config.settings import ExecutionSettings, GenerationSettings
 
 
 class Worker(Protocol):
@@ -32,7 +32,7 @@ class Worker(Protocol):
 @dataclass(frozen=True)
 class BackendContext:
     """What a backend factory may use besides its own entry: the campaign's settings it needs,
-    resolved (:mod:`adaptive_eval.settings`), never the config itself."""
+    resolved (:mod:`adaptive_eval.config.settings`), never the config itself."""
 
     campaign_seed: int
     question_ids: tuple[str, ...] | None  # set when a dataset is configured

@@ -25,10 +25,10 @@ from typing import Any
 
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker, worker_maker
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.config import ModelEntry
-from adaptive_eval.datasets import Dataset, Question, load_dataset, render_prompt
+from adaptive_eval.config.schema import ModelEntry
+from adaptive_eval.config.settings import ExecutionSettings, GenerationSettings, SamplingSettings
 from adaptive_eval.grading import Grader, build_grader
-from adaptive_eval.settings import ExecutionSettings, GenerationSettings, SamplingSettings
+from adaptive_eval.inputs.datasets import Dataset, Question, load_dataset, render_prompt
 
 DEFAULT_GRADER = "math"
 

@@ -62,9 +62,9 @@ from adaptive_eval.backends.generation_worker import (
 from adaptive_eval.backends.served_identity import TIMEOUT_S, server_answers, server_identity
 from adaptive_eval.base.errors import BackendError, InputError, printable
 from adaptive_eval.base.redact import REDACTED, remember, remember_secret, scrub
-from adaptive_eval.config import ModelEntry
+from adaptive_eval.config.registry import BackendTraits, backends
+from adaptive_eval.config.schema import ModelEntry
 from adaptive_eval.grading import GeneratedSample, Graded
-from adaptive_eval.registry import BackendTraits, backends
 
 INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")

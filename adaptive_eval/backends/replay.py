@@ -24,9 +24,9 @@ from adaptive_eval.backends.base import (
 from adaptive_eval.backends.simulated import entry_npz, select_models
 from adaptive_eval.base.errors import ExhaustedError
 from adaptive_eval.base.types import Batch, BatchResult
-from adaptive_eval.config import ModelEntry, file_sha256
-from adaptive_eval.npzio import check_categories
-from adaptive_eval.registry import backends
+from adaptive_eval.config.registry import backends
+from adaptive_eval.config.schema import ModelEntry, file_sha256
+from adaptive_eval.inputs.npz import check_categories
 
 
 class ReplayWorker(ArrayWorker):

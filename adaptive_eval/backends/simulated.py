@@ -5,7 +5,8 @@ The scenario npz holds ``probs`` (L, M, C+1) with rows summing to 1, ``models`` 
 count are a pure function of its seed, so any worker, in any order, after any resume, draws the
 same outcome for the same trial.
 
-An entry's ``latency`` (:class:`~adaptive_eval.config.LatencyModel`) emulates generation time.
+An entry's ``latency`` (:class:`~adaptive_eval.config.schema.LatencyModel`) emulates generation
+time.
 With ``engine_seqs`` the worker emulates a continuously batched engine (:class:`EngineModel`):
 each trial holds one of ``engine_seqs`` decode slots for ``per_trial_s + per_token_s * length``
 seconds, lengths optionally heavy-tailed (lognormal, ``tokens_median``, ``tokens_p99_ratio``,
@@ -39,9 +40,9 @@ from adaptive_eval.backends.base import (
 )
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Batch, BatchResult
-from adaptive_eval.config import LatencyModel, ModelEntry, file_sha256
-from adaptive_eval.npzio import NpzFile
-from adaptive_eval.registry import backends
+from adaptive_eval.config.registry import backends
+from adaptive_eval.config.schema import LatencyModel, ModelEntry, file_sha256
+from adaptive_eval.inputs.npz import NpzFile
 
 PROB_TOLERANCE = 1e-6
 OptionsT = TypeVar("OptionsT", bound=BaseModel)

@@ -88,10 +88,10 @@ from adaptive_eval.backends.vllm_setup import (
 )
 from adaptive_eval.base.errors import BackendError, InputError
 from adaptive_eval.base.types import Batch, BatchResult
-from adaptive_eval.config import ModelEntry
+from adaptive_eval.config.registry import BackendTraits, backends
+from adaptive_eval.config.schema import ModelEntry
 from adaptive_eval.grading import Graded
-from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
-from adaptive_eval.registry import BackendTraits, backends
+from adaptive_eval.inputs.bounded import MAX_TEXT_BYTES, read_bytes
 
 
 class VllmWorker(GenerationWorker):

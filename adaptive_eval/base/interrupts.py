@@ -20,7 +20,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-#: Set in a watched command's environment to its watcher's pid (:mod:`adaptive_eval.supervise`).
+#: Set in a watched command's environment to its watcher's pid
+#: (:mod:`adaptive_eval.command_line.supervise`).
 WATCHER_ENV = "ADAPTIVE_EVAL_WATCHED"
 #: The signals a command stops on, in one line, with the clean-up run to its end.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_eval import registry
 from adaptive_eval.base.summary_schema import DecisionRules, PluginRecord
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checks import check_goals, check_plans
@@ -30,9 +29,10 @@ from adaptive_eval.campaign.parts import (
     prior_counts,
     width_fixed_n,
 )
-from adaptive_eval.config import CampaignConfig, plugin_spec
+from adaptive_eval.config import registry
+from adaptive_eval.config.registry import pair_rules
+from adaptive_eval.config.schema import CampaignConfig, plugin_spec
 from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
-from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign
 
 __all__ = [
@@ -238,7 +238,8 @@ def describe_rules(campaign: Campaign) -> DecisionRules:
 
 def plugin_records(campaign: Campaign) -> list[PluginRecord]:
     """Each registered plug-in that decides (pair rules, stopping rules, the allocator) with the
-    parameters it was built with, defaults included (:func:`adaptive_eval.registry.resolved`);
+    parameters it was built with, defaults included
+    (:func:`adaptive_eval.config.registry.resolved`);
     rules the campaign builds itself (compare's gate, the composite stop) are not listed."""
     stopping = campaign.stopping
     parts = [*campaign.pair_rules, *getattr(stopping, "rules", (stopping,)), campaign.allocator]

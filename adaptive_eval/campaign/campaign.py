@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.config.settings import CampaignSettings
 from adaptive_eval.decide.contracts import (
     Allocator,
     PairRule,
@@ -23,7 +24,6 @@ from adaptive_eval.decide.contracts import (
 )
 from adaptive_eval.decide.core import DecisionCore, Limits
 from adaptive_eval.decide.state import ViewSettings
-from adaptive_eval.settings import CampaignSettings
 from adaptive_eval.stats.intervals import IntervalDesign
 
 

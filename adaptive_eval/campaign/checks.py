@@ -5,8 +5,8 @@ Each raises an :class:`~adaptive_eval.base.errors.InputError` naming the file, t
 value. :func:`adaptive_eval.campaign.build.build_campaign` calls the two passes: the backend
 plans against each other and the config (:func:`check_plans`), then the goals against the
 built rules (:func:`check_goals`). (The paths are checked where the config is settled,
-:meth:`~adaptive_eval.config.CampaignConfig.settle`; a backend's files, the prior's file and a
-plug-in's parameters where they are built, :mod:`adaptive_eval.campaign.parts`.)
+:meth:`~adaptive_eval.config.schema.CampaignConfig.settle`; a backend's files, the prior's file
+and a plug-in's parameters where they are built, :mod:`adaptive_eval.campaign.parts`.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.parts import COMPOSITES
-from adaptive_eval.config import CampaignConfig, plugin_spec
+from adaptive_eval.config.schema import CampaignConfig, plugin_spec
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
 __all__ = ["check_goals", "check_plans", "plugin_spec"]

@@ -15,11 +15,11 @@ import numpy as np
 from adaptive_eval import stats
 from adaptive_eval.backends.base import BackendContext, BackendPlan
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.config import CampaignConfig, PluginSpec, file_sha256, plugin_spec
+from adaptive_eval.config.registry import allocators, backends, pair_rules, stopping_rules
+from adaptive_eval.config.schema import CampaignConfig, PluginSpec, file_sha256, plugin_spec
+from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.decide.contracts import Allocator, PairRule, StoppingRule, all_of, any_of
-from adaptive_eval.npzio import NpzFile, check_categories
-from adaptive_eval.registry import allocators, backends, pair_rules, stopping_rules
-from adaptive_eval.settings import BudgetSettings, CampaignSettings
+from adaptive_eval.inputs.npz import NpzFile, check_categories
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
 DEFAULT_FIXED_N = 80

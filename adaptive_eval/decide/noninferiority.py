@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.types import PairDecision, Verdict
+from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.decide.contracts import CampaignView, PairMemory, RuleMemory, pair_key
-from adaptive_eval.registry import pair_rules
 from adaptive_eval.stats import sequential as seq
 
 #: The gate's variance inflation (see the module docstring).

@@ -23,10 +23,10 @@ from typing import IO, Any
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.errors import ClusterError, InputError
+from adaptive_eval.base.logs import EventSink, no_events
 from adaptive_eval.base.ray_address import address_problem
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.logs import EventSink, no_events
-from adaptive_eval.registry import BackendTraits, backends
+from adaptive_eval.config.registry import BackendTraits, backends
 
 #: Attempts at starting a local Ray cluster, and the pause before each retry (seconds). Ray
 #: waits a fixed 30 s for its raylet; on a loaded machine a second try usually succeeds.
@@ -259,7 +259,8 @@ def cluster_capacity(ray: Any) -> tuple[dict[str, float], dict[str, float]]:
 
 def check_engines(campaign: Campaign) -> None:
     """Refuse (exit 2) a campaign whose backends need an engine this interpreter lacks: the
-    module each backend's registration names (:class:`~adaptive_eval.registry.BackendTraits`),
+    module each backend's registration names
+    (:class:`~adaptive_eval.config.registry.BackendTraits`),
     checked with ``find_spec`` before Ray starts, so a missing engine is never imported into the
     driver just to be found missing."""
     for index, plan in enumerate(campaign.plans):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptive_eval.backends.base import BackendPlan
+from adaptive_eval.base.logs import EventSink, no_events
 from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.dispatch.actors import WorkerActor
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.logs import EventSink, no_events
 
 
 class InlineDispatcher:

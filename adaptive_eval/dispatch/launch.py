@@ -22,14 +22,14 @@ from typing import Any, Protocol
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import ClusterError
+from adaptive_eval.base.logs import EventSink, no_events
 from adaptive_eval.base.types import Batch, BatchResult
+from adaptive_eval.config.registry import Registry
+from adaptive_eval.config.settings import ExecutionSettings
 from adaptive_eval.dispatch import cluster
 from adaptive_eval.dispatch.inline import InlineDispatcher
 from adaptive_eval.dispatch.pool import Dispatcher
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.logs import EventSink, no_events
-from adaptive_eval.registry import Registry
-from adaptive_eval.settings import ExecutionSettings
 
 
 class Workers(Protocol):

@@ -19,6 +19,7 @@ from typing import Any
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.logs import EventSink, no_events
 from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.dispatch.actors import (
     CLOSE_TIMEOUT_S,
@@ -34,7 +35,6 @@ from adaptive_eval.dispatch.cluster import (
     worker_requests,
 )
 from adaptive_eval.dispatch.stats import DispatchStats
-from adaptive_eval.logs import EventSink, no_events
 
 RESTART_PROBE_INTERVAL_S = 0.5
 #: Where a cluster we did not start runs its workers niced, the dispatcher warns once.

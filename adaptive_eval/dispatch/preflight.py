@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from adaptive_eval.base.errors import BackendError, InputError
+from adaptive_eval.base.files import is_read_only, nearest_existing
 from adaptive_eval.base.redact import REDACTED
 from adaptive_eval.campaign.campaign import Campaign
+from adaptive_eval.config.settings import CampaignSettings
 from adaptive_eval.dispatch.launch import launcher
-from adaptive_eval.files import is_read_only, nearest_existing
-from adaptive_eval.settings import CampaignSettings
 from adaptive_eval.store import SQLiteError
 from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_names
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adaptive_eval.base.errors import BackendError
+from adaptive_eval.base.logs import EventSink
 from adaptive_eval.base.summary_schema import Dispatch, record
 from adaptive_eval.base.types import Batch
 from adaptive_eval.dispatch.actors import EVENT_ERROR_CHARS
-from adaptive_eval.logs import EventSink
 
 
 @dataclass

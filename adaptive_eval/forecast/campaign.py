@@ -63,6 +63,7 @@ from adaptive_eval.campaign.checkpoint import (
     Judge,
     exit_code,
 )
+from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.decide.state import RoundCosts
@@ -75,7 +76,6 @@ from adaptive_eval.forecast.simulate import (
     recorded_costing,
     simulate_campaign,
 )
-from adaptive_eval.settings import BudgetSettings
 
 #: forecast.json's format; a renamed or removed field is a new number.
 FORECAST_FORMAT = 1

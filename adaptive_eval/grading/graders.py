@@ -2,7 +2,7 @@ r"""Graders: turn one generated sample into a category, found by name from the c
 
 A grader is any object with ``num_categories`` (``C + 1``) and
 ``__call__(sample, question) -> Graded``. Graders are plug-ins of the one registry class
-(:class:`adaptive_eval.registry.Registry`): registered in :data:`graders` with :func:`grader`
+(:class:`adaptive_eval.config.registry.Registry`): registered in :data:`graders` with :func:`grader`
 (its ``register``) and built with :func:`build_grader`, which checks the name and the parameters
 against the factory's annotated signature (or the grader dataclass's fields):
 
@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 from pydantic import Field
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.datasets import Question
+from adaptive_eval.config.registry import Registry
 from adaptive_eval.grading.answers import extract_boxed, is_grader_failure, math_equal
 from adaptive_eval.grading.schemata import Schema, Thresholds, get_schema
 from adaptive_eval.grading.signals import (
@@ -38,7 +38,7 @@ from adaptive_eval.grading.signals import (
     base_signals,
     compute_signals,
 )
-from adaptive_eval.registry import Registry
+from adaptive_eval.inputs.datasets import Question
 
 #: Supplies verifier probabilities (A correct, B wrong, C off-task) for a sample.
 VerifierFn = Callable[[GeneratedSample, Question], tuple[float, float, float]]
@@ -83,7 +83,7 @@ BinaryCategory = Annotated[int, Field(ge=0, le=1)]
 
 def build_grader(name: str, **params: Any) -> Grader:
     """Build the grader registered as ``name`` from config ``params``
-    (:meth:`~adaptive_eval.registry.Registry.build` of :data:`graders`).
+    (:meth:`~adaptive_eval.config.registry.Registry.build` of :data:`graders`).
 
     An unknown name, an unknown or missing parameter, or a bad value is an :class:`InputError`
     naming the grader and the parameter.

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.config.registry import Registry
 from adaptive_eval.grading.signals import Signals
-from adaptive_eval.registry import Registry
 
 
 class MissingSignalError(ValueError):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from adaptive_eval.grading.answers import extract_boxed, is_grader_failure, math_equal
 
 if TYPE_CHECKING:
-    from adaptive_eval.datasets import Question
+    from adaptive_eval.inputs.datasets import Question
 
 #: The paper normalises completion length by the generation limit it used, 32,768 tokens.
 DEFAULT_MAX_TOKENS_REF = 32768

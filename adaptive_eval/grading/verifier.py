@@ -25,8 +25,8 @@ from typing import Any
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.redact import remember_secret, scrub
-from adaptive_eval.datasets import Question
 from adaptive_eval.grading.signals import GeneratedSample
+from adaptive_eval.inputs.datasets import Question
 
 LETTERS = ("A", "B", "C")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})

@@ -25,7 +25,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
-from adaptive_eval.config import CampaignConfig, load_config
+from adaptive_eval.config.schema import CampaignConfig, load_config
 
 GOALS = ("rank", "compare")
 #: Allocators whose plans give a model the same trials on every sample: Inspect runs a

@@ -23,7 +23,7 @@ import numpy as np
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Summary
-from adaptive_eval.config import load_config
+from adaptive_eval.config.schema import load_config
 from adaptive_eval.inspect.bridge import MANAGER, ScoreMap
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, build
 from adaptive_eval.workflows.compare import comparison_finish

@@ -9,8 +9,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from adaptive_eval.base.logs import ConsoleLines
 from adaptive_eval.control.controller import Controller
-from adaptive_eval.logs import ConsoleLines
 
 
 def _terminal_width(stream: IO[str]) -> int:

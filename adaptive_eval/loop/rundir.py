@@ -17,17 +17,17 @@ from typing import Any
 
 from adaptive_eval.backends.served_identity import reconcile_servers
 from adaptive_eval.base.errors import InputError, first_few
+from adaptive_eval.base.files import atomic_write, foreign_entries, storage_error
 from adaptive_eval.base.redact import without_secrets
 from adaptive_eval.campaign.build import fingerprint_of
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.files import atomic_write, foreign_entries, storage_error
-from adaptive_eval.registry import BackendTraits, backends
-from adaptive_eval.settings import RunRecord
+from adaptive_eval.config.registry import BackendTraits, backends
+from adaptive_eval.config.settings import RunRecord
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
 
 #: The packages that shape every run's results; each backend adds its own (its registration's
-#: ``packages``, :class:`~adaptive_eval.registry.BackendTraits`). Their versions are kept in the
-#: run's store.
+#: ``packages``, :class:`~adaptive_eval.config.registry.BackendTraits`). Their versions are kept
+#: in the run's store.
 PACKAGES = ("adaptive-eval", "numpy", "scipy", "ray", "pydantic", "matplotlib")
 
 

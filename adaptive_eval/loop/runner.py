@@ -19,6 +19,7 @@ from typing import IO, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.base.summary_schema import Dispatch, Nightly, Summary, record
 from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
 from adaptive_eval.campaign.campaign import Campaign
@@ -36,7 +37,6 @@ from adaptive_eval.dispatch import (
 )
 from adaptive_eval.dispatch.cluster import RAY_LOG, ray_output_to
 from adaptive_eval.forecast.live import LiveForecaster
-from adaptive_eval.logs import ConsoleLines, SilentLog, open_event_log
 from adaptive_eval.loop.progress import Progress
 from adaptive_eval.loop.rundir import finished_before, kept_from_run, open_run_dir
 from adaptive_eval.store import TrialStore

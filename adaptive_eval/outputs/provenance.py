@@ -20,8 +20,8 @@ import yaml
 
 from adaptive_eval.base.errors import printable
 from adaptive_eval.base.summary_schema import Provenance
+from adaptive_eval.config.registry import backends
 from adaptive_eval.loop import rundir
-from adaptive_eval.registry import backends
 
 if TYPE_CHECKING:
     from adaptive_eval.store import TrialStore

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adaptive_eval.base import markdown as md
+from adaptive_eval.base.files import atomic_write
 from adaptive_eval.base.summary_schema import (
     Comparison,
     DecisionRules,
@@ -17,7 +18,6 @@ from adaptive_eval.base.summary_schema import (
     Summary,
     json_text,
 )
-from adaptive_eval.files import atomic_write
 from adaptive_eval.outputs.headline import markdown_lines as headline_markdown
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from adaptive_eval.base.files import atomic_write
 from adaptive_eval.base.summary_schema import (
     CompareVerdict,
     Comparison,
@@ -40,7 +41,6 @@ from adaptive_eval.base.summary_schema import (
     PairRow,
     Summary,
 )
-from adaptive_eval.files import atomic_write
 from adaptive_eval.outputs.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,

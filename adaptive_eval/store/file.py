@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from adaptive_eval.base.errors import AdaptiveEvalError, InputError
-from adaptive_eval.files import free_bytes, is_read_only, storage_error
+from adaptive_eval.base.files import free_bytes, is_read_only, storage_error
 from adaptive_eval.store import chain
 
 #: Stored in SQLite's ``PRAGMA user_version``. A store without it (0) predates the field and has

@@ -14,7 +14,7 @@ from adaptive_eval.base.summary_schema import Comparison, Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign, comparison
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.outputs.headline import trials_text
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING

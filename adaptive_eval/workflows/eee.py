@@ -34,9 +34,9 @@ import yaml
 
 from adaptive_eval.base import summary_schema
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.datasets import Question, load_dataset
-from adaptive_eval.files import atomic_output, atomic_write
-from adaptive_eval.registry import BackendTraits, backends
+from adaptive_eval.base.files import atomic_output, atomic_write
+from adaptive_eval.config.registry import BackendTraits, backends
+from adaptive_eval.inputs.datasets import Question, load_dataset
 from adaptive_eval.store import TrialStore
 
 EEE_SCHEMA_VERSION = "0.3.0"

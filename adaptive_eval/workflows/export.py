@@ -17,7 +17,7 @@ The npz is the format ``replay``, ``policy.prior`` and ``adaptive-eval score`` r
 Memory does not grow with the trials: the store is read in chunks (in its primary-key order),
 the dense arrays are filled as memory maps in a temporary folder beside the output, and each is
 streamed into the npz's zip member by member (peak RSS: ``benchmarks/memory.py --export``). The
-npz itself is written atomically (:func:`adaptive_eval.files.atomic_output`).
+npz itself is written atomically (:func:`adaptive_eval.base.files.atomic_output`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.files import atomic_output
+from adaptive_eval.base.files import atomic_output
 from adaptive_eval.store import TrialStore
 
 ABSENT = -1

@@ -29,13 +29,13 @@ from typing import IO, Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.base.files import atomic_write
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.library import library_trials
 from adaptive_eval.control.pilot import MIN_PILOT
-from adaptive_eval.files import atomic_write
 from adaptive_eval.forecast.campaign import (
     Forecast,
     Range,

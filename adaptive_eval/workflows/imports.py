@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.files import atomic_output
-from adaptive_eval.inputfiles import MAX_MEMBER_BYTES, MAX_TEXT_BYTES, check, size_text
+from adaptive_eval.base.files import atomic_output
+from adaptive_eval.inputs.bounded import MAX_MEMBER_BYTES, MAX_TEXT_BYTES, check, size_text
 
 FORMATS = ("lm-eval", "inspect")
 DEFAULT_MAP: dict[float | str, int] = {1.0: 1, 0.0: 0, "C": 1, "I": 0}

@@ -55,17 +55,17 @@ from pydantic import ValidationError
 from adaptive_eval.base import markdown as md
 from adaptive_eval.base import summary_schema
 from adaptive_eval.base.errors import AdaptiveEvalError, InputError
+from adaptive_eval.base.files import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.base.summary_schema import ModelRow, Nightly, Summary
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checks import plugin_spec
-from adaptive_eval.config import CampaignConfig, PluginSpec
+from adaptive_eval.config.schema import CampaignConfig, PluginSpec
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import RunState, ViewSettings
 from adaptive_eval.dispatch.preflight import check_before_sampling
-from adaptive_eval.files import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.outputs.presentation import bayes_at_n, score, spread
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.store import RunLock, TrialStore

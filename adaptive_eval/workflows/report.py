@@ -11,7 +11,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.loop import runner
 from adaptive_eval.loop.rundir import earlier_outputs
 from adaptive_eval.store import RunLock, TrialStore

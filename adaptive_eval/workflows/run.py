@@ -19,7 +19,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Summary
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.config import CampaignConfig
+from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.dispatch import cluster
 from adaptive_eval.dispatch.preflight import check_before_sampling, check_services

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.npzio import NpzFile, check_categories
+from adaptive_eval.inputs.npz import NpzFile, check_categories
 
 #: ``score --json``'s version (2: the unbiased score leads; Bayes@N as ``bayes_*`` with the old
 #: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored.

@@ -1,5 +1,5 @@
 """Campaign configuration: the schema, overrides and error reporting (the YAML itself is read
-by :mod:`adaptive_eval.config_yaml`).
+by :mod:`adaptive_eval.config.reader`).
 
 One concept, kept whole: the schema is one tree of pydantic models whose field
 descriptions are the config's documentation; splitting it would scatter that reference.
@@ -31,9 +31,8 @@ from adaptive_eval.base.redact import (
     remember,
     without_secrets,
 )
-from adaptive_eval.config_yaml import MAX_YAML_DEPTH, load_yaml, read_yaml
-from adaptive_eval.inputfiles import check, not_a_device
-from adaptive_eval.settings import (
+from adaptive_eval.config.reader import MAX_YAML_DEPTH, load_yaml, read_yaml
+from adaptive_eval.config.settings import (
     BudgetSettings,
     CampaignSettings,
     CompareSettings,
@@ -47,6 +46,7 @@ from adaptive_eval.settings import (
     RunRecord,
     SamplingSettings,
 )
+from adaptive_eval.inputs.bounded import check, not_a_device
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

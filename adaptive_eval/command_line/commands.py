@@ -1,8 +1,8 @@
 """What each ``adaptive-eval`` command does once its arguments are parsed: one function per
 command, each handing its work to a workflow and printing the result.
 
-:mod:`adaptive_eval.cli` parses the command line and turns every failure into one line and an
-exit code; heavy modules are imported inside each command, so ``--help`` stays fast.
+:mod:`adaptive_eval.command_line.cli` parses the command line and turns every failure into one
+line and an exit code; heavy modules are imported inside each command, so ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from adaptive_eval.base.errors import InputError
 if TYPE_CHECKING:
     from adaptive_eval.base.summary_schema import Summary
     from adaptive_eval.campaign.campaign import Campaign
-    from adaptive_eval.settings import BudgetSettings
+    from adaptive_eval.config.settings import BudgetSettings
 
 
 #: Seconds ``validate`` waits for an answer at ``execution.ray_address``.
@@ -30,7 +30,7 @@ VALIDATE_PROBE_S = 3.0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.outputs.report import render_console
     from adaptive_eval.workflows.run import run_campaign, with_recorded_pilot
 
@@ -70,7 +70,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from adaptive_eval.base.ray_address import address_problem
     from adaptive_eval.base.redact import scrub
     from adaptive_eval.campaign.build import build_campaign, describe_stopping
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.dispatch.cluster import check_engines, check_local_placement
     from adaptive_eval.dispatch.preflight import check_before_sampling
     from adaptive_eval.workflows.forecast import short_forecast
@@ -129,7 +129,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _rule_text(ref: Any) -> str:
     """A stopping rule as written, its parameters and nested rules included."""
-    from adaptive_eval.config import PluginSpec
+    from adaptive_eval.config.schema import PluginSpec
 
     if isinstance(ref, str):
         return ref
@@ -232,7 +232,7 @@ def _score_line(campaign: Campaign) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from adaptive_eval.base.summary_schema import json_text
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.outputs.report import render_console
     from adaptive_eval.workflows.report import report_run
 
@@ -370,7 +370,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.base.summary_schema import json_text
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.workflows.compare import render, run_compare
     from adaptive_eval.workflows.run import with_recorded_pilot
 
@@ -394,7 +394,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.workflows.forecast import ForecastRequest, render, run_forecast
 
     config = load_config(args.config, args.set)
@@ -414,7 +414,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from adaptive_eval.config import load_config
+    from adaptive_eval.config.schema import load_config
     from adaptive_eval.workflows.nightly import alert_text, run_nightly
 
     config = load_config(args.config, args.set)
@@ -461,7 +461,7 @@ def parse_ints(text: str, what: str) -> list[int]:
 def npz_out(text: str) -> Path:
     """The npz file an ``--out`` names (``.npz`` added as numpy would), checked before the run
     is read: not a folder, under a folder."""
-    from adaptive_eval.files import nearest_existing
+    from adaptive_eval.base.files import nearest_existing
 
     path = Path(text)
     if path.is_dir():

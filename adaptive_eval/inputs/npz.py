@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.inputfiles import MAX_ARRAY_BYTES, check, size_text
+from adaptive_eval.inputs.bounded import MAX_ARRAY_BYTES, check, size_text
 
 #: Members above this size must not pack more than MAX_PACKING to one (a zip bomb does).
 BOMB_BYTES = 64 << 20

@@ -1,4 +1,5 @@
-"""``python -m adaptive_eval.ray_job ADDRESS JOB_ID``: exit with a finished Ray job's own code.
+"""``python -m adaptive_eval.command_line.ray_job ADDRESS JOB_ID``: exit with a finished Ray
+job's own code.
 
 ``ray job submit`` exits 1 whenever its job fails, whatever the entrypoint's exit code; a
 scheduled job that must tell "the nightly raised an alert" (``adaptive-eval nightly`` exits 3)
@@ -29,7 +30,7 @@ def job_exit_code(info: Any) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m adaptive_eval.ray_job ADDRESS JOB_ID", file=sys.stderr)
+        print("usage: python -m adaptive_eval.command_line.ray_job ADDRESS JOB_ID", file=sys.stderr)
         return 2
     from ray.job_submission import JobSubmissionClient
 
@@ -37,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         info = JobSubmissionClient(address).get_job_info(job_id)
     except Exception as error:  # the job's record is gone or the head is unreachable
-        print(f"adaptive_eval.ray_job: no record of job {job_id!r}: {error}", file=sys.stderr)
+        print(
+            f"adaptive_eval.command_line.ray_job: no record of job {job_id!r}: {error}",
+            file=sys.stderr,
+        )
         return EXIT_NO_CODE
     return job_exit_code(info)
 

@@ -3,9 +3,9 @@ or choke on.
 
 A key given twice in one mapping, a document whose aliases expand past
 :data:`MAX_YAML_NODES` (a "billion laughs"), one nested deeper than :data:`MAX_YAML_DEPTH`, a file
-over :data:`~adaptive_eval.inputfiles.MAX_CONFIG_BYTES` or not UTF-8: each is an
+over :data:`~adaptive_eval.inputs.bounded.MAX_CONFIG_BYTES` or not UTF-8: each is an
 :class:`~adaptive_eval.base.errors.InputError` naming the file and the position. YAML 1.2 numbers
-(``1e-3``) are numbers. :mod:`adaptive_eval.config` validates what this reads.
+(``1e-3``) are numbers. :mod:`adaptive_eval.config.schema` validates what this reads.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.inputfiles import MAX_CONFIG_BYTES, read_bytes
+from adaptive_eval.inputs.bounded import MAX_CONFIG_BYTES, read_bytes
 
 #: The most nodes a config may expand to once its aliases are followed. A config is a few
 #: hundred nodes; nine levels of nine aliases (a "billion laughs") expand to 10^9.
@@ -152,7 +152,7 @@ def load_yaml(text: str, source: str) -> Any:
 
 def read_yaml(path: str | Path, source: str) -> Any:
     """The config file at ``path`` parsed as by :func:`load_yaml` (at most
-    :data:`~adaptive_eval.inputfiles.MAX_CONFIG_BYTES`, UTF-8)."""
+    :data:`~adaptive_eval.inputs.bounded.MAX_CONFIG_BYTES`, UTF-8)."""
     raw = read_bytes(path, limit=MAX_CONFIG_BYTES, what="config", source=source)
     try:
         text = raw.decode("utf-8")

@@ -1,16 +1,16 @@
 """A campaign's settings: its config resolved once, into frozen typed values (issue 27).
 
 :func:`adaptive_eval.campaign.build.build_campaign` resolves the validated config (its ``settle()``,
-:mod:`adaptive_eval.config`) into one :class:`CampaignSettings`, held by the
+:mod:`adaptive_eval.config.schema`) into one :class:`CampaignSettings`, held by the
 :class:`~adaptive_eval.campaign.campaign.Campaign` as ``campaign.settings``. Every module below the
 builder reads these (the controller, the run loop, the run folder, the outputs) and the backends
 get theirs in the :class:`~adaptive_eval.backends.base.BackendContext`; none of them reads the
 config. Paths are absolute (resolved against the config's folder); defaults are filled in. The
 config schema (its field descriptions, bounds and defaults) stays the reference for what each
 value means; these types only carry the values, each field under its schema field's name and type:
-:func:`adaptive_eval.config.settled` copies a section into its type by those names, and
+:func:`adaptive_eval.config.schema.settled` copies a section into its type by those names, and
 ``tests/test_settings.py`` checks that every schema field is carried or listed as not carried
-(:data:`adaptive_eval.config.NOT_SETTLED`).
+(:data:`adaptive_eval.config.schema.NOT_SETTLED`).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class PolicySettings:
 
 @dataclass(frozen=True)
 class RunLimits:
-    """The limits a resume may change (:data:`adaptive_eval.config.EXTENSIBLE_LIMITS`)."""
+    """The limits a resume may change (:data:`adaptive_eval.config.schema.EXTENSIBLE_LIMITS`)."""
 
     budget: BudgetSettings
     max_trials_per_question: int

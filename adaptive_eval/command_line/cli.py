@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.errors import AdaptiveEvalError, InputError, printable, traceback_text
-from adaptive_eval.commands import (
+from adaptive_eval.command_line.commands import (
     cmd_compare,
     cmd_completions,
     cmd_export,
@@ -386,7 +386,7 @@ def _report_unexpected(args: argparse.Namespace, error: BaseException) -> None:
 def _storage_failure(error: OSError | sqlite3.Error, args: argparse.Namespace) -> int | None:
     """Exit code after naming a storage failure (full disk, read-only file system) in one
     line; None when ``error`` is not one (it is then an unexpected error)."""
-    from adaptive_eval.files import storage_error
+    from adaptive_eval.base.files import storage_error
 
     run_dir = _run_dir(args)
     name = getattr(error, "filename", None) if isinstance(error, OSError) else None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.inputfiles import MAX_TEXT_BYTES, read_bytes
+from adaptive_eval.inputs.bounded import MAX_TEXT_BYTES, read_bytes
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 DEFAULT_TEMPLATE = "{problem}\n\n{instruction}"

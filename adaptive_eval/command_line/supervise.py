@@ -18,8 +18,8 @@ Signals: Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the command from the termin
 group; the watcher ignores them. SIGTERM and SIGHUP sent to the watcher are passed on; a command
 that has not ended :data:`STOP_GRACE_S` seconds later (stuck in native code, where no Python
 handler runs) is killed. Every ending is one line and, for a signal, exit code 128 + its number
-(:mod:`adaptive_eval.base.interrupts`). ``python -m adaptive_eval.cli`` and
-:func:`adaptive_eval.cli.main` run in-process, unwatched. Standard library only.
+(:mod:`adaptive_eval.base.interrupts`). ``python -m adaptive_eval.command_line.cli`` and
+:func:`adaptive_eval.command_line.cli.main` run in-process, unwatched. Standard library only.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run_here(argv: list[str]) -> int:
     previous = interrupts.install()
     watcher = _follow_watcher()
     try:
-        from adaptive_eval.cli import main
+        from adaptive_eval.command_line.cli import main
 
         return main(argv)
     except KeyboardInterrupt as stop:  # while the modules loaded, before main took over
@@ -106,7 +106,7 @@ def watch(argv: list[str], command: str) -> int:
     (2 when its folder is now read-only) if a signal ended it."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, ENV: str(os.getpid())}
-    bootstrap = "import sys; from adaptive_eval.supervise import run_here; "
+    bootstrap = "import sys; from adaptive_eval.command_line.supervise import run_here; "
     bootstrap += "sys.exit(run_here(sys.argv[1:]))"
     child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], env=env)
     received: list[int] = []
@@ -213,7 +213,7 @@ def _folder(argv: list[str]) -> Path | None:
 
 
 def _killed(signum: int, argv: list[str], command: str) -> int:
-    from adaptive_eval.files import is_read_only
+    from adaptive_eval.base.files import is_read_only
 
     try:
         name = signal.Signals(signum).name
