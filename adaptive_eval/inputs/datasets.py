@@ -25,7 +25,7 @@ DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer wit
 DEFAULT_TEMPLATE = "{problem}\n\n{instruction}"
 
 #: The shipped 20-question test set (small arithmetic and algebra problems).
-ARITH20 = Path(__file__).parent / "data" / "arith20.jsonl"
+ARITH20 = Path(__file__).resolve().parent.parent / "data" / "arith20.jsonl"
 
 
 @dataclass(frozen=True)
