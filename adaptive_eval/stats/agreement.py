@@ -13,6 +13,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
+from adaptive_eval.stats.arrays import FloatArray, IntArray
+
 __all__ = [
     "bootstrap_columns",
     "bootstrap_rows",
@@ -20,9 +22,6 @@ __all__ = [
     "kendall_tau_b",
     "ranking_from_scores",
 ]
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 def _scores_1d(x: ArrayLike, name: str) -> FloatArray:

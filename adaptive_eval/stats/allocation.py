@@ -11,9 +11,8 @@ import math
 from functools import cached_property
 
 import numpy as np
-from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
+from adaptive_eval.stats.arrays import FloatArray, IntArray
 
 
 def kl_log_term(delta: float) -> float:
@@ -34,7 +33,7 @@ def pair_gap(difference: FloatArray, epsilon: float | None) -> FloatArray:
 
 def allocation_program(
     variance: FloatArray,
-    pairs: NDArray[np.int64],
+    pairs: IntArray,
     radius: FloatArray,
     cost: FloatArray | None = None,
     tolerance: float = 1e-6,
@@ -91,9 +90,7 @@ class _PairDual:
     same order, so the iterates (and the solution) are the same to the last bit.
     """
 
-    def __init__(
-        self, a: FloatArray, c: FloatArray, pairs: NDArray[np.int64], r: FloatArray
-    ) -> None:
+    def __init__(self, a: FloatArray, c: FloatArray, pairs: IntArray, r: FloatArray) -> None:
         self.a, self.c, self.pairs, self.r = a, c, pairs, r
         self.k = c * a
         self.i, self.j = pairs[:, 0], pairs[:, 1]
@@ -111,7 +108,7 @@ class _PairDual:
         self.incidence_t = np.ascontiguousarray(self.incidence.T)
 
     @cached_property
-    def blocks(self) -> list[NDArray[np.int64]]:
+    def blocks(self) -> list[IntArray]:
         """Groups of pairs that share no model (only the coordinate solvers need them)."""
         return _blocks(self.pairs)
 
@@ -244,7 +241,7 @@ class _PairDual:
         return lam, primal
 
 
-def _blocks(pairs: NDArray[np.int64]) -> list[NDArray[np.int64]]:
+def _blocks(pairs: IntArray) -> list[IntArray]:
     """Greedy colouring of the pairs so that no two pairs of one block share a model."""
     blocks: list[list[int]] = []
     members: list[set[int]] = []

@@ -34,15 +34,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from numpy.typing import NDArray
 from scipy.stats import norm
 
+from adaptive_eval.stats.arrays import FloatArray
 from adaptive_eval.stats.sequential import (
     DEFAULT_LOOKS,
     mixture_boundary_table,
 )
-
-FloatArray = NDArray[np.float64]
 
 #: The intervals' looks: the pair rules' default design (one value, see ``LookDesign``).
 LOOKS = DEFAULT_LOOKS

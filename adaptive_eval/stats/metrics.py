@@ -27,13 +27,13 @@ from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from scipy import stats
+
+from adaptive_eval.stats.arrays import FloatArray, IntArray
 
 __all__ = ["g_pass_at_k", "mg_pass_at_k", "pass_at_k", "pass_hat_k"]
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 #: ``tau * k`` within this many ulps of an integer is that integer (float error of ``i / k * k``).
 _SNAP_ULPS = 8
 #: mG-Pass@k sums its tail tables directly up to this many thresholds, then uses a closed form.

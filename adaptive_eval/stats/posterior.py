@@ -21,8 +21,10 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from scipy import special
+
+from adaptive_eval.stats.arrays import FloatArray, IntArray
 
 __all__ = [
     "avg_at_n",
@@ -41,9 +43,6 @@ __all__ = [
     "ranking_confidence",
     "z_threshold",
 ]
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 # --------------------------------------------------------------------------------------------

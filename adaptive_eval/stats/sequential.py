@@ -52,12 +52,11 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from numpy.typing import NDArray
 from scipy import optimize
 from scipy.special import ndtr
 from scipy.stats import norm
 
-FloatArray = NDArray[np.float64]
+from adaptive_eval.stats.arrays import FloatArray, IntArray
 
 #: The Lan-DeMets spending functions (:func:`spent_alpha`).
 Spending = Literal["obf", "pocock", "hsd"]
@@ -117,8 +116,8 @@ class LookDesign:
 
 
 def variance_probabilities(
-    counts: NDArray[np.int64] | FloatArray,
-    nu: NDArray[np.int64] | FloatArray,
+    counts: IntArray | FloatArray,
+    nu: IntArray | FloatArray,
     pooled: bool = True,
 ) -> FloatArray:
     """Category probabilities per cell for the per-trial variance, (L, M, K).
@@ -156,8 +155,8 @@ def variance_probabilities(
 
 
 def empirical_estimate(
-    counts: NDArray[np.int64] | FloatArray,
-    nu: NDArray[np.int64] | FloatArray,
+    counts: IntArray | FloatArray,
+    nu: IntArray | FloatArray,
     weights: FloatArray,
     pooled: bool = True,
 ) -> tuple[FloatArray, FloatArray]:
@@ -181,8 +180,8 @@ def empirical_estimate(
 
 
 def estimate_with_variance(
-    counts: NDArray[np.int64] | FloatArray,
-    nu: NDArray[np.int64] | FloatArray,
+    counts: IntArray | FloatArray,
+    nu: IntArray | FloatArray,
     weights: FloatArray,
     pooled: bool = True,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -221,7 +220,7 @@ def trial_variance_of(p: FloatArray, weights: FloatArray) -> FloatArray:
 
 
 def trial_variance(
-    nu: NDArray[np.float64] | NDArray[np.int64], weights: FloatArray, pooled: bool = True
+    nu: FloatArray | IntArray, weights: FloatArray, pooled: bool = True
 ) -> FloatArray:
     """Per-cell variance of one trial's score (L, M), with :func:`variance_probabilities`."""
     nu = np.asarray(nu, dtype=np.float64)
