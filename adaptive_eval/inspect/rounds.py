@@ -21,9 +21,9 @@ import enum
 
 import numpy as np
 
-from adaptive_eval.base.types import PairDecision, Stop
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.core import DecidedByCore, DecisionCore
 from adaptive_eval.decide.state import RunState
 
 
@@ -35,18 +35,19 @@ class Fate(enum.Enum):
     WAIT = "wait"  # its round boundary has not come yet
 
 
-class RoundBook:
+class RoundBook(DecidedByCore):
     """The evidence and plans of one campaign fed by trial results in any order.
 
     ``record`` takes a scored trial (model, question, trial index, category) at any time;
     :meth:`fate` says whether a trial is planned, will never be, or is not known yet.
     Results for trials no plan covers yet are held until one does (an eval retried with
     ``eval_retry`` hands back the runs it kept before asking about the others).
+    :attr:`decisions` and :attr:`stop` are the core's (:class:`DecidedByCore`).
     """
 
     def __init__(self, campaign: Campaign) -> None:
         self.campaign = campaign
-        self.core = campaign.decision_core()
+        self.core: DecisionCore = campaign.decision_core()
         self.settings = campaign.view_settings()
         self.state = RunState(
             campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
@@ -67,14 +68,6 @@ class RoundBook:
     def finished(self) -> bool:
         """The loop has ended: every planned round is applied and none will follow."""
         return self.state.applied_rounds == len(self.state.plans)
-
-    @property
-    def decisions(self) -> tuple[PairDecision, ...]:
-        return self.core.decisions
-
-    @property
-    def stop(self) -> Stop | None:
-        return self.core.stop
 
     def fate(self, model: int, question: int, trial: int) -> Fate:
         if trial < int(self.state.planned[model, question]):
