@@ -10,9 +10,16 @@ out; nothing here imports an output or a workflow. A nightly history's records
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from adaptive_eval.base.summary_schema import CompareVerdict, ForecastCheck, PairRow, Summary
+from adaptive_eval.base.summary_schema import (
+    CompareVerdict,
+    Comparison,
+    ForecastCheck,
+    PairRow,
+    Summary,
+)
 
 #: What the leading score is, for every page that shows it.
 SCORE_STATISTIC = (
@@ -93,6 +100,52 @@ def ranking_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
                 str(m.trials),
                 f"{m.avg:.4f}",
                 f"{m.bayes_mu:.4f}",
+            ]
+        )
+    return header, rows
+
+
+def pairs_table(
+    summary: Summary, name: Callable[[str], str] = str
+) -> tuple[list[str], list[list[str]]]:
+    """The adjacent pairs' header and rows as report.md and report.html show them. ``name``
+    writes what came from the user's files (the models' names, the rule): report.md's escaping,
+    or as it is for a page that escapes every cell."""
+    header = ["a", "b", "z", "decision", "rule", "boundary on z", "error budget spent", "round"]
+    rows = [
+        [
+            name(p.a),
+            name(p.b),
+            f"{p.z:.3f}",
+            decision_text(p),
+            name(p.rule or ""),
+            optional(p.boundary, ".3f"),
+            optional(p.alpha_spent, ".2e"),
+            optional(p.decided_at_round),
+        ]
+        for p in summary.pairs
+    ]
+    return header, rows
+
+
+def comparison_table(
+    comparison: Comparison, name: Callable[[str], str] = str
+) -> tuple[list[str], list[list[str]]]:
+    """compare's verdicts as report.md and report.html show them, one row an incumbent, z and
+    its boundary from the candidate's side (:func:`candidate_side`). ``name`` writes the
+    incumbent's name, as in :func:`pairs_table`."""
+    header = ["incumbent", "verdict", "z", "boundary on z", "round decided", "trials (both)"]
+    rows = []
+    for row in comparison.verdicts:
+        z, boundary = candidate_side(row)
+        rows.append(
+            [
+                name(row.incumbent),
+                decision_text(row),
+                f"{z:+.3f}",
+                optional(boundary, "+.3f"),
+                optional(row.decided_at_round),
+                str(row.trials),
             ]
         )
     return header, rows
@@ -261,6 +314,10 @@ FORECAST_MEASURES = {
     "wall_s": "wall time (s)",
     "pairs_settled": "pairs settled",
 }
+
+
+#: The header of :func:`forecast_rows`' table.
+FORECAST_HEAD = ["", "forecast: median (10-90%)", "actual", "inside"]
 
 
 def forecast_rows(check: ForecastCheck) -> list[list[str]]:

@@ -21,15 +21,16 @@ from adaptive_eval.base.summary_schema import (
 from adaptive_eval.outputs.headline import markdown_lines as headline_markdown
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
+    FORECAST_HEAD,
     LIVE_HEAD,
-    candidate_side,
+    comparison_table,
     decision_text,
     forecast_note,
     forecast_rows,
     interval_label,
     live_forecast_rows,
     name_width,
-    optional,
+    pairs_table,
     ranking_notes,
     ranking_table,
     saved_cell,
@@ -65,9 +66,11 @@ def render_markdown(summary: Summary) -> str:
     ]
     header, rows = ranking_table(summary)
     lines += [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if h == "model" else "---:" for h in header) + "|",
-        *("| " + " | ".join(md.text(cell) for cell in row) + " |" for row in rows),
+        *_table_lines(
+            header,
+            [[md.text(cell) for cell in row] for row in rows],
+            "|" + "|".join("---" if h == "model" else "---:" for h in header) + "|",
+        ),
         "",
         *(f"{note}  " for note in ranking_notes(summary)),
     ]
@@ -79,16 +82,8 @@ def render_markdown(summary: Summary) -> str:
             "",
             "## Adjacent pairs",
             "",
-            "| a | b | z | decision | rule | boundary on z | error budget spent | round |",
-            "|---|---|---:|---|---|---:|---:|---:|",
+            *_table_lines(*pairs_table(summary, md.text), "|---|---|---:|---|---|---:|---:|---:|"),
         ]
-    for p in summary.pairs if comparison is None else []:
-        lines.append(
-            f"| {md.text(p.a)} | {md.text(p.b)} | {p.z:.3f} | {decision_text(p)} | "
-            f"{md.text(p.rule or '')} | "
-            f"{optional(p.boundary, '.3f')} | {optional(p.alpha_spent, '.2e')} | "
-            f"{optional(p.decided_at_round)} |"
-        )
     tokens = summary.tokens_used
     gpu = summary.gpu_s_used
 
@@ -122,9 +117,7 @@ def render_markdown(summary: Summary) -> str:
         lines += [
             "## Forecast against actual",
             "",
-            "| | forecast: median (10-90%) | actual | inside |",
-            "|---|---:|---:|---|",
-            *("| " + " | ".join(row) + " |" for row in forecast_rows(summary.forecast)),
+            *_table_lines(FORECAST_HEAD, forecast_rows(summary.forecast), "|---|---:|---:|---|"),
             "",
             forecast_note(summary.forecast),
             "",
@@ -134,9 +127,7 @@ def render_markdown(summary: Summary) -> str:
         lines += [
             "## Live forecast over the run",
             "",
-            "| " + " | ".join(LIVE_HEAD) + " |",
-            "|---|---:|---:|---|---|",
-            *("| " + " | ".join(row) + " |" for row in live_rows),
+            *_table_lines(LIVE_HEAD, live_rows, "|---|---:|---:|---|---|"),
             "",
         ]
     # Speculative prefetch was removed; a run recorded before keeps its counts in the block.
@@ -174,18 +165,17 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         f"incumbent(s); test: {test}.  ",
         f"Exit code **{code}**: {comparison.meaning or COMPARE_EXIT_MEANING.get(code, '')}.",
         "",
-        "| incumbent | verdict | z | boundary on z | round decided | trials (both) |",
-        "|---|---|---:|---:|---:|---:|",
+        *_table_lines(*comparison_table(comparison, md.text), "|---|---|---:|---:|---:|---:|"),
     ]
-    for row in comparison.verdicts:
-        z, boundary = candidate_side(row)
-        lines.append(
-            f"| {md.text(row.incumbent)} | {decision_text(row)} | {z:+.3f} | "
-            f"{optional(boundary, '+.3f')} | {optional(row.decided_at_round)} | "
-            f"{row.trials} |"
-        )
     lines += ["", "z from the candidate's side: negative where it is below the incumbent."]
     return [*lines, ""]
+
+
+def _table_lines(header: list[str], rows: list[list[str]], align: str) -> list[str]:
+    """A markdown table: ``header`` (a blank cell written ``| |``), the ``align`` row (e.g.
+    ``|---|---:|``) and ``rows``, their cells as given (escaped by the caller)."""
+    head = "|" + "|".join(f" {cell} " if cell else " " for cell in header) + "|"
+    return [head, align, *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 def _decision_lines(rules: DecisionRules) -> list[str]:

@@ -44,14 +44,14 @@ from adaptive_eval.base.summary_schema import (
 from adaptive_eval.outputs.headline import baseline_text, headline, saved_fraction
 from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
+    FORECAST_HEAD,
     LIVE_HEAD,
-    candidate_side,
-    decision_text,
+    comparison_table,
     forecast_note,
     forecast_rows,
     interval_label,
     live_forecast_rows,
-    optional,
+    pairs_table,
     ranking_notes,
     ranking_table,
     saving,
@@ -532,27 +532,14 @@ def _comparison_html(comparison: Comparison | None) -> list[str]:
         if margin is not None
         else "better / worse / equivalent by the pair rules"
     )
-    rows = [
-        [
-            row.incumbent,
-            decision_text(row),
-            f"{candidate_side(row)[0]:+.3f}",
-            optional(candidate_side(row)[1], "+.3f"),
-            optional(row.decided_at_round),
-            str(row.trials),
-        ]
-        for row in comparison.verdicts
-    ]
+    header, rows = comparison_table(comparison)
     meaning = comparison.meaning or COMPARE_EXIT_MEANING.get(code, "")
     return [
         "<h2>Comparison</h2>",
         f"<p id='comparison'>Candidate <b>{html.escape(comparison.candidate)}</b> "
         f"against {len(rows)} incumbent(s) ({html.escape(test)}): <b>exit code {code}</b>, "
         f"{html.escape(meaning)}.</p>",
-        _table(
-            ["incumbent", "verdict", "z", "boundary on z", "round decided", "trials (both)"],
-            rows,
-        ),
+        _table(header, rows),
     ]
 
 
@@ -580,9 +567,7 @@ def _live_forecast_html(summary: Summary) -> list[str]:
 def _forecast_html(summary: Summary) -> list[str]:
     if summary.forecast is None:
         return []
-    table = _table(
-        ["", "forecast: median (10-90%)", "actual", "inside"], forecast_rows(summary.forecast)
-    )
+    table = _table(FORECAST_HEAD, forecast_rows(summary.forecast))
     note = html.escape(forecast_note(summary.forecast))
     return ["<h2>Forecast against actual</h2>", table, f"<p class='note'>{note}</p>"]
 
@@ -616,22 +601,7 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
     undecided = undecided_count(summary) if undecided_note(summary) else 0
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
-    pairs = _table(
-        ["a", "b", "z", "decision", "rule", "boundary on z", "error budget spent", "round"],
-        [
-            [
-                p.a,
-                p.b,
-                f"{p.z:.3f}",
-                decision_text(p),
-                p.rule or "",
-                "" if p.boundary is None else f"{p.boundary:.3f}",
-                "" if p.alpha_spent is None else f"{p.alpha_spent:.2e}",
-                "" if p.decided_at_round is None else str(p.decided_at_round),
-            ]
-            for p in summary.pairs
-        ],
-    )
+    pairs = _table(*pairs_table(summary))
     figures = [
         ("forest", "Ranking: estimates and their intervals", forest_plot(summary)),
         ("trials", "Trials per model", trials_plot(summary, data)),
