@@ -42,13 +42,16 @@ demo: setup
 setup-browser:
 	bash scripts/install-chromium.sh
 
-# One pytest worker per core; the tests that start Ray clusters or engines share one of them
-# (tests/conftest.py). PYTEST_WORKERS=0 runs the suite in this process, one test at a time.
+# One pytest worker per core (pytest-xdist); PYTEST_WORKERS=0 runs the suite in this process,
+# one test at a time. `make test` runs the vLLM engine tests after the rest, on their own, as
+# they always ran: beside other tests, a run's engine folder was found left behind (2 of 2 runs).
 PYTEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: setup setup-vllm setup-browser
-	$(PYTEST) tests adaptive_eval policies
+	$(PYTEST) tests adaptive_eval policies -m "not vllm"; rest=$$?; \
+	$(BIN)/pytest tests -m vllm; engines=$$?; \
+	test $$rest -eq 0 && test $$engines -eq 0
 
 test-fast: setup
 	$(PYTEST) tests adaptive_eval policies -m "not slow and not vllm"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -27,15 +28,14 @@ if _WORKER:
     os.environ.setdefault("ADAPTIVE_EVAL_CORE_LOCKS", f"/tmp/ae-cores-{_WORKER}")
     Path(os.environ["RAY_TMPDIR"]).mkdir(exist_ok=True)
 
-#: Tests that start Ray clusters, vLLM engines or a fresh install run on one xdist worker, one
-#: after another (`--dist loadgroup`): two at once would share two cores between two clusters.
-SERIAL_GROUP = "ray-and-engines"
+#: Tests that start vLLM engines run on one xdist worker, one after another (`--dist
+#: loadgroup`): two engines at once would each claim the same cores and most of the memory.
+SERIAL_GROUP = "vllm-engines"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        heavy = item.get_closest_marker("slow") or item.get_closest_marker("vllm")
-        if heavy or "ray_local" in getattr(item, "fixturenames", ()):
+        if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
@@ -44,14 +44,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 importlib.import_module("helpers")
 
 
+# A command keeps ignoring a stop signal its caller ignored (as nohup's children must). A suite
+# started in the background or under nohup (SIGINT and SIGHUP ignored) handed that to every run
+# it started, and the signal tests' SIGINT and SIGHUP did nothing: the tests take the defaults.
+for _signum, _default in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGHUP, signal.SIG_DFL),
+):
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        signal.signal(_signum, _default)
+
+
 @pytest.fixture(autouse=True)
 def stop_signals_as_they_were() -> Iterator[None]:
-    """Each test starts with the stop signals' handlers the session began with. A command that
-    stops on a signal leaves them ignored to the end of its process (by design); in a test
-    worker that leaked into later tests, and into the runs they spawn (an ignored signal is
-    inherited): a SIGHUP or Ctrl-C sent to such a run did nothing."""
-    import signal
-
+    """Each test ends with the stop signals' handlers it began with: a command stopped by a
+    signal in this process leaves them ignored to the end of the process (by design), which
+    would reach every later test and the runs they start."""
     from adaptive_eval.base.interrupts import STOP_SIGNALS
 
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}

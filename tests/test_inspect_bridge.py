@@ -177,7 +177,9 @@ def test_models_found_from_the_evals_that_start(tmp_path: Path) -> None:
     ranking of one model is refused with one line in every eval's error."""
     path = write_replay(tmp_path, [0.2, 0.9], questions=6, epochs=8, seed=5)
     models = ["replay/m1", "replay/m0"]
-    bridge = adaptive_stopping(f"found-{next(_names)}", register_s=0.3, wait_s=30)
+    # The two evals of one eval() start milliseconds apart; 3 s to register leaves room for a
+    # loaded machine (0.3 s left the second one out while other tests ran beside it).
+    bridge = adaptive_stopping(f"found-{next(_names)}", register_s=3.0, wait_s=30)
     logs = replay_eval(replay_task(path, early_stopping=bridge), models, path, tmp_path / "logs")
     meta = logged(logs)["replay/m0"]
     assert meta["models"] == ["replay/m0", "replay/m1"]
