@@ -263,6 +263,8 @@ def count_view(
 
 #: The console script of the environment running the tests.
 CLI = Path(sys.executable).with_name("adaptive-eval")
+#: The command line in a process of its own without the watcher: ``[*CLI_MODULE, "run", ...]``.
+CLI_MODULE = (sys.executable, "-m", "adaptive_eval.command_line.cli")
 
 
 def session_processes(sid: int) -> list[str]:

@@ -7,13 +7,12 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import base_config, mimic_success, trials_in, write_config, write_scenario
+from helpers import CLI_MODULE, base_config, mimic_success, trials_in, write_config, write_scenario
 
 from adaptive_eval import stats
 from adaptive_eval.command_line.cli import main
@@ -25,7 +24,7 @@ def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "adaptive_eval.command_line.cli", *args],
+        [*CLI_MODULE, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -188,9 +187,7 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
     run_dir = tmp_path / "killed"
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "adaptive_eval.command_line.cli",
+            *CLI_MODULE,
             "run",
             str(path),
             "--out",
@@ -294,14 +291,11 @@ def test_validate_states_the_budget_every_rule_the_library_and_an_auto_address(
 def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     """`adaptive-eval score X | head` printed "unexpected error: BrokenPipeError" (rc 1)."""
     import subprocess
-    import sys
 
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "many.npz", outcomes=rng.integers(0, 2, (3000, 2, 2)))
     command = [
-        sys.executable,
-        "-m",
-        "adaptive_eval.command_line.cli",
+        *CLI_MODULE,
         "score",
         str(tmp_path / "many.npz"),
     ]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import (
+    CLI_MODULE,
     TEST_DISPATCH,
     TEST_SET,
     base_config,
@@ -436,7 +437,7 @@ def test_quiet_prints_only_the_one_line_result(
 
     assert out.strip() == headline(read_summary(summary)).line
     help_text = subprocess.run(
-        [sys.executable, "-m", "adaptive_eval.command_line.cli", "run", "--help"],
+        [*CLI_MODULE, "run", "--help"],
         capture_output=True,
         text=True,
         check=True,

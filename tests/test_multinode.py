@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
+from helpers import (
+    CLI_MODULE,
+    base_config,
+    load,
+    mimic_success,
+    run_inline,
+    write_config,
+    write_scenario,
+)
 
 from adaptive_eval.store import TrialStore
 
@@ -143,9 +151,7 @@ def test_campaign_survives_losing_a_node(
     # The campaign runs as a newcomer would run it: the CLI, in its own process (its own driver).
     out = str(tmp_path / "run")
     command = [
-        sys.executable,
-        "-m",
-        "adaptive_eval.command_line.cli",
+        *CLI_MODULE,
         "run",
         str(path),
         "--out",

@@ -9,13 +9,12 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import TEST_DISPATCH, InlineCluster
+from helpers import CLI_MODULE, TEST_DISPATCH, InlineCluster
 
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import TrialStore
@@ -151,9 +150,7 @@ def test_a_wal_deleted_mid_run_loses_nothing_and_readers_say_why(
             readers.append(
                 subprocess.run(
                     [
-                        sys.executable,
-                        "-m",
-                        "adaptive_eval.command_line.cli",
+                        *CLI_MODULE,
                         "completions",
                         str(run_dir),
                     ],
