@@ -575,7 +575,7 @@ class OpenAIWorker(GenerationWorker):
     "openai",
     traits=BackendTraits(
         module="httpx",
-        install="pip install 'adaptive-eval[openai]'",
+        install=INSTALL_HINT,
         packages=("math-verify", "httpx"),  # the grader's, the client's
         deployment="externally_managed",
         served=True,
