@@ -369,3 +369,12 @@ def test_a_past_summary_that_does_not_read_is_an_error_naming_it(tmp_path: Path)
     with pytest.raises(InputError, match="campaign_id: Field required") as info:
         read_past_summary(tmp_path)
     assert info.value.source == str(tmp_path / "summary.json")
+    for text, words in (
+        ("{not json", "cannot be read as JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (json.dumps({"schema_version": 99}), "schema_version = 99"),
+    ):
+        (tmp_path / "summary.json").write_text(text)
+        with pytest.raises(InputError, match=words) as info:
+            read_past_summary(tmp_path)
+        assert info.value.source == str(tmp_path / "summary.json")

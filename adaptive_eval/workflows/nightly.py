@@ -310,11 +310,19 @@ def read_past_summary(run_dir: Path) -> Summary:
     read is an error naming the file."""
     path = run_dir / "summary.json"
     try:
-        return summary_schema.read_summary(json.loads(path.read_text()))
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"cannot be read as JSON: {error}", source=str(path)) from None
+    if not isinstance(document, dict):
+        raise InputError("is not a summary.json (not a JSON object)", source=str(path))
+    try:
+        return summary_schema.read_summary(document)
     except ValidationError as error:
         where = error.errors()[0]
         field = ".".join(str(part) for part in where["loc"])
         raise InputError(f"{field}: {where['msg']}", source=str(path)) from None
+    except ValueError as error:  # a version this adaptive-eval does not read
+        raise InputError(str(error), source=str(path)) from None
 
 
 #: Simulated campaigns of a night's forecast (fewer than ``forecast``'s default: it runs before
