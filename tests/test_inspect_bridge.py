@@ -284,3 +284,39 @@ def test_an_undeclared_value_stops_the_eval_before_any_sample(tmp_path: Path) ->
         )
         assert not log.samples
         assert log.stats.model_usage == {}
+
+
+def test_a_wait_that_is_not_a_positive_time_is_refused() -> None:
+    """wait_s=-1 made every wait end at once: the bridge disengaged and every epoch ran (576
+    runs against 336), silently (issue 48, item 7)."""
+    models = ["replay/m0", "replay/m1"]
+    for value in (-1, 0, float("nan"), float("inf"), "10", True):
+        with pytest.raises(InputError, match=rf"^wait_s must be .*got {value!r}"):
+            adaptive_stopping(f"bad-{next(_names)}", models=models, wait_s=value)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"every epoch run"):
+        adaptive_stopping(f"bad-{next(_names)}", models=models, wait_s=-1)
+    with pytest.raises(InputError, match=r"^register_s must be > 0 seconds .*got -0.5"):
+        adaptive_stopping(f"bad-{next(_names)}", models=models, register_s=-0.5)
+
+
+def test_a_bad_policy_key_is_named_where_the_task_is_built(tmp_path: Path) -> None:
+    """An unknown policy key failed every eval with "unknown key (value 1)" (Inspect shows an
+    error's message, which left the field out): now one line naming it, as the CLI does, where
+    the task is built; what only the opened campaign can check names its field too."""
+    models = ["replay/m0", "replay/m1"]
+    with pytest.raises(InputError) as caught:
+        adaptive_stopping("named-key", models=models, policy={"bogus": 1})
+    expected = "adaptive_stopping 'named-key': policy.bogus: unknown key (value 1)"
+    assert caught.value.message == expected
+    with pytest.raises(InputError, match=r"policy\.confidence: Input should be less than 1"):
+        adaptive_stopping(f"bad-{next(_names)}", models=models, policy={"confidence": 2})
+    # a pair rule's name is known once the campaign is built: every eval's error names it
+    path = write_replay(tmp_path, [0.3, 0.6], questions=3, epochs=4, seed=0)
+    bridge = adaptive_stopping("named-rule", models=models, policy={"pair_rules": ["nope"]})
+    logs = replay_eval(replay_task(path, early_stopping=bridge), models, path, tmp_path / "logs")
+    for log in logs:
+        assert log.status == "error"
+        assert log.error.message.startswith(
+            "adaptive_stopping 'named-rule': policy.pair_rules[0]: unknown pair rule 'nope'"
+        ), log.error.message
+        assert "campaign.yaml" not in log.error.message

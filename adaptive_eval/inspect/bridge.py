@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
-from adaptive_eval.inspect.campaign import CampaignSpec, Goal
+from adaptive_eval.inspect.campaign import CampaignSpec, Goal, check_policy
 from adaptive_eval.inspect.resume import prior_logs
 from adaptive_eval.inspect.rounds import Fate, RoundBook
 from adaptive_eval.workflows.imports import DEFAULT_MAP, _norm, parse_map
@@ -232,6 +233,16 @@ class ScoreMap:
 PARTNER_CHECK_S = 1.0
 
 
+def _seconds(name: str, value: Any, what: str, after: str = "") -> float:
+    """A positive, finite number of seconds, else one line naming the argument: ``wait_s=-1``
+    made every wait end at once, which disengaged the bridge (every epoch ran) silently."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{name} must be a number of seconds ({what}), got {value!r}")
+    if value <= 0:
+        raise InputError(f"{name} must be > 0 seconds ({what}), got {value!r}{after}")
+    return float(value)
+
+
 class CampaignEnded(RuntimeError):
     """An eval of the campaign failed: its partners end too (and resume with it)."""
 
@@ -322,13 +333,21 @@ class AdaptiveStopping:
                 f"has {len(self.weights)} (categories 0 - {len(self.weights) - 1}): "
                 f"weights={list(self.weights)}"
             )
-        self.wait_s = wait_s
-        self.register_s = register_s
+        self.wait_s = _seconds(
+            "wait_s",
+            wait_s,
+            "how long a run waits for its round",
+            ": no run would wait, so the bridge would disengage and every epoch run",
+        )
+        self.register_s = _seconds(
+            "register_s", register_s, "how long the evals of one call take to start"
+        )
         self.folder = Path(folder) if folder is not None else None
         if "max_trials_per_question" in self.policy:
             raise InputError(
                 "policy.max_trials_per_question is the task's epochs under Inspect; set epochs"
             )
+        check_policy(name, self.policy)
         self._attempt: set[str] = set()  # models started in this attempt
         self._reset()
 

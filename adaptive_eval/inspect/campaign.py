@@ -25,7 +25,12 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
-from adaptive_eval.config.schema import CampaignConfig, load_config
+from adaptive_eval.config.schema import (
+    MAX_TRIALS_PER_QUESTION,
+    CampaignConfig,
+    load_config,
+    parse_config,
+)
 
 GOALS = ("rank", "compare")
 #: Allocators whose plans give a model the same trials on every sample: Inspect runs a
@@ -125,8 +130,39 @@ class CampaignSpec:
         return path
 
     def build(self, folder: Path) -> tuple[Campaign, Judge | None]:
-        """The campaign as ``run`` (or ``compare``) builds it from the written config."""
-        return build(load_config(self.write(folder)), self.goal)
+        """The campaign as ``run`` (or ``compare``) builds it from the written config. An
+        error names the field and value as the CLI does, in its message (Inspect shows an
+        error's ``message``), and the bridge, not the config file it wrote for itself."""
+        path = folder / "campaign.yaml"
+        try:
+            return build(load_config(self.write(folder)), self.goal)
+        except InputError as error:
+            raise named(error, self.name, str(path.resolve())) from None
+
+
+def check_policy(name: str, policy: Mapping[str, Any]) -> None:
+    """``policy=`` checked against the project's schema where the task is built, before any
+    eval starts (unknown keys, values out of range, a per-sample allocator): one line naming
+    the field and value (``policy.bogus: unknown key (value 1)``), as the CLI names them. The
+    checks that need the eval (its samples, epochs and models) come when the campaign opens."""
+    spec = CampaignSpec(
+        name, ("model-a", "model-b"), ("sample",), MAX_TRIALS_PER_QUESTION, (0.0, 1.0), policy
+    )
+    try:
+        parse_config(spec.config(), source="<policy>")
+    except InputError as error:
+        raise named(error, name, "<policy>") from None
+
+
+def named(error: InputError, name: str, internal: str) -> InputError:
+    """``error`` with its field in the message (``policy.bogus: unknown key (value 1)``), its
+    source dropped where it is the bridge's own config (``internal``), prefixed by the bridge."""
+    parts = [f"adaptive_stopping {name!r}"]
+    if error.source and error.source != internal:
+        parts.append(error.source)
+    if error.field:
+        parts.append(error.field)
+    return InputError(": ".join([*parts, error.message]))
 
 
 def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
@@ -143,4 +179,13 @@ def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
     return steered, judge
 
 
-__all__ = ["BRIDGE_POLICY", "EPOCH_ALLOCATORS", "GOALS", "CampaignSpec", "Goal", "build"]
+__all__ = [
+    "BRIDGE_POLICY",
+    "EPOCH_ALLOCATORS",
+    "GOALS",
+    "CampaignSpec",
+    "Goal",
+    "build",
+    "check_policy",
+    "named",
+]
