@@ -134,6 +134,94 @@ def test_a_sigterm_ray_turns_into_a_plain_keyboard_interrupt_keeps_its_code() ->
             signal.signal(signum, handler)
 
 
+# -- issue 48, item 10: a stop after the run finished --------------------------------------------
+def test_a_sigterm_while_the_outputs_are_written_finishes_them_and_asks_for_no_resume(
+    tmp_path: Path,
+    config: Path,
+    no_ray: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SIGTERM after summary.json said finished but before report.html was written: rc 143,
+    report.html missing, and "run the same command again to resume". Now the outputs are
+    written whole first, and the line says the results are complete (nothing to resume)."""
+    from adaptive_eval.outputs import report_html
+
+    original = report_html.write_html
+
+    def terminated_midway(*args: Any, **kwargs: Any) -> Any:
+        assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] is not None
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # a handler that raises would raise here, before report.html
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(report_html, "write_html", terminated_midway)
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    try:
+        assert main(["run", str(config), "--out", str(run_dir), *TEST_DISPATCH]) == 143
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # later copies: ignored
+    finally:
+        for other, handler in handlers.items():
+            signal.signal(other, handler)
+    line = one_error_line(capsys.readouterr().err)
+    assert (
+        line.startswith("adaptive-eval: terminated (SIGTERM")
+        and "after the run had finished" in line
+    )
+    assert f"complete in {run_dir}; nothing to resume" in line
+    assert "run the same command again" not in line
+    summary = (run_dir / "summary.json").stat().st_mtime
+    for name in ("report.md", "report.html"):
+        assert (run_dir / name).stat().st_mtime >= summary, name
+    assert "</html>" in (run_dir / "report.html").read_text()
+
+
+def test_a_finished_run_missing_an_output_names_it_and_the_command_that_writes_it(
+    tmp_path: Path, config: Path, no_ray: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the outputs could not be finished (the process killed after summary.json, or a
+    stop it could not hold): the line names what is missing and `adaptive-eval report DIR`,
+    from the command itself and from its watcher, and never asks for a resume."""
+    from adaptive_eval.command_line import supervise
+    from adaptive_eval.command_line.cli import note_finished_run
+
+    run_dir = tmp_path / "run"
+    started = time.time()
+    assert main(["run", str(config), "--out", str(run_dir), "--quiet", *TEST_DISPATCH]) == 0
+    (run_dir / "report.html").unlink()
+    capsys.readouterr()
+    handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    try:
+        interrupts.install()
+        note_finished_run("run", str(run_dir), started)
+        line = interrupts.stop_line(signal.SIGTERM)
+        assert "after the run had finished" in line and "report.html was not written" in line
+        assert f"`adaptive-eval report {run_dir}` writes them" in line
+        assert "run the same command again" not in line
+        # a summary of an earlier leg (written before this command started) is no finish
+        interrupts.install()
+        note_finished_run("run", str(run_dir), time.time() + 60)
+        assert "run the same command again to resume" in interrupts.stop_line(signal.SIGTERM)
+        # nightly's folder holds nights, not one run: its line is left alone
+        interrupts.install()
+        note_finished_run("nightly", str(run_dir), started)
+        assert not interrupts.is_finished()
+        # the watcher, when the command died on a signal it could not catch
+        interrupts.install()
+        argv = ["run", str(config), "--out", str(run_dir)]
+        supervise._note_finished(argv, "run", started)
+        assert supervise._killed(signal.SIGKILL, argv, "run") == 137
+        line = one_error_line(capsys.readouterr().err)
+        assert "ended on SIGKILL" in line and "after the run had finished" in line
+        assert "report.html was not written" in line and "run the same command" not in line
+    finally:
+        interrupts.install()  # forget this test's finish
+        for other, handler in handlers.items():
+            signal.signal(other, handler)
+
+
 # -- failure 12: every descendant ends, however late it is orphaned ---------------------------
 LEFTOVERS = """
 import os, signal, subprocess, sys, time

@@ -14,6 +14,7 @@ script installs it before the heavy modules load.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -43,22 +44,74 @@ def exit_code(signum: int) -> int:
 #: Where a finished run's outputs are, once written (:func:`mark_finished`): a stop signal
 #: after it leaves nothing to resume.
 _finished: list[str] = []
+#: The outputs of that run a stop left unwritten (its summary.json says it finished).
+_left_out: list[str] = []
+#: A run's outputs, in the order they are written: summary.json first.
+OUTPUTS = ("summary.json", "report.md", "report.html")
 
 
-def mark_finished(where: str) -> None:
-    """Note that the command's run has finished and its outputs are written in ``where``: a
-    stop signal from now on says so, not "run the same command again to resume"."""
+def mark_finished(where: str, left_out: tuple[str, ...] | list[str] = ()) -> None:
+    """Note that the command's run has finished and its outputs are written in ``where`` (but
+    ``left_out``): a stop signal from now on says so, not "run the same command again to
+    resume"."""
     _finished[:] = [where]
+    _left_out[:] = list(left_out)
+
+
+def is_finished() -> bool:
+    """Whether :func:`mark_finished` noted the command's run as finished."""
+    return bool(_finished)
+
+
+def finished_outputs(folder: str, since: float) -> list[str] | None:
+    """The outputs a finished run in ``folder`` has not written, when its summary.json was
+    written at ``since`` (a ``time.time()``) or later and says the run finished (a stop
+    reason); None when it does not (a run still sampling, or a summary of an earlier leg). An
+    output older than summary.json is one of an earlier leg: not written either."""
+    path = os.path.join(folder, OUTPUTS[0])
+    try:
+        written = os.stat(path).st_mtime
+        if written < since - 1.0:  # a file system's clock and ours: a second apart at most
+            return None
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("stop_reason") is None:
+        return None
+    left = []
+    for name in OUTPUTS[1:]:
+        try:
+            if os.stat(os.path.join(folder, name)).st_mtime < written:
+                left.append(name)
+        except OSError:
+            left.append(name)
+    return left
+
+
+def after_finish_line(cause: str) -> str:
+    """The line of a command that ended (``cause``) after its run had finished
+    (:func:`mark_finished`): nothing to resume, and what a stop left out, with the command that
+    writes it."""
+    where = _finished[0]
+    if not _left_out:
+        return (
+            f"adaptive-eval: {cause} after the run had finished: its results are complete in "
+            f"{where}; nothing to resume (adaptive-eval report prints them again)"
+        )
+    missing = " and ".join(_left_out) + (" was" if len(_left_out) == 1 else " were")
+    return (
+        f"adaptive-eval: {cause} after the run had finished: its results are in "
+        f"{os.path.join(where, OUTPUTS[0])}, but {missing} not written; nothing to resume: "
+        f"`adaptive-eval report {where}` writes them"
+    )
 
 
 def stop_line(signum: int) -> str:
     """The one line a command ended by stop signal ``signum`` prints."""
     if _finished:
         cause = _CAUSES.get(signal.Signals(signum), f"ended on {signal.Signals(signum).name}")
-        return (
-            f"adaptive-eval: {cause} after the run had finished: its results are complete in "
-            f"{_finished[0]}; nothing to resume (adaptive-eval report prints them again)"
-        )
+        return after_finish_line(cause)
     if signum == signal.SIGINT:
         return INTERRUPTED_LINE
     watcher = os.environ.get(WATCHER_ENV, "")
@@ -113,6 +166,7 @@ def install() -> dict[int, Any] | None:
     replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
     that ignores Ctrl-C keeps ignoring it)."""
     _finished.clear()  # a new command: nothing of it has finished
+    _left_out.clear()
     _received.clear()
     if threading.current_thread() is not threading.main_thread():
         return None
@@ -161,3 +215,36 @@ def ignored() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """The block runs to its end: a stop signal that arrives meanwhile is held (later ones are
+    ignored, as ever) and acted on when the block ends, as :func:`first_signal` acts on it.
+    For writing a finished run's outputs: a SIGTERM between summary.json and report.html
+    left report.html unwritten, and said "run the same command again to resume". Only the
+    signals this module handles are held (a process that never called :func:`install` keeps
+    its own handling)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+        for other in STOP_SIGNALS:
+            signal.signal(other, signal.SIG_IGN)
+
+    previous = {
+        signum: signal.signal(signum, hold)
+        for signum in STOP_SIGNALS
+        if signal.getsignal(signum) is first_signal
+    }
+    try:
+        yield
+    finally:
+        if not held:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    if held:
+        first_signal(held[0], None)

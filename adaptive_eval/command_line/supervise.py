@@ -106,6 +106,7 @@ def watch(argv: list[str], command: str) -> int:
     (2 when its folder is now read-only) if a signal ended it."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, ENV: str(os.getpid())}
+    started = time.time()
     bootstrap = "import sys; from adaptive_eval.command_line.supervise import run_here; "
     bootstrap += "sys.exit(run_here(sys.argv[1:]))"
     child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], env=env)
@@ -124,6 +125,7 @@ def watch(argv: list[str], command: str) -> int:
     end_leftovers()
     if code >= 0:
         return code
+    _note_finished(argv, command, started)
     if received:  # the command was asked to stop; however it then ended, that is the cause
         print(interrupts.stop_line(received[0]), file=sys.stderr)
         return interrupts.exit_code(received[0])
@@ -212,6 +214,18 @@ def _folder(argv: list[str]) -> Path | None:
     return None
 
 
+def _note_finished(argv: list[str], command: str, started: float) -> None:
+    """A run or compare whose summary.json, written since the command started, says it
+    finished: its line says there is nothing to resume, and names what the ending left
+    unwritten with the command that writes it."""
+    folder = _folder(argv)
+    if command not in ("run", "compare") or folder is None:
+        return
+    left = interrupts.finished_outputs(str(folder), started)
+    if left is not None:
+        interrupts.mark_finished(str(folder), left)
+
+
 def _killed(signum: int, argv: list[str], command: str) -> int:
     from adaptive_eval.base.files import is_read_only
 
@@ -232,6 +246,10 @@ def _killed(signum: int, argv: list[str], command: str) -> int:
         cause = "killed from outside (the out-of-memory killer, or kill -9)"
     else:
         cause = "the process crashed"
+    if interrupts.is_finished():
+        line = interrupts.after_finish_line(f"the {command} process ended on {name} ({cause})")
+        print(line, file=sys.stderr)
+        return code
     print(
         f"adaptive-eval: failed: the {command} process ended on {name} "
         f"({cause}); every batch recorded before it is kept: {interrupts.RESUME_HINT}",

@@ -15,6 +15,7 @@ from typing import IO
 
 from pydantic import ValidationError
 
+from adaptive_eval.base import interrupts
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Summary
 from adaptive_eval.campaign.build import build_campaign
@@ -163,7 +164,8 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
             forecast=forecast,
             live_forecast=live_history(store, run_dir),
         )
-        write_outputs(run_dir, summary, store)
+        with interrupts.deferred():  # a stop signal now waits for report.html (issue 48)
+            write_outputs(run_dir, summary, store)
         return summary
 
     return conclude
