@@ -4,6 +4,7 @@ and restarts reach events.jsonl as they happen, and ``report`` keeps the run's d
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -82,21 +83,32 @@ def test_failures_deaths_and_restarts_are_logged_as_they_happen(
 
 
 def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_local: None) -> None:
-    """Ray starts workers at nice 15; the local cluster we start runs them at 0 (the engines'
-    step loops must not yield to every other process), so no ``workers_niced`` warning. The
-    warning itself, on a cluster started without ``RAY_worker_niceness=0``: test_multinode."""
+    """Ray starts workers at nice 15; the local cluster we start runs them at the niceness it
+    was started with, 0 from a plain shell (the engines' step loops must not yield to every
+    other process), so no ``workers_niced`` warning. Under an inherited nice value (a CI box
+    that nices its jobs, ``nice -n 10 make test``) the workers run at that value, as the
+    command does: an informational event, never the warning (issue 48, item 9). The warning
+    itself, on a cluster started without ``RAY_worker_niceness=0``: test_multinode."""
     import ray
 
     from adaptive_eval.dispatch.actors import WorkerActor
 
+    inherited = os.getpriority(os.PRIO_PROCESS, 0)  # the shared cluster's raylet's, and ours
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
     data = base_config(str(tmp_path / "s.npz"), max_trials_per_question=4)
     run_dir = tmp_path / "run"
     run_campaign(parse_config(data), run_dir, quiet=True)
-    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").open()]
-    assert "campaign_done" in events and "workers_niced" not in events
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+    assert "campaign_done" in [e["event"] for e in events]
+    niced = [e for e in events if e["event"] == "workers_niced"]
+    if inherited == 0:
+        assert niced == []
+    else:
+        (note,) = niced
+        assert note["level"] == "info" and "as this command does" in note["message"]
+        assert set(note["workers"].values()) == {inherited}
     actor = ray.remote(WorkerActor).options(num_cpus=0).remote(lambda: None, "probe")
     try:
-        assert ray.get(actor.host_facts.remote())["niceness"] == 0
+        assert ray.get(actor.host_facts.remote())["niceness"] == inherited
     finally:
         ray.kill(actor)

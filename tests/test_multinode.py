@@ -176,8 +176,10 @@ def test_campaign_survives_losing_a_node(
     assert summary["stop_reason"] == reference.stop.reason.value
     ref_pairs = [(d.verdict.value, round(d.z, 9)) for d in reference.decisions]
     assert [(p["decision"], round(p["z"], 9)) for p in summary["pairs"]] == ref_pairs
-    # These nodes were started as Ray starts them (workers at nice 15): the run says so once.
+    # These nodes were started as Ray starts them (workers at nice 15 above the node's own,
+    # which is this test's: 15 from a plain shell, 19 at most under `nice -n 10 make test`):
+    # the run says so once.
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
     (niced,) = [e for e in events if e["event"] == "workers_niced"]
     assert niced["level"] == "warning" and "RAY_worker_niceness=0" in niced["message"]
-    assert set(niced["workers"].values()) == {15}
+    assert set(niced["workers"].values()) == {min(os.getpriority(os.PRIO_PROCESS, 0) + 15, 19)}
