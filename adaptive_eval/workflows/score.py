@@ -3,6 +3,14 @@
 The unbiased score leads, as in every other output, over every recorded trial: an export's
 ``recorded`` (ragged, ``-1`` where a trial was not drawn) unless ``--first-n`` asks for its
 dense ``outcomes``; the first line says which trials were scored. Bayes@N, avg and pass@k follow.
+
+The score's interval depends on how the trials were sampled. An export of a run
+(``adaptive-eval export``: ``recorded`` and ``trials`` beside ``outcomes``) holds trials a
+campaign chose to draw as it looked at their results, so a fixed-sample interval would cover the
+truth less often than it says: its score gets the run's own anytime-valid confidence sequence
+(:mod:`adaptive_eval.stats.intervals`; the same numbers as the run's summary.json for a ranking
+campaign under the uniform prior), which holds however the campaign stopped. Any other tensor
+is taken as a fixed-N sample and gets the normal interval, labelled as valid for a fixed N only.
 """
 
 from __future__ import annotations
@@ -21,8 +29,12 @@ from adaptive_eval.inputs.npz import NpzFile, check_categories
 #: ``mu``, ``sigma``, ``ci_low``, ``ci_high`` kept beside it; ``trials`` says which were scored.
 #: 3: the score's own interval ``score_low``, ``score_high``; Bayes@N's credible interval only as
 #: ``bayes_low``, ``bayes_high``: ``ci_low``, ``ci_high`` beside ``score`` were taken for the
-#: score's interval, which they are not; ``intervals`` says what each is).
+#: score's interval, which they are not; ``intervals`` says what each is; added since, keys
+#: only: ``sampling`` (how the trials were drawn) and ``interval``, the kind of ``score_low``,
+#: ``score_high``: ``anytime`` for an export's adaptively sampled trials, else ``normal``).
 SCORE_SCHEMA_VERSION = 3
+#: How the trials of a file were sampled (``sampling`` in ``score --json``).
+ADAPTIVE, FIXED = "adaptive", "fixed"
 
 
 def score_tensor(
@@ -35,6 +47,7 @@ def score_tensor(
     *,
     dense: np.ndarray | None = None,
     which: str = "all trials",
+    sampling: str = FIXED,
 ) -> dict[str, Any]:
     """The unbiased score of a recorded (L, M, N) tensor first, then avg@N, Bayes@N and
     Pass@k. ``outcomes`` may be ragged (``-1`` where a trial was not sampled, as export's
@@ -45,11 +58,14 @@ def score_tensor(
     summary leads with, and ranks by); its rank groups are the models whose scores are within
     ``z_{(1+c)/2}`` standard errors of each other. Bayes@N (uniform prior, or ``prior``)
     follows for reference, with its credible interval under ``bayes_low``, ``bayes_high`` in the
-    JSON only. The score's interval ``score_low``, ``score_high`` is ``score +- z se`` with ``z``
-    the two-sided normal quantile at the confidence (the trials of a fixed tensor, not a
-    campaign's sequential interval), within the weights' range.
+    JSON only. The score's interval ``score_low``, ``score_high``: with ``sampling`` ``fixed``
+    (a tensor whose N was set before its trials were seen) ``score +- z se``, ``z`` the
+    two-sided normal quantile at the confidence; with ``adaptive`` (a campaign's trials, drawn
+    as it looked at their results) the anytime-valid confidence sequence a ranking campaign
+    reports, which holds however the campaign stopped. Both within the weights' range.
     """
     from adaptive_eval import stats
+    from adaptive_eval.stats.intervals import IntervalDesign, score_intervals
     from adaptive_eval.stats.sequential import empirical_estimate
 
     num_categories = len(weights)
@@ -64,8 +80,24 @@ def score_tensor(
     mu, sigma = stats.posterior_moments(nu, weights)
     low, high = stats.credible_interval(mu, sigma, confidence)
     z_two = NormalDist().inv_cdf((1 + confidence) / 2)
-    score_low = np.clip(score - z_two * score_se, weights.min(), weights.max())
-    score_high = np.clip(score + z_two * score_se, weights.min(), weights.max())
+    if sampling == ADAPTIVE:
+        anytime = score_intervals(counts, nu, weights, IntervalDesign(confidence))
+        score_low, score_high = anytime.low, anytime.high
+        interval = (
+            f"score_low, score_high: the score's {confidence:g} anytime-valid confidence "
+            "sequence (the trials were sampled adaptively, by a campaign that looked at their "
+            "results: it holds however the campaign stopped, as the run's own interval does; a "
+            "fixed-sample score +- z se would cover the truth less often than it says)"
+        )
+    else:
+        score_low = np.clip(score - z_two * score_se, weights.min(), weights.max())
+        score_high = np.clip(score + z_two * score_se, weights.min(), weights.max())
+        interval = (
+            f"score_low, score_high: the score's {confidence:g} interval, score +- "
+            f"{z_two:.2f} score_se (normal), valid for a fixed N only: trials whose number was "
+            "set before any was seen (for a campaign's trials, score its export: the anytime "
+            "interval)"
+        )
     trials = counts.sum(axis=2)
     avg = (counts @ weights).sum(axis=1) / np.maximum(trials.sum(axis=1), 1)
     dense = outcomes if dense is None else dense
@@ -103,8 +135,9 @@ def score_tensor(
         "statistic": "score: the mean over questions of each question's observed mean "
         "(unbiased); rank groups: adjacent scores within z_c standard errors share a rank "
         f"(z_c = {stats.z_threshold(confidence):.2f}, the one-sided normal quantile at c)",
-        "intervals": f"score_low, score_high: the score's {confidence:g} interval, score +- "
-        f"{z_two:.2f} score_se (normal); bayes_low, bayes_high: Bayes@N's {confidence:g} "
+        "sampling": sampling,
+        "interval": "anytime" if sampling == ADAPTIVE else "normal",
+        "intervals": f"{interval}; bayes_low, bayes_high: Bayes@N's {confidence:g} "
         "credible interval, for reference only (not the score's: it covers the truth less "
         "often than stated); mu, sigma: Bayes@N's, as bayes_mu, bayes_sigma",
         "prior": "uniform" if prior is None else f"R0 with {prior.shape[-1]} trials",
@@ -172,19 +205,26 @@ def score_npz(
         raise InputError(f"--k {bad[0]} is outside 1..N = 1..{num_trials}")
     if not 0.5 < confidence < 1:
         raise InputError(f"--confidence must be in (0.5, 1), got {confidence}")
-    return score_tensor(scored, names, w, prior, confidence, ks, dense=outcomes, which=which)
+    # Only a run's export holds 'recorded': trials a campaign drew as it looked at them.
+    sampling = ADAPTIVE if file.has("recorded") else FIXED
+    return score_tensor(
+        scored, names, w, prior, confidence, ks, dense=outcomes, which=which, sampling=sampling
+    )
 
 
 def render_score(result: dict[str, Any], ks: Sequence[int]) -> str:
-    """The console table: the score first, no credible interval."""
+    """The console table: the score first with its interval, no credible interval; the last
+    line says which interval it is (how the trials were sampled)."""
     from adaptive_eval import stats
 
     names = [row["name"] for row in result["models"]]
     width = max(24, *(len(name) for name in names))
     z = float(stats.z_threshold(result["confidence"]))
+    level = f"{100 * result['confidence']:g}%"
     head = (
-        f"{'rank':>4} {'(no ties)':>9}  {'model':<{width}} {'score':>7} {'se':>7} "
-        f"{'trials':>7} {'avg':>7} {'Bayes@N':>8}" + "".join(f" {'pass@' + str(k):>8}" for k in ks)
+        f"{'rank':>4} {'(no ties)':>9}  {'model':<{width}} {'score':>7} {level + ' interval':>18} "
+        f"{'se':>7} {'trials':>7} {'avg':>7} {'Bayes@N':>8}"
+        + "".join(f" {'pass@' + str(k):>8}" for k in ks)
     )
     lines = [
         f"score of {result['trials']}: the mean over questions of each question's observed "
@@ -194,11 +234,24 @@ def render_score(result: dict[str, Any], ks: Sequence[int]) -> str:
         head,
     ]
     for row in result["models"]:
+        bounds = f"[{row['score_low']:.4f}, {row['score_high']:.4f}]"
         lines.append(
             f"{row['rank']:>4} {row['rank_no_ties']:>9}  {row['name']:<{width}} "
-            f"{row['score']:7.4f} {row['score_se']:7.4f} {row['trials']:>7} "
+            f"{row['score']:7.4f} {bounds:>18} {row['score_se']:7.4f} {row['trials']:>7} "
             f"{row['avg@N']:7.4f} {row['bayes_mu']:8.4f}"
             + "".join(f" {row[f'pass@{k}']:8.4f}" for k in ks)
+        )
+    if result.get("sampling") == ADAPTIVE:
+        lines.append(
+            f"interval: the {level} anytime-valid confidence sequence (a ranking run's own): the "
+            "trials were sampled adaptively (a campaign chose them as it saw their results), "
+            "and it holds however the campaign stopped"
+        )
+    else:
+        lines.append(
+            f"interval: score +- {NormalDist().inv_cdf((1 + result['confidence']) / 2):.2f} se "
+            "(normal), valid for a fixed N only: trials whose number was set before any was "
+            "seen; a campaign's trials: score its export (adaptive-eval export DIR)"
         )
     return "\n".join(lines)
 
