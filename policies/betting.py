@@ -26,24 +26,34 @@ evidence as a power prior does; ``drift`` is how far a score may have moved sinc
 put ``1 - robust`` of their weight there and the rest on the prior-free mixtures, so a
 wrong prior costs at most ``log(1 / robust)`` of wealth and never the guarantee. The earlier
 run's trials are not this run's: they enter no estimate and no count.
+
+A prior is checked before anything is sampled (issue 48): the earlier summary.json is read
+through the bounded reader (a device, a pipe, a file past :data:`MAX_SUMMARY_BYTES` or one nested
+too deep is refused), every score and standard error must be a finite number (the error
+``>= 0``), a model may be listed once, and ``prior_models`` may name only models the prior
+scores (:meth:`Betting.__post_init__`); against the campaign
+(:meth:`Betting.check_campaign`, called by :mod:`adaptive_eval.campaign.checks`), the scores
+must lie in the rubric's range and the prior must score at least one of its models.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import AllowInfNan, Field, ValidationError
 
 from adaptive_eval.base import summary_schema
+from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.types import PairDecision
 from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.decide.contracts import CampaignView, PairMemory
+from adaptive_eval.inputs import bounded
 from adaptive_eval.stats import betting
 from adaptive_eval.stats import sequential as seq
 from policies.pair_rules import ConfidenceSequenceRule, GroupSequential, capped_se
@@ -60,21 +70,77 @@ class Bets:
     down: betting.Mixture
 
 
+#: The most of an earlier run's summary.json read (one of hundreds of models is a few MB).
+MAX_SUMMARY_BYTES = 64 << 20
+
+
+def summary_file(path: str) -> Path:
+    """The summary.json ``path`` names: the file itself, or the one in the run folder."""
+    where = Path(path).expanduser()
+    return where / "summary.json" if where.is_dir() else where
+
+
 def read_prior_scores(path: str) -> dict[str, tuple[float, float]]:
     """Each model's ``(score, score_se)`` in an earlier run: ``path`` is its folder (holding
-    summary.json) or the summary.json itself."""
-    where = Path(path).expanduser()
-    if where.is_dir():
-        where = where / "summary.json"
+    summary.json) or the summary.json itself. A file that is not a summary.json, is not a
+    regular file, is too large or nested too deep, holds no model or one twice, or a score or
+    standard error that is no finite number (the error ``>= 0``), is a ``ValueError`` naming the
+    file and the value."""
+    where = summary_file(path)
+    if not where.exists() and not where.is_symlink():
+        raise ValueError(f"no earlier run at {path}: no such folder or summary.json")
     try:
-        document = json.loads(where.read_text())
-        summary = summary_schema.read_summary(summary_schema.upgrade(document))
-    except FileNotFoundError:
-        raise ValueError(f"no earlier run at {path}: no such folder or summary.json") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        data = bounded.read_bytes(
+            where, limit=MAX_SUMMARY_BYTES, what="summary.json", source=str(where)
+        )
+    except InputError as error:
+        raise ValueError(f"prior {where}: {error.message}") from None
+    summary = _parse_summary(where, data)
+    if not summary.models:
+        raise ValueError(
+            f"prior {where}: models is empty: a run that scored no model cannot be a prior"
+        )
+    scores: dict[str, tuple[float, float]] = {}
+    for index, row in enumerate(summary.models):
+        label = f"prior {where}: models[{index}] ({row.name!r})"
+        if row.name in scores:
+            raise ValueError(f"{label} is listed twice: a summary scores each model once")
+        scores[row.name] = check_score(label, row.score, row.score_se)
+    return scores
+
+
+def _parse_summary(where: Path, data: bytes) -> summary_schema.Summary:
+    """``data`` (the bytes of ``where``) as a summary of any version, upgraded and validated."""
+    unreadable = f"prior {where} is not a readable summary.json"
+    try:
+        document = json.loads(data.decode("utf-8"))
+        if not isinstance(document, dict):
+            raise ValueError(f"not a JSON object but a {type(document).__name__}")
+        return summary_schema.read_summary(document)
+    except RecursionError:  # json's decoder recurses: a file nested thousands deep
+        raise ValueError(
+            f"{unreadable}: nested too deep to read (a summary is a few levels deep)"
+        ) from None
+    except ValidationError as error:
+        found = error.errors()[0]
+        place = ".".join(str(part) for part in found["loc"])
+        raise ValueError(f"{unreadable}: {place}: {found['msg']}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        # Not UTF-8, not JSON, a version this one does not read, or a shape upgrade() cannot.
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"{where} is not a readable summary.json: {first}") from None
-    return {row.name: (row.score, row.score_se) for row in summary.models}
+        raise ValueError(f"{unreadable}: {first}") from None
+
+
+def check_score(label: str, score: Any, se: Any) -> tuple[float, float]:
+    """``(score, se)`` as floats once both are finite numbers and ``se >= 0``; else a
+    ``ValueError`` starting with ``label`` and naming the value."""
+    for what, value in (("score", score), ("standard error", se)):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise ValueError(f"{label}: {what} {value!r} is not a finite number")
+    if se < 0:
+        raise ValueError(f"{label}: standard error {se!r} is negative (it must be >= 0)")
+    return float(score), float(se)
 
 
 @pair_rules.register("betting", internal=("futility_growth",))
@@ -92,25 +158,75 @@ class Betting(ConfidenceSequenceRule):
     inflation: Annotated[float, Field(ge=1, le=4)] = seq.VARIANCE_INFLATION
     prior_models: Mapping[str, str] = field(default_factory=dict)
     #: The earlier scores stated inline (model -> [score, standard error]) instead of a run.
-    scores: Mapping[str, list[float]] = field(default_factory=dict)
+    #: NaN and infinities pass the parameter's type to be refused here, named as what they are
+    #: (the type's refusal said "scores must be a mapping").
+    scores: Mapping[str, list[Annotated[float, AllowInfNan(True)]]] = field(default_factory=dict)
     name: str = "betting"
 
     def __post_init__(self) -> None:
         if self.prior is not None and self.scores:
             raise ValueError("give the earlier run (prior) or its scores (scores), not both")
-        if self.prior is not None:
-            _ = self.prior_scores  # read now: a bad prior is a config error, not a mid-run one
         for model, pair in self.scores.items():
-            if len(pair) != 2 or not pair[1] >= 0:
+            if len(pair) != 2:
                 raise ValueError(
                     f"scores[{model!r}] must be [score, standard error >= 0], got {pair}"
                 )
+            check_score(f"scores[{model!r}]", *pair)
+        # Read now: a bad prior is a config error, not a mid-run one.
+        known = self.prior_scores
+        missing = [f"{k!r} -> {v!r}" for k, v in self.prior_models.items() if v not in known]
+        if known and missing:
+            raise ValueError(
+                f"prior_models maps {first_few(missing)}, which {self.prior_source} lacks (its "
+                f"models: {first_few([repr(n) for n in known])})"
+            )
 
     @cached_property
     def prior_scores(self) -> PriorScores:
         if self.prior is not None:
             return read_prior_scores(self.prior)
         return {model: (pair[0], pair[1]) for model, pair in self.scores.items()}
+
+    @property
+    def prior_source(self) -> str:
+        """Where the prior's scores come from, for a message: its file, or ``scores``."""
+        return "the inline scores" if self.prior is None else f"prior {summary_file(self.prior)}"
+
+    def check_campaign(self, names: Sequence[str], low: float, high: float) -> None:
+        """Refuse (``ValueError``) a prior that cannot be this campaign's, whose models are
+        ``names`` and whose rubric's weights span ``[low, high]``: a score outside that range or
+        a standard error wider than it (a run on another rubric, or a damaged file: a score of
+        1e308 passed every check and failed mid-run), ``prior_models`` mapping a name that is no
+        model here, or a prior that scores none of the models (its bets would never be used: the
+        wrong run, or names that need ``prior_models``). Nothing to check without a prior."""
+        known = self.prior_scores
+        if not known:
+            return
+        source, span = self.prior_source, high - low
+        slack = 1e-9 * max(1.0, abs(low), abs(high))  # a mean of weights, in floating point
+        for model, (score, se) in known.items():
+            if not low - slack <= score <= high + slack:
+                raise ValueError(
+                    f"{source}: {model!r} scores {score:g}, outside the rubric's range "
+                    f"[{low:g}, {high:g}]: a run on another rubric, or a damaged file"
+                )
+            if se > span + slack:
+                raise ValueError(
+                    f"{source}: {model!r} has standard error {se:g}, more than the rubric's "
+                    f"range ({span:g}): a run on another rubric, or a damaged file"
+                )
+        strangers = [repr(n) for n in self.prior_models if n not in names]
+        if strangers:
+            raise ValueError(
+                f"prior_models maps {first_few(strangers)}, which is no model of this campaign "
+                f"(its models: {first_few(list(names))})"
+            )
+        if not any(self.prior_models.get(n, n) in known for n in names):
+            raise ValueError(
+                f"{source}: none of its models ({first_few([repr(n) for n in known])}) is one of "
+                f"this campaign's ({first_few(list(names))}), so its bets would never be used: "
+                "give the run of these models, or map their names with prior_models"
+            )
 
     @cached_property
     def equivalence(self) -> GroupSequential:

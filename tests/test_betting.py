@@ -183,3 +183,13 @@ def test_a_summary_that_is_not_one_is_refused(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text('{"models": 3}')
     with pytest.raises(InputError, match=r"not a readable summary\.json"):
         pair_rules.build("betting", {"prior": str(tmp_path)}, field="policy.pair_rules[0]")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 1e308 * 10])
+def test_a_mixture_refuses_a_mean_or_scale_that_is_no_number(bad: float) -> None:
+    """Issue 48, item 2 (the backstop): a prior's NaN score reached the bets and failed only
+    mid-run, inside the boundary's root finder; a mixture is now refused where it is made."""
+    with pytest.raises(ValueError, match="must be finite"):
+        betting.Mixture((bad, 0.0), (0.1, 0.1), (0.5, 0.5))
+    with pytest.raises(ValueError, match="must be finite"):
+        betting.prior_mixture(0.1, bad, 0.2, betting.scale_mixture())

@@ -460,7 +460,12 @@ def upgrade(document: dict[str, Any]) -> dict[str, Any]:
     Versions 2 and 3 differ in what a margin compare's pairs mean, not in shape.
     """
     version = document.get("schema_version", 1)
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(
+            f"schema_version = {version!r}: no adaptive-eval writes it (versions are 1 to "
+            f"{SCHEMA_VERSION}): a damaged or hand-made summary"
+        )
+    if version > SCHEMA_VERSION:
         raise ValueError(
             f"schema_version = {version!r}: this adaptive-eval reads versions 1 to "
             f"{SCHEMA_VERSION}; a newer one wrote it"

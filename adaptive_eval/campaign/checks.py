@@ -4,24 +4,27 @@ goals a campaign could never meet, budgets and sections a backend would ignore.
 Each raises an :class:`~adaptive_eval.base.errors.InputError` naming the file, the field and the
 value. :func:`adaptive_eval.campaign.build.build_campaign` calls the two passes: the backend
 plans against each other and the config (:func:`check_plans`), then the goals against the
-built rules (:func:`check_goals`). (The paths are checked where the config is settled,
+built rules (:func:`check_goals`; with them each pair rule's prior against the campaign's models
+and rubric, :func:`check_rule_priors`). (The paths are checked where the config is settled,
 :meth:`~adaptive_eval.config.schema.CampaignConfig.settle`; a backend's files, the prior's file
 and a plug-in's parameters where they are built, :mod:`adaptive_eval.campaign.parts`.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.campaign.parts import COMPOSITES
+from adaptive_eval.campaign.parts import COMPOSITES, build_pair_rules
+from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.config.schema import CampaignConfig, plugin_spec
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
-__all__ = ["check_goals", "check_plans", "plugin_spec"]
+__all__ = ["check_goals", "check_plans", "check_rule_priors", "plugin_spec"]
 
 
 def check_plans(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, ...]:
@@ -73,7 +76,8 @@ def check_goals(
 ) -> None:
     """What the campaign is asked to reach, against what its rules and files allow: a width
     goal (:func:`_check_width_goal`), a fixed-N baseline no larger than a replay's recorded
-    trials per question."""
+    trials per question, a pair rule's prior that fits the campaign (:func:`check_rule_priors`)."""
+    check_rule_priors(config, [name for plan in plans for name in plan.models])
     _check_width_goal(config, design, capacity, len(plans[0].question_ids))
     recorded = [plan.capacity for plan in plans if plan.capacity is not None]
     fixed_n = config.baseline.fixed_n
@@ -85,6 +89,35 @@ def check_goals(
             source=config.source,
             field="baseline.fixed_n",
         )
+
+
+@runtime_checkable
+class ChecksItsPrior(Protocol):
+    """A pair rule that bets on an earlier run's scores (``betting``) checks them against the
+    campaign: its models ``names`` and the rubric's range ``[low, high]`` (``ValueError``)."""
+
+    def check_campaign(self, names: Sequence[str], low: float, high: float) -> None: ...
+
+
+def check_rule_priors(config: CampaignConfig, names: Sequence[str]) -> None:
+    """Each pair rule's prior fits the campaign of models ``names``: its scores within the
+    rubric's range, at least one of its models in the campaign, ``prior_models`` naming models
+    of it (:meth:`policies.betting.Betting.check_campaign`). The rules are built again for this
+    (an earlier run's summary.json is read once more): :func:`check_goals` is not handed the
+    campaign's rules. A prior that cannot be read at all was refused when they were built, each
+    naming ``policy.pair_rules[i]``; nightly calls this on each past night it could bet on."""
+    weights = config.rubric.weights
+    low, high = float(min(weights)), float(max(weights))
+    for index, rule in enumerate(build_pair_rules(config)):
+        if not isinstance(rule, ChecksItsPrior):
+            continue
+        try:
+            rule.check_campaign(names, low, high)
+        except ValueError as error:
+            label = pair_rules.label(pair_rules.resolved(rule).name)
+            raise InputError(
+                f"{label}: {error}", source=config.source, field=f"policy.pair_rules[{index}]"
+            ) from None
 
 
 def _check_contents(config: CampaignConfig, plans: list[BackendPlan]) -> None:

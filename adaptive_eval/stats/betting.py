@@ -59,6 +59,13 @@ class Mixture:
             raise ValueError("a mixture needs as many means, scales and weights, at least one")
         if min(self.scales) <= 0 or min(self.weights) <= 0:
             raise ValueError("scales and weights must be positive")
+        if not all(math.isfinite(x) for x in (*self.means, *self.scales, *self.weights)):
+            # A prior's NaN or overflowed score once reached the bets and failed mid-run
+            # (issue 48): the betting rule refuses it before sampling; this is the backstop.
+            raise ValueError(
+                f"a mixture's means, scales and weights must be finite, got means "
+                f"{self.means}, scales {self.scales}"
+            )
         if not math.isclose(sum(self.weights), 1.0, rel_tol=1e-9):
             raise ValueError(f"weights must sum to 1, got {sum(self.weights)}")
 
