@@ -7,7 +7,7 @@ Layout of the history folder::
     DIR/runs/<night>/          that night's run folder (report.html, summary.json, ...)
     DIR/runs/<night>/posterior.npz   per-model posterior counts, for the next night's checks
     DIR/runs/<night>/alert.json, alert.md   written when the night raised an alert
-    DIR/summary.md             the recent nights' rankings, newest first
+    DIR/summary.md             the recent nights' rankings and alerts, newest first
 
 Each night re-uses the library, so only what is new is sampled: new checkpoints (a model any
 byte of whose folder changed, or whose engine version, dtype or quantisation changed, has new
@@ -54,18 +54,19 @@ from pydantic import ValidationError
 
 from adaptive_eval.base import markdown as md
 from adaptive_eval.base import summary_schema
-from adaptive_eval.base.errors import AdaptiveEvalError, InputError
+from adaptive_eval.base.errors import AdaptiveEvalError, InputError, first_few
 from adaptive_eval.base.files import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.base.summary_schema import ModelRow, Nightly, Summary
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.campaign.checks import plugin_spec
+from adaptive_eval.campaign.checks import check_rule_priors, plugin_spec
 from adaptive_eval.config.schema import CampaignConfig, PluginSpec
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import RunState, ViewSettings
 from adaptive_eval.dispatch.preflight import check_before_sampling
+from adaptive_eval.inputs import bounded
 from adaptive_eval.outputs.presentation import bayes_at_n, score, spread
 from adaptive_eval.outputs.report import write_outputs
 from adaptive_eval.store import RunLock, TrialStore
@@ -245,28 +246,63 @@ def ranking_flips(before: Sequence[ModelRow], now: Sequence[ModelRow]) -> list[d
 
 
 def last_night_prior(
-    config: CampaignConfig, previous: list[Path]
+    config: CampaignConfig, previous: list[Path], names: Sequence[str]
 ) -> tuple[CampaignConfig, str | None]:
     """The config with last night's run as the prior of each ``betting`` pair rule that names
     none (its bets lean on last night's scores, a changed candidate's included; none of its
     trials count as tonight's), and that run's folder (None: no rule took it, or no night
-    before tonight finished)."""
-    refs = config.policy.pair_rules or []
-    found = next((p for p in reversed(previous) if (p / "summary.json").exists()), None)
-    if found is None:
-        return config, None
-    last = found.resolve()  # the config's relative paths are its folder's, not ours
-    taken = False
-    rules: list[Any] = []
-    for ref in refs:
+    before tonight can be its prior).
+
+    "Last night" is the newest finished night whose summary.json can be tonight's prior, checked
+    as a configured prior is (readable, finite scores, in the rubric's range, sharing a model
+    with tonight's campaign of models ``names``): a night that cannot (a damaged file, such as a
+    NaN score) is passed over with one warning naming it and the way out, and the night before
+    it is tried. A damaged night used to fail every later night until its file was mended by
+    hand (issue 48); a prior only chooses the bets, never the guarantee, so an older night's is
+    as sound, if less sharp."""
+    refs = list(config.policy.pair_rules or [])
+    taking: dict[int, dict[str, Any]] = {}
+    for index, ref in enumerate(refs):
         name, params = plugin_spec(ref)
         if name == "betting" and "prior" not in params and "scores" not in params:
-            ref, taken = PluginSpec(name=name, **params, prior=str(last)), True
-        rules.append(ref)
-    if not taken:
+            taking[index] = params
+    if not taking:
         return config, None
-    policy = config.policy.model_copy(update={"pair_rules": rules})
-    return config.model_copy(update={"policy": policy}), str(last)
+    passed: list[tuple[Path, str]] = []
+    for night in reversed(previous):
+        if not (night / "summary.json").exists():
+            continue  # a night that did not finish
+        last = night.resolve()  # the config's relative paths are its folder's, not ours
+        rules = [
+            PluginSpec(name="betting", **taking[i], prior=str(last)) if i in taking else ref
+            for i, ref in enumerate(refs)
+        ]
+        policy = config.policy.model_copy(update={"pair_rules": rules})
+        candidate = config.model_copy(update={"policy": policy})
+        try:
+            check_rule_priors(candidate, names)
+        except InputError as error:
+            passed.append((night, error.message))
+            continue
+        _warn_passed_over(passed, f"night {night.name}'s scores")
+        return candidate, str(last)
+    _warn_passed_over(passed, "no prior (as on a first night)")
+    return config, None
+
+
+def _warn_passed_over(passed: list[tuple[Path, str]], instead: str) -> None:
+    """One line on stderr for the nights :func:`last_night_prior` passed over (none: silent)."""
+    if not passed:
+        return
+    nights = [night.name for night, _ in passed]
+    newest, why = passed[0]
+    which = f"night {nights[0]}" if len(nights) == 1 else f"nights {first_few(nights)}"
+    print(
+        f"nightly: {which} cannot be tonight's prior ({why}); the betting rule bets on "
+        f"{instead} tonight. `adaptive-eval report {newest}` rewrites a damaged summary.json "
+        "from the night's store",
+        file=sys.stderr,
+    )
 
 
 #: What a night's record keeps of each model row of its summary, in this order.
@@ -305,13 +341,21 @@ def _night_record(
     }
 
 
+#: The most of a past night's summary.json read (one of hundreds of models is a few MB).
+MAX_SUMMARY_BYTES = 64 << 20
+
+
 def read_past_summary(run_dir: Path) -> Summary:
     """A past night's summary.json, of any version, upgraded and validated; one that does not
-    read is an error naming the file."""
+    read (not a regular file, too large, nested too deep, not JSON, ...) is an error naming the
+    file."""
     path = run_dir / "summary.json"
+    data = bounded.read_bytes(path, limit=MAX_SUMMARY_BYTES, what="summary.json")
     try:
-        document = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+        document = json.loads(data.decode("utf-8"))
+    except RecursionError:  # json's decoder recurses: a file nested thousands deep
+        raise InputError("cannot be read as JSON: nested too deep", source=str(path)) from None
+    except ValueError as error:  # not UTF-8, or not JSON
         raise InputError(f"cannot be read as JSON: {error}", source=str(path)) from None
     if not isinstance(document, dict):
         raise InputError("is not a summary.json (not a JSON object)", source=str(path))
@@ -394,9 +438,11 @@ def _summary_markdown(records: list[dict[str, Any]]) -> str:
             f"Sampled {record['sampled']} trials, reused {record['reused']}; stopped on "
             f"{record['stop_reason']}.",
             "",
+            # The alerts' own words: alert.md holds them too, but --keep prunes its folder.
+            *[f"- **Alert:** {alert_text(item, md.text)}" for item in record["alerts"]],
             *[f"- {md.text(line)}" for line in record.get("changed") or []],
             *[f"- News: {alert_text(item, md.text)}" for item in record.get("news") or []],
-            *([""] if record.get("changed") or record.get("news") else []),
+            *([""] if record["alerts"] or record.get("changed") or record.get("news") else []),
             "| rank | model | score | se | Bayes@N | Bayes@N sd | trials |",
             "|---:|---|---:|---:|---:|---:|---:|",
         ]
@@ -495,7 +541,19 @@ def run_nightly(
     runs = history / "runs"
     previous = sorted(p for p in runs.glob("*") if p.is_dir() and p.name < tonight)
     _check_predecessor(history, runs, tonight)
-    config, prior = last_night_prior(config, previous)
+    # The night tonight is compared with, read before anything is sampled: one that cannot be
+    # read is refused now, not after the night's trials are spent.
+    compared = previous[-1] if previous and (previous[-1] / "summary.json").exists() else None
+    try:
+        last = None if compared is None else read_past_summary(compared)
+    except InputError as error:
+        raise InputError(
+            f"{error.message}; tonight is compared with that night: `adaptive-eval report "
+            f"{compared}` rewrites its summary.json from the night's store",
+            source=error.source,
+            field=error.field,
+        ) from None
+    config, prior = last_night_prior(config, previous, campaign.names)
     if runner is None:
 
         def runner(c: CampaignConfig, d: Path) -> Summary:
@@ -509,12 +567,11 @@ def run_nightly(
     save_posterior(campaign, run_dir)
     alerts: list[dict[str, Any]] = []
     news: list[dict[str, Any]] = []
-    if previous and (previous[-1] / "summary.json").exists():
-        before = _load_posterior(previous[-1])
+    if compared is not None and last is not None:
+        before = _load_posterior(compared)
         now = _load_posterior(run_dir)
         if before is not None and now is not None:
             alerts += score_drops(campaign, before, now)
-        last = read_past_summary(previous[-1])
         for flip in ranking_flips(last.models, tonight_summary.models):
             alerting = flip_alerts == "any" or (
                 flip_alerts == "down" and flip["direction"] == "down"
