@@ -176,3 +176,69 @@ def test_a_server_that_is_down_fails_the_run_before_the_workers_start(
     assert len(lines) == 1 and url in lines[0] and "does not answer" in lines[0]
     assert not no_ray, "the workers must not start"
     assert not run_dir.exists()
+
+
+# -- issue 48, item 1: one deadline for the whole exchange, headers included ----------------------
+# 100 header bytes, one every 0.05 s: 5 s of headers, each byte well inside any read timeout.
+HEADER_TRICKLE: dict[str, Any] = {"trickle_s": 0.05, "header_bytes": 100}
+
+
+def test_a_server_trickling_its_headers_is_cut_at_timeout_s() -> None:
+    """httpx's read timeout restarts with every byte, so headers sent a byte at a time held each
+    attempt as long as the server liked (101 s with ``timeout_s: 3``)."""
+    with FlakyServer(script=["trickle-headers"], **HEADER_TRICKLE) as server:
+        worker = _worker(server.url, timeout_s=1.0)
+        started = time.perf_counter()
+        with pytest.raises(BackendError, match=r"timed out.*timeout_s = 1 s"):
+            worker.run(ONE)
+        elapsed = time.perf_counter() - started
+        worker.close()
+    assert elapsed < 2.0, f"one attempt held {elapsed:.1f} s with timeout_s = 1"
+
+
+def test_each_retry_of_a_header_trickle_has_its_own_deadline() -> None:
+    """Two trickled attempts, then a good answer: each attempt is cut, and the third succeeds."""
+    script = ["trickle-headers", "trickle-headers"]
+    with FlakyServer(script=script, **HEADER_TRICKLE) as server:
+        worker = _worker(server.url, timeout_s=0.6, max_retries=2)
+        started = time.perf_counter()
+        result = worker.run(ONE)
+        elapsed = time.perf_counter() - started
+        worker.close()
+        assert server.requests == 3
+    assert result.error is None and len(result.trials) == 1
+    assert elapsed < 2 * 2 * 0.6 + 1.0, f"two attempts held {elapsed:.1f} s"
+
+
+def test_models_trickling_its_headers_is_cut_at_planning() -> None:
+    """``/models`` (and ``/version``) at planning: an 83-byte answer held planning 165 s."""
+    with FlakyServer(trickle_get=True, version="0.6.3", **HEADER_TRICKLE) as server:
+        started = time.perf_counter()
+        report = served_identity.query_server(server.url, server.model, {}, timeout=1.0)
+        elapsed = time.perf_counter() - started
+    assert report.card is None and "1 s" in str(report.problem), report
+    assert elapsed < 2.0, f"GET /models held {elapsed:.1f} s with a 1 s deadline"
+
+
+def test_planning_a_campaign_against_a_header_trickle_takes_at_most_twice_timeout_s(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with FlakyServer(trickle_get=True, **HEADER_TRICKLE) as server:
+        started = time.perf_counter()
+        build_campaign(parse_config(_data(server.url, timeout_s=1.0)))
+        elapsed = time.perf_counter() - started
+    assert elapsed < 2.0, f"planning held {elapsed:.1f} s with timeout_s = 1"
+    assert "reports no model card" in capsys.readouterr().err
+
+
+def test_a_server_trickling_its_headers_does_not_answer_before_the_workers_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(served_identity, "ANSWER_PAUSE_S", 0.01)
+    with FlakyServer(trickle_get=True, **HEADER_TRICKLE) as server:
+        started = time.perf_counter()
+        problem = served_identity.server_answers(server.url, {}, "models[0] (faults)", 0.5)
+        elapsed = time.perf_counter() - started
+    tries = served_identity.ANSWER_TRIES
+    assert problem is not None and "does not answer" in problem, problem
+    assert elapsed < tries * 2 * 0.5 + 0.5, f"{tries} tries held {elapsed:.1f} s"

@@ -11,10 +11,13 @@ answers with that many choices, as a server that ignores ``n=1`` would.
 Hostile steps (issue 40): ``"echo-401"`` answers 401 "Incorrect API key provided: <key>" with the
 bare key of the request's ``Authorization`` header and ``"echo-html"`` a 502 HTML page holding it
 and every other header value, as gateways do; ``"trickle"`` sends a valid answer one byte every
-``trickle_s`` seconds; ``"huge"`` answers 200 with ``huge_bytes`` of body, written as it goes
-(the server never holds it); a valid answer's ``usage`` is replaced by ``usage`` where given
-(``{"completion_tokens": 2**62}``), its ``model`` by ``served_model``, and ``suffix`` is added to
-every completion's text (terminal escapes, say).
+``trickle_s`` seconds, and ``"trickle-headers"`` its status line and headers (``header_bytes`` of
+them, padded) one byte every ``trickle_s`` seconds before the body at once (issue 48: an HTTP
+client's read timeout restarts with every byte); ``trickle_get`` does the same to every ``GET``
+answer (``/v1/models``, ``/version``); ``"huge"`` answers 200 with ``huge_bytes`` of body,
+written as it goes (the server never holds it); a valid answer's ``usage`` is replaced by
+``usage`` where given (``{"completion_tokens": 2**62}``), its ``model`` by ``served_model``, and
+``suffix`` is added to every completion's text (terminal escapes, say).
 
 ``GET /v1/models`` lists the model as ``{"id": model, **card}`` (``card``: vLLM's ``root``,
 ``owned_by``, ``max_model_len``, ...; ``models=False`` answers 404 instead) and ``GET /version``
@@ -76,8 +79,12 @@ class FlakyServer:
         usage: Any = None,
         served_model: str | None = None,
         suffix: str = "",
+        header_bytes: int = 100,
+        trickle_get: bool = False,
     ) -> None:
         self.suffix = suffix
+        self.header_bytes = header_bytes
+        self.trickle_get = trickle_get
         self.trickle_s = trickle_s
         self.huge_bytes = huge_bytes
         self.usage = usage
@@ -214,6 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
         self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None
     ) -> None:
         data = json.dumps(payload).encode()
+        if self.command == "GET" and self.server_state.trickle_get:
+            self._trickle_headers(status, data)
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -262,7 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._huge(state.huge_bytes)
             return
         trickle = step == "trickle"
-        if trickle:
+        trickle_headers = step == "trickle-headers"
+        if trickle or trickle_headers:
             step = None
         if isinstance(step, int):
             headers = {}
@@ -290,6 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
             answer["model"] = state.served_model
         if trickle:
             self._trickle(answer)
+            return
+        if trickle_headers:
+            self._trickle_headers(200, json.dumps(answer).encode())
             return
         self._send(200, answer)
 
@@ -326,6 +340,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
             except OSError:
                 return  # the client gave up
+
+    def _trickle_headers(self, status: int, data: bytes) -> None:
+        """The status line and headers, ``header_bytes`` in all (an ``X-Pad`` header fills
+        them up), one byte every ``trickle_s`` seconds; then ``data`` at once."""
+        state = self.server_state
+        head = (
+            f"HTTP/1.1 {status} {self.responses[status][0]}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n"
+        )
+        pad = max(0, state.header_bytes - len(head) - len("X-Pad: \r\n\r\n"))
+        block = f"{head}X-Pad: {'a' * pad}\r\n\r\n".encode()
+        try:
+            for i in range(len(block)):
+                if state._closed.wait(state.trickle_s):
+                    return
+                self.wfile.write(block[i : i + 1])
+                self.wfile.flush()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True  # the client gave up
 
     def _huge(self, size: int) -> None:
         self.send_response(200)

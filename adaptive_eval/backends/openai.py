@@ -1,13 +1,23 @@
 """``openai``: generation through any OpenAI-compatible HTTP server (vLLM, SGLang, TGI, OpenAI).
 
-One concept, kept whole (~540 lines): the HTTP worker, its retries and its response parsing.
+One concept, kept whole (~560 lines): the HTTP worker, its retries and its response parsing.
 
 Each trial is one request with ``n=1`` and ``seed`` = its trial seed, sent to
 ``/v1/chat/completions`` with the rendered question as the user message (the server applies the
 model's chat template), or, with ``endpoint: completions``, to ``/v1/completions`` with the
 rendered question as a raw prompt (no template: use it for base models). A worker sends up to
-``max_concurrency`` requests at once from a thread pool sharing one ``httpx.Client``; the pool
-is the worker's, shared by every batch queued at it, so it stays full across batch boundaries.
+``max_concurrency`` requests at once from a thread pool sharing one ``httpx.AsyncClient``; the
+pool is the worker's, shared by every batch queued at it, so it stays full across batch
+boundaries.
+
+Each attempt has one deadline, ``timeout_s``, for the whole exchange: waiting for a connection,
+connecting, sending, the status line and headers, and the body. httpx's own timeouts bound each
+network operation, and a read timeout restarts with every byte, so a server sending its headers
+a byte a second held an attempt ~101 s with ``timeout_s: 3`` (issue 48). The exchange therefore
+runs on an event loop of the worker's own (one thread, beside the pool) under
+``asyncio.timeout``, which cancels it wherever it is when the deadline passes and closes its
+connection; the pool's thread waits for it (the total timeout httpx's maintainers point to:
+encode/httpx#776).
 
 Failures: 429, 5xx, 408, dropped connections and timeouts are retried with exponential backoff
 (``backoff * 2**attempt`` seconds, capped at ``backoff_max``, or at least ``Retry-After`` where
@@ -29,6 +39,9 @@ The model's identity carries what the server reports serving when the campaign i
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import math
 import os
@@ -70,6 +83,9 @@ INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")
 #: The longest ``Retry-After`` honoured, in seconds (a longer one is waited this long).
 MAX_RETRY_AFTER_S = 600.0
+#: Seconds a request's thread waits past ``timeout_s`` for the event loop to hand back a
+#: cancelled exchange before it gives up on it (a backstop: cancelling takes milliseconds).
+CANCEL_GRACE_S = 5.0
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 #: Where the server lives decides nothing about the trials: a resume may point at a moved server.
 OPENAI_EXECUTION_OPTIONS = EXECUTION_OPTIONS | {"base_url"}
@@ -333,7 +349,13 @@ class OpenAIWorker(GenerationWorker):
             max_connections=settings.max_concurrency,
             max_keepalive_connections=settings.max_concurrency,
         )
-        self.client = httpx.Client(headers=headers, timeout=settings.timeout_s, limits=limits)
+        # httpx's timeouts bound each network operation (never longer than the whole); the
+        # exchange's deadline is the event loop's (:meth:`_exchange`).
+        self.client = httpx.AsyncClient(headers=headers, timeout=settings.timeout_s, limits=limits)
+        self._loop = asyncio.new_event_loop()
+        self._io = threading.Thread(target=self._loop.run_forever, name="openai-io", daemon=True)
+        self._io.start()
+        self._closed = False
         self.pool = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="openai")
         self.use_logprobs = setup.sampling.logprobs
         self.retries = 0  # retried requests since the worker started
@@ -354,7 +376,25 @@ class OpenAIWorker(GenerationWorker):
         super().close()
         self._stop.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.client.close()
+        if self._closed:
+            return
+        self._closed = True
+        # Exchanges in flight are cancelled (their threads see the worker closed), then the
+        # client's connections are closed and the loop stops.
+        with contextlib.suppress(Exception):  # closing whatever became of the last exchanges
+            asyncio.run_coroutine_threadsafe(self._shut(), self._loop).result(CANCEL_GRACE_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._io.join(CANCEL_GRACE_S)
+        if not self._io.is_alive():
+            self._loop.close()
+
+    async def _shut(self) -> None:
+        current = asyncio.current_task()
+        exchanges = [task for task in asyncio.all_tasks() if task is not current]
+        for task in exchanges:
+            task.cancel()
+        await asyncio.gather(*exchanges, return_exceptions=True)
+        await self.client.aclose()
 
     # -- one request --------------------------------------------------------------------------
     def body(self, request: TrialRequest) -> dict[str, Any]:
@@ -396,19 +436,17 @@ class OpenAIWorker(GenerationWorker):
             delay = max(delay, min(retry_after, MAX_RETRY_AFTER_S))
         return float(delay)
 
-    def _read_body(self, response: Any, deadline: float) -> bytearray:
-        """The response's body, read as it arrives: abandoned (retryable) once it is larger
-        than ``max_response_bytes`` or the request has taken longer than ``timeout_s``."""
-        settings = self.settings
-        cap = settings.max_response_bytes
+    async def _read_body(self, response: Any, body: bytearray) -> None:
+        """The response's body, read into ``body`` as it arrives: abandoned (retryable) once it
+        is larger than ``max_response_bytes``."""
+        cap = self.settings.max_response_bytes
         declared = str(response.headers.get("content-length") or "")
         if declared.isdigit() and int(declared) > cap:
             raise _Retryable(
                 f"response of {int(declared):,} bytes is larger than max_response_bytes = {cap:,}",
                 "response too large",
             )
-        body = bytearray()
-        for chunk in response.iter_bytes():
+        async for chunk in response.aiter_bytes():
             body += chunk
             if len(body) > cap:
                 raise _Retryable(
@@ -416,26 +454,35 @@ class OpenAIWorker(GenerationWorker):
                     f"{len(body):,} bytes)",
                     "response too large",
                 )
-            if time.monotonic() > deadline:
-                raise self._timed_out(len(body))
-        return body
 
-    def _timed_out(self, received: int) -> _Retryable:
+    def _timed_out(self, received: int | None) -> _Retryable:
+        got = (
+            "its headers not yet complete"
+            if received is None
+            else f"{received:,} bytes of its body received"
+        )
         return _Retryable(
             f"timed out: the answer took longer than timeout_s = {self.settings.timeout_s:g} s "
-            f"({received:,} bytes received)",
+            f"({got})",
             "timeout",
         )
 
-    def _post_once(self, body: dict[str, Any]) -> Any:
+    async def _exchange(self, body: dict[str, Any]) -> tuple[int, float | None, bytearray]:
+        """One attempt on the worker's event loop: (status, Retry-After, body), the whole
+        exchange (connection, headers, body) within ``timeout_s`` however slowly the server
+        sends any part of it."""
         httpx = self._httpx
         settings = self.settings
-        deadline = time.monotonic() + settings.timeout_s
+        content = bytearray()
+        status: int | None = None
         try:
-            with self.client.stream("POST", settings.url, json=body) as response:
-                status = response.status_code
-                retry_after = _retry_after(response.headers.get("retry-after"))
-                content = self._read_body(response, deadline)
+            async with asyncio.timeout(settings.timeout_s):
+                async with self.client.stream("POST", settings.url, json=body) as response:
+                    status = response.status_code
+                    retry_after = _retry_after(response.headers.get("retry-after"))
+                    await self._read_body(response, content)
+        except TimeoutError:  # the deadline (asyncio.timeout), not a network operation's
+            raise self._timed_out(None if status is None else len(content)) from None
         except httpx.TimeoutException as error:
             raise _Retryable(
                 f"timed out after {settings.timeout_s:g} s ({type(error).__name__})", "timeout"
@@ -445,8 +492,18 @@ class OpenAIWorker(GenerationWorker):
                 f"connection error: {type(error).__name__}: {scrub(str(error))}",
                 "connection error",
             ) from error
-        if time.monotonic() > deadline:
-            raise self._timed_out(len(content))
+        return status, retry_after, content
+
+    def _post_once(self, body: dict[str, Any]) -> Any:
+        settings = self.settings
+        exchange = asyncio.run_coroutine_threadsafe(self._exchange(body), self._loop)
+        try:
+            status, retry_after, content = exchange.result(settings.timeout_s + CANCEL_GRACE_S)
+        except concurrent.futures.CancelledError:
+            raise BackendError("request abandoned: the worker closed") from None
+        except concurrent.futures.TimeoutError:
+            exchange.cancel()  # the loop did not hand it back: never the case, bounded all the same
+            raise self._timed_out(None) from None
 
         def text(most: int) -> str:
             # Scrubbed before it is cut, so a key the server echoes is never left in part.
