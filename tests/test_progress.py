@@ -30,12 +30,18 @@ class FakeClock:
 
 
 def fake_controller(
-    planned: np.ndarray, wanted: list[bool], recorded: int, undecided: int = 2, live: Any = None
+    planned: np.ndarray,
+    wanted: list[bool],
+    recorded: int,
+    undecided: int = 2,
+    live: Any = None,
+    rate: float | None = None,
 ) -> Any:
     """What Progress reads of a controller: the plan, the needed models, the recorded trials,
-    the live forecast."""
+    the live forecast and the run's steady seconds per trial."""
     return SimpleNamespace(
         live=live,
+        seconds_per_trial=lambda: rate,
         state=SimpleNamespace(planned=planned),
         campaign=SimpleNamespace(
             capacity=np.array([10] * len(planned)),
@@ -148,19 +154,13 @@ def test_status_lines_appear_periodically_when_not_a_terminal() -> None:
     assert quiet.getvalue() == ""
 
 
-def test_status_lines_carry_the_live_forecast_once_it_has_one() -> None:
+def _forecast(trials_used: int = 24, rate: float | None = None) -> Any:
     from adaptive_eval.forecast.campaign import Range as Spread
     from adaptive_eval.forecast.live import LiveForecast
 
-    clock = FakeClock()
-    stream = io.StringIO()
-    progress = Progress(ConsoleLines(stream), True, interval_s=1, clock=clock)
-    planned = np.full((3, 4), 2)
-    live = SimpleNamespace(history=[])
-    progress(fake_controller(planned, [True] * 3, recorded=20, live=live))
-    forecast = LiveForecast(
+    return LiveForecast(
         round=3,
-        trials_used=24,
+        trials_used=trials_used,
         elapsed_s=5.0,
         simulations=20,
         trials=Spread(7124, 9824, 14324),
@@ -170,13 +170,56 @@ def test_status_lines_carry_the_live_forecast_once_it_has_one() -> None:
         wall_s_to_go=Spread(60, 95, 150),
         pairs_to_settle=Spread(1, 2, 2),
         settled_now=0,
+        seconds_per_trial=rate,
     )
-    live.history.append(forecast)
+
+
+def test_status_lines_carry_the_live_forecast_once_it_has_one() -> None:
+    clock = FakeClock()
+    stream = io.StringIO()
+    progress = Progress(ConsoleLines(stream), True, interval_s=60, clock=clock)
+    planned = np.full((3, 4), 2)
+    live = SimpleNamespace(history=[])
+    progress(fake_controller(planned, [True] * 3, recorded=20, live=live))
+    live.history.append(_forecast())
     clock.now = 2.0
+    # The first forecast gets a line at once (a run shorter than the interval still shows it).
     progress(fake_controller(planned, [True] * 3, recorded=24, live=live))
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1
-    assert lines[0].endswith("; forecast: about 9,800 trials to go (7,100 to 14,300), about 2 min")
+    assert lines[0].endswith(
+        "; forecast: about 9,800 trials to go (7,100 to 14,300), about 2 min, as of 0%"
+    )
+
+
+def test_between_forecasts_the_line_counts_down_at_the_rate_now() -> None:
+    forecast = _forecast(trials_used=2000, rate=0.01)
+    # 1,800 recorded since the forecast: 8,000 to go, priced at the run's rate now.
+    line = forecast.line(3800, 0.02)
+    assert line == "about 8,000 trials to go (5,300 to 12,500), about 3 min, as of 20%"
+    assert forecast.line(3800).endswith("about 80 s, as of 20%")  # the forecast's own rate
+    assert forecast.line(20000).startswith("about 0 trials to go (0 to 0)")  # never below 0
+
+
+def test_a_new_forecast_gets_a_line_a_few_seconds_after_the_last() -> None:
+    from adaptive_eval.loop.progress import FORECAST_LINE_S
+
+    clock = FakeClock()
+    stream = io.StringIO()
+    progress = Progress(ConsoleLines(stream), True, interval_s=60, clock=clock)
+    planned = np.full((3, 4), 2)
+    live = SimpleNamespace(history=[_forecast()])
+    progress(fake_controller(planned, [True] * 3, recorded=24, live=live, rate=0.01))
+    clock.now = 1.0
+    progress(fake_controller(planned, [True] * 3, recorded=30, live=live, rate=0.01))
+    live.history.append(_forecast(trials_used=40))
+    clock.now = 1.5
+    progress(fake_controller(planned, [True] * 3, recorded=40, live=live, rate=0.01))
+    assert len(stream.getvalue().splitlines()) == 1  # too soon after the first line
+    clock.now = 1.0 + FORECAST_LINE_S
+    progress(fake_controller(planned, [True] * 3, recorded=50, live=live, rate=0.01))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "about 9,790 trials to go" in lines[1]
 
 
 def test_the_console_says_a_stop_left_pairs_undecided() -> None:

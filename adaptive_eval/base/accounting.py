@@ -101,3 +101,14 @@ def compute_savings(
         baseline_gpu,
         fraction(gpu_used, baseline_gpu),
     )
+
+
+def budget_short_sentence(budget: int, short: float, needed: float | None) -> str:
+    """What the live forecast says of a trial budget too small for the campaign: "the trial
+    budget (B) will likely leave k pair(s) unsettled that the campaign can settle; about B'
+    trials would settle them". One wording for the console, the headline and the reports."""
+    settle = "" if needed is None else f"; about {needed:,.0f} trials would settle them"
+    return (
+        f"the trial budget ({budget:,}) will likely leave {short:.0f} pair(s) unsettled that "
+        f"the campaign can settle{settle}"
+    )

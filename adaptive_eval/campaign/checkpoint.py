@@ -103,18 +103,26 @@ def verdicts(decisions: Sequence[PairDecision], candidate: int) -> list[Candidat
     return [found[incumbent] for incumbent in sorted(found)]
 
 
-def compare_pairs(candidate: int) -> PairSelector:
+@dataclasses.dataclass(frozen=True)
+class ComparePairs:
     """The adjacent pairs of the ordering (the ranking the pages show), then the candidate's
-    pairs with the incumbents not adjacent to it, stated (candidate, incumbent)."""
-    with_candidate = candidate_pairs(candidate)
+    pairs with the incumbents not adjacent to it, stated (candidate, incumbent). A value, not a
+    closure: the live forecast sends the campaign to its own process."""
 
-    def select(view: CampaignView) -> list[tuple[int, int]]:
+    candidate: int
+
+    def __call__(self, view: CampaignView) -> list[tuple[int, int]]:
         adjacent = adjacent_pairs(view)
         seen = {pair_key(a, b) for a, b in adjacent}
-        rest = [(a, b) for a, b in with_candidate(view) if pair_key(a, b) not in seen]
+        rest = [
+            (a, b) for a, b in candidate_pairs(self.candidate)(view) if pair_key(a, b) not in seen
+        ]
         return adjacent + rest
 
-    return select
+
+def compare_pairs(candidate: int) -> PairSelector:
+    """:class:`ComparePairs` of ``candidate``."""
+    return ComparePairs(candidate)
 
 
 def boundary_at_cap(

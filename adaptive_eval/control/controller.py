@@ -46,18 +46,26 @@ class ForecastPoint(Protocol):
     def round(self) -> int: ...
     def record(self) -> dict[str, Any]: ...
     def budget_warning(self) -> str | None: ...
-    def line(self) -> str: ...
+    def line(
+        self, trials_now: int | None = None, seconds_per_trial: float | None = None
+    ) -> str: ...
 
 
 class RestForecaster(Protocol):
     """What forecasts the rest of the run beside the loop
-    (:class:`adaptive_eval.forecast.live.LiveForecaster`, wired in by the run loop): handed
-    every round, it answers at once with a finished forecast or a failure, either may be None."""
+    (:class:`adaptive_eval.forecast.live.LiveForecaster`, wired in by the run loop): started
+    with the campaign, then handed every round, it answers at once with a finished forecast or
+    a failure, either may be None."""
 
     @property
     def history(self) -> Sequence[ForecastPoint]: ...
+    def start(self) -> None: ...
     def after_round(
-        self, core: DecisionCore, state: RunState, elapsed_s: float
+        self,
+        core: DecisionCore,
+        state: RunState,
+        elapsed_s: float,
+        seconds_per_trial: float | None = None,
     ) -> tuple[ForecastPoint | None, str | None]: ...
     def close(self) -> None: ...
 
@@ -106,6 +114,10 @@ class Controller(DecidedByCore):
         self.live: RestForecaster | None = None
         self._budget_warned = False
         self._live_before: list[dict[str, Any]] | None = None
+        #: Trials recorded in this leg, and (elapsed, trials) when its first result came: the
+        #: time before it is start-up (Ray, engine loads), the time after it the steady rate.
+        self.recorded = 0
+        self.first_result: tuple[float, int] | None = None
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -156,6 +168,7 @@ class Controller(DecidedByCore):
                     batch=result.batch_id,
                     duplicates=len(result.trials) - added,
                 )
+            self.recorded += added
             entry = self.rounds[result.round]
             entry.missing -= added
             if entry.trials is None:  # recorded whole before a resume: nothing here is new
@@ -174,6 +187,8 @@ class Controller(DecidedByCore):
                 )
                 for t in fresh
             )
+        if results and self.first_result is None:
+            self.first_result = (self.elapsed_s, self.recorded)
         if results and self.on_progress:
             self.on_progress(self)
 
@@ -260,7 +275,9 @@ class Controller(DecidedByCore):
         assert self.live is not None
         # The forecast runs the campaign's own rules forward (a pilot's run forecasts nothing).
         assert isinstance(self.core, DecisionCore)
-        found, failed = self.live.after_round(self.core, self.state, self.elapsed_s)
+        found, failed = self.live.after_round(
+            self.core, self.state, self.elapsed_s, self.seconds_per_trial()
+        )
         if failed is not None:
             self.log.warning("live_forecast_failed", message=failed)
         if found is None:
@@ -279,6 +296,17 @@ class Controller(DecidedByCore):
         return self.stop is not None and not self.rounds
 
     # -- helpers --------------------------------------------------------------------------------
+    def seconds_per_trial(self) -> float | None:
+        """The steady rate of this leg: seconds per trial recorded since its first result
+        (None before a second result)."""
+        if self.first_result is None:
+            return None
+        start, trials = self.first_result
+        elapsed = self.elapsed_s
+        if self.recorded <= trials or elapsed <= start:
+            return None
+        return (elapsed - start) / (self.recorded - trials)
+
     @property
     def elapsed_s(self) -> float:
         return self.elapsed_before + time.monotonic() - self.started

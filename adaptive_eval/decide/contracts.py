@@ -418,13 +418,23 @@ def adjacent_pairs(view: CampaignView) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in itertools.pairwise(view.order)]
 
 
+@dataclass(frozen=True)
+class CandidatePairs:
+    """The candidate against every other model, in model order (compare's gate). A value,
+    not a closure, so that a campaign using it can be sent to another process (the live
+    forecast's)."""
+
+    candidate: int
+
+    def __call__(self, view: CampaignView) -> list[tuple[int, int]]:
+        return [
+            (self.candidate, other) for other in range(view.num_models) if other != self.candidate
+        ]
+
+
 def candidate_pairs(candidate: int) -> PairSelector:
     """The candidate against every other model, in model order (compare's gate)."""
-
-    def select(view: CampaignView) -> list[tuple[int, int]]:
-        return [(candidate, other) for other in range(view.num_models) if other != candidate]
-
-    return select
+    return CandidatePairs(candidate)
 
 
 def settle_pairs(

@@ -22,6 +22,9 @@ def _terminal_width(stream: IO[str]) -> int:
 
 #: Seconds between status lines when the console is not a terminal (CI logs, files).
 STATUS_INTERVAL_S = 15.0
+#: A new live forecast gets a status line of its own once this long after the last line (the
+#: first one at once: a run shorter than the interval still shows its forecast).
+FORECAST_LINE_S = 5.0
 
 
 class Progress:
@@ -58,6 +61,7 @@ class Progress:
         self._first: tuple[float, int] | None = None  # (time, trials) at the first call
         self._last_line = 0.0
         self.forecast: str | None = None  # the live forecast's line, once it has one
+        self._shown: object | None = None  # the live forecast the last status line showed
 
     @staticmethod
     def bound(controller: Controller) -> int:
@@ -79,15 +83,22 @@ class Progress:
         self.total = max(bound if self.total is None else min(self.total, bound), self.done)
         undecided = sum(not d.settled for d in controller.decisions)
         live = controller.live
-        if live is not None and live.history:
-            self.forecast = live.history[-1].line()
+        latest = live.history[-1] if live is not None and live.history else None
+        if latest is not None:
+            # Counted down from the forecast by what was recorded since, priced at the rate now.
+            self.forecast = latest.line(self.done, controller.seconds_per_trial())
         if self._first is None:
             self._first = (now, self.done)
             self._last_line = now
+        fresh = latest is not None and latest is not self._shown
+        due = now - self._last_line >= self.interval_s or (
+            fresh and (self._shown is None or now - self._last_line >= FORECAST_LINE_S)
+        )
         if self.console.isatty():
             self._draw(undecided)
-        elif now - self._last_line >= self.interval_s:
+        elif due:
             self._last_line = now
+            self._shown = latest
             self.console.write(self.status_line(now, undecided) + "\n")
 
     def eta_s(self, now: float) -> float | None:

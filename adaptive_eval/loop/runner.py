@@ -149,6 +149,7 @@ def _run_opened(
             controller.live = LiveForecaster(
                 campaign, simulations=settings.output.live_forecast, seed=settings.seed or 0
             )
+            controller.live.start()  # before Ray's threads: a warm fork
         finished = True
         try:
             if pilot is None:

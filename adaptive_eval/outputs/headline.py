@@ -32,7 +32,7 @@ from adaptive_eval.base.summary_schema import (
     ScoreDrop,
     Summary,
 )
-from adaptive_eval.outputs.presentation import count, saving
+from adaptive_eval.outputs.presentation import budget_short_text, count, saving
 
 
 class Kind(enum.Enum):
@@ -253,7 +253,16 @@ def markdown_lines(summary: Summary) -> list[str]:
 
 
 def headline(summary: Summary) -> Headline:
-    """The summary's headline (see the module docstring for the order)."""
+    """The summary's headline (see the module docstring for the order), with the live
+    forecast's warning that the trial budget leaves settleable pairs unsettled as a detail."""
+    found = _headline(summary)
+    short = budget_short_text(summary)
+    if short is None or found.kind is Kind.UNFINISHED:
+        return found
+    return Headline(found.kind, found.tone, found.text, (*found.details, f"forecast: {short}"))
+
+
+def _headline(summary: Summary) -> Headline:
     if summary.stop_reason is None:
         return Headline(
             Kind.UNFINISHED,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from adaptive_eval.base.accounting import budget_short_sentence
 from adaptive_eval.base.summary_schema import (
     CompareVerdict,
     Comparison,
@@ -371,24 +372,31 @@ def forecast_note(check: ForecastCheck) -> str:
 
 #: The shares of the run's trials at which the reports show the live forecast.
 LIVE_SHOWN = (0.1, 0.25, 0.5, 0.75)
+#: A forecast made within this many percentage points of a share counts as made there.
+LIVE_NEAR = 5.0
+#: report.html draws the live forecast over the run from this many forecasts.
+LIVE_PLOT_MIN = 3
 
 
 def live_forecast_rows(summary: Summary) -> list[list[str]]:
-    """The live forecast as the run went: for each share of :data:`LIVE_SHOWN` the first
-    forecast made with at least that share of the final trials in, its forecast of the run's
-    total trials against the total realised, and of the wall time still to go against the
-    time the run then took."""
+    """The live forecast as the run went: for each share of :data:`LIVE_SHOWN` of the final
+    trials, the forecast made nearest to it (marked where none was made within
+    :data:`LIVE_NEAR` points of it), its forecast of the run's total trials against the total
+    realised, and of the wall time still to go against the time the run then took. No rows
+    where the run made no forecast."""
     points = summary.live_forecast or []
     final = summary.trials_used
+    if not points or final <= 0:
+        return []
     rows = []
-    used: set[int] = set()
     for share in LIVE_SHOWN:
-        point = next((p for p in points if p.trials_used >= share * final), None)
-        if point is None or point.round in used:
-            continue
-        used.add(point.round)
+        point = min(points, key=lambda p: abs(p.trials_used - share * final))
+        made = 100 * point.trials_used / final
+        where = f"{100 * share:.0f}%"
+        if abs(made - 100 * share) > LIVE_NEAR:
+            where += " (none made there: the nearest)"
         total = point.trials
-        inside = "yes" if total.p10 <= final <= total.p90 else "no"
+        inside = "yes" if _holds(total.p10, total.p90, final) else "no"
         wall = "n/a"
         if point.wall_s_to_go is not None and summary.elapsed_s is not None:
             left = summary.elapsed_s - point.elapsed_s
@@ -396,7 +404,8 @@ def live_forecast_rows(summary: Summary) -> list[list[str]]:
             wall = f"{w.p50:,.0f} s ({w.p10:,.0f}-{w.p90:,.0f}); took {left:,.0f} s"
         rows.append(
             [
-                f"{point.trials_used:,} ({100 * point.trials_used / max(final, 1):.0f}%)",
+                where,
+                f"{point.trials_used:,} ({made:.0f}%)",
                 f"{total.p50:,.0f} ({total.p10:,.0f}-{total.p90:,.0f})",
                 f"{final:,}",
                 inside,
@@ -406,7 +415,43 @@ def live_forecast_rows(summary: Summary) -> list[list[str]]:
     return rows
 
 
+def _holds(low: float, high: float, value: float) -> bool:
+    """Inside a 10-90% range, a zero-width one included (percentiles of equal values can
+    differ from them in the last bits)."""
+    slack = 1e-9 * max(1.0, abs(value))
+    return low - slack <= value <= high + slack
+
+
+def live_forecast_note(summary: Summary) -> str | None:
+    """What the pages say of the live forecast where they draw no figure of it: how many were
+    made (fewer than :data:`LIVE_PLOT_MIN`), or that none was."""
+    points = summary.live_forecast or []
+    if len(points) >= LIVE_PLOT_MIN:
+        return None
+    if not points:
+        return (
+            "No live forecast was made during this run (it ended before one was ready, or "
+            "output.live_forecast is 0)."
+        )
+    made = ", ".join(f"{p.trials_used:,} trials" for p in points)
+    return (
+        f"{count(len(points), 'live forecast')} made during the run (at {made}): too few to "
+        "draw; the table above has them."
+    )
+
+
+def budget_short_text(summary: Summary) -> str | None:
+    """The live forecast's warning that the trial budget leaves settleable pairs unsettled
+    (its latest forecast that said so), or ``None``."""
+    for point in reversed(summary.live_forecast or []):
+        if point.budget_trials is not None and (point.budget_short or 0) >= 1:
+            short = float(point.budget_short or 0)
+            return budget_short_sentence(point.budget_trials, short, point.budget_needed)
+    return None
+
+
 LIVE_HEAD = [
+    "share of the run",
     "forecast made at trials",
     "total trials: median (10-90%)",
     "realised",

@@ -23,6 +23,7 @@ from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     FORECAST_HEAD,
     LIVE_HEAD,
+    budget_short_text,
     comparison_table,
     decision_text,
     forecast_note,
@@ -127,7 +128,9 @@ def render_markdown(summary: Summary) -> str:
         lines += [
             "## Live forecast over the run",
             "",
-            *_table_lines(LIVE_HEAD, live_rows, "|---|---:|---:|---|---|"),
+            *_table_lines(LIVE_HEAD, live_rows, "|---|---|---:|---:|---|---|"),
+            "",
+            *[f"Budget: {md.text(text)}." for text in [budget_short_text(summary)] if text],
             "",
         ]
     # Speculative prefetch was removed; a run recorded before keeps its counts in the block.

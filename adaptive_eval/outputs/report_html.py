@@ -46,10 +46,13 @@ from adaptive_eval.outputs.presentation import (
     COMPARE_EXIT_MEANING,
     FORECAST_HEAD,
     LIVE_HEAD,
+    LIVE_PLOT_MIN,
+    budget_short_text,
     comparison_table,
     forecast_note,
     forecast_rows,
     interval_label,
+    live_forecast_note,
     live_forecast_rows,
     pairs_table,
     ranking_notes,
@@ -561,7 +564,14 @@ def _live_forecast_html(summary: Summary) -> list[str]:
     rows = live_forecast_rows(summary)
     if not rows:
         return []
-    return ["<h2>Live forecast over the run</h2>", _table(LIVE_HEAD, rows)]
+    out = ["<h2>Live forecast over the run</h2>", _table(LIVE_HEAD, rows)]
+    short = budget_short_text(summary)
+    if short is not None:
+        out.append(f"<p id='budget-short' class='note'>Budget: {html.escape(short)}.</p>")
+    note = live_forecast_note(summary)
+    if note is not None:
+        out.append(f"<p id='live-forecast-note' class='note'>{html.escape(note)}</p>")
+    return out
 
 
 def _forecast_html(summary: Summary) -> list[str]:
@@ -617,7 +627,7 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
         figures.append(
             ("forecast", "Forecast: pairs settled against the trial budget", forecast_plot(summary))
         )
-    if summary.live_forecast:
+    if len(summary.live_forecast or []) >= LIVE_PLOT_MIN:
         figures.append(
             ("live-forecast", "Live forecast of the run's trials", live_forecast_plot(summary))
         )

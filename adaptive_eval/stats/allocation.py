@@ -316,3 +316,151 @@ def lower_bound_trials(
         return np.full(len(s), np.inf)
     radius = gap**2 / (2 * kl_log_term(delta))
     return allocation_program(np.asarray(variance, dtype=np.float64), pairs, radius)
+
+
+def allocation_program_rows(
+    variance: FloatArray,
+    pairs: IntArray,
+    valid: np.ndarray,
+    radius: FloatArray,
+    cost: FloatArray,
+    tolerance: float = 1e-6,
+) -> FloatArray:
+    """:func:`allocation_program` for ``S`` programs at once (the forecast's continuations).
+
+    ``variance`` and ``cost`` are (S, L); ``pairs`` (S, P, 2) holds each program's pairs first
+    (``valid`` (S, P) marks them; the rest is padding) and ``radius`` (S, P) their radii. The
+    same projected Newton ascent from the same start, iterate for iterate, with the padding
+    held at 0: each program stops when its own duality gap is below ``tolerance``. The sums
+    run over padded rows, so an iterate can differ from the single program's in the last bits;
+    a program whose line search stalls, or that has not converged in 100 steps, is finished
+    by :func:`allocation_program` itself (the rare cases the single solver also treats apart).
+    Returns T (S, L).
+    """
+    # Padding and models in no pair divide by zero on the way; their results are masked.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _allocation_rows(variance, pairs, valid, radius, cost, tolerance)
+
+
+def _allocation_rows(
+    variance: FloatArray,
+    pairs: IntArray,
+    valid: np.ndarray,
+    radius: FloatArray,
+    cost: FloatArray,
+    tolerance: float,
+) -> FloatArray:
+    sims, num_models = variance.shape
+    width = pairs.shape[1]
+    out = np.zeros((sims, num_models))
+    if width == 0 or not valid.any():
+        return out
+    a = np.maximum(np.asarray(variance, dtype=np.float64), 1e-300)
+    c = np.maximum(np.asarray(cost, dtype=np.float64), 1e-12)
+    k = c * a
+    r = np.where(valid, radius, 1.0)
+    i = np.where(valid, pairs[..., 0], 0)
+    j = np.where(valid, pairs[..., 1], 0)
+    rows = np.arange(sims)[:, None]
+    incidence = np.zeros((sims, num_models, width))
+    slots = np.broadcast_to(np.arange(width), (sims, width))
+    incidence[rows, i, slots] = valid
+    incidence[rows, j, slots] = np.maximum(incidence[rows, j, slots], valid)
+    used = incidence.any(axis=2)
+    a_i, a_j = a[rows, i], a[rows, j]
+    k_i, k_j = k[rows, i], k[rows, j]
+
+    def totals(lam: FloatArray) -> FloatArray:
+        # Each model is in at most two pairs: a sum of two terms and zeros, in any order.
+        found: FloatArray = np.matmul(incidence, lam[..., None])[..., 0]
+        return found
+
+    def value_and_totals(lam: FloatArray) -> tuple[FloatArray, FloatArray]:
+        total = totals(lam)
+        # A model in no pair has Lambda = 0 exactly, so its term is 0 like the used ones'.
+        value = 2 * np.sqrt(k * total).sum(axis=1) - (lam * r).sum(axis=1)
+        starved = (used & (total <= 0)).any(axis=1)
+        return np.where(starved, -np.inf, value), total
+
+    def primal(total: FloatArray) -> tuple[FloatArray, FloatArray]:
+        t = np.where(used, np.sqrt(a * np.maximum(total, 1e-300) / c), 0.0)
+        load = np.where(valid, (a_i / t[rows, i] + a_j / t[rows, j]) / r, -np.inf)
+        t = t * np.maximum(1.0, load.max(axis=1))[:, None]
+        return t, (c * t).sum(axis=1)
+
+    lam = np.where(valid, (np.sqrt(k_i) + np.sqrt(k_j)) ** 2 / r**2 / 2, 0.0)
+    best = np.full(sims, np.inf)
+    solution = np.zeros((sims, num_models))
+    value, total = value_and_totals(lam)
+    done = np.zeros(sims, dtype=bool)
+    apart = np.zeros(sims, dtype=bool)  # finished by the single solver
+    eye = np.eye(width, dtype=bool)
+    for _ in range(100):
+        inside = total > 0
+        root = np.where(inside, np.sqrt(k / total), 0.0)
+        curve = np.where(inside, root / (2 * total), 0.0)
+        grad = np.where(valid, root[rows, i] + root[rows, j] - r, 0.0)
+        t, spent = primal(total)
+        better = ~done & (spent < best)
+        best = np.where(better, spent, best)
+        solution = np.where(better[:, None], t, solution)
+        done |= best - value <= tolerance * best
+        live = ~done
+        if not live.any():
+            break
+        # B' diag(curve) B: each entry a sum of at most two products, in any order.
+        hessian = np.matmul(np.swapaxes(incidence * curve[..., None], 1, 2), incidence)
+        diagonal = np.diagonal(hessian, axis1=1, axis2=2).copy()
+        hessian[:, eye] *= 1 + 1e-12
+        held = ((lam <= 0) & (grad < 0)) | ~valid
+        step = np.zeros((sims, width))
+        pending = live.copy()
+        for _ in range(width):
+            free = ~held
+            system = hessian * (free[:, :, None] & free[:, None, :])
+            system[:, eye] += held
+            rhs = np.where(free, grad, 0.0)
+            index = np.nonzero(pending)[0]
+            try:
+                step[index] = np.linalg.solve(system[index], rhs[index][..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                apart[index] = True
+                done[index] = True
+                pending[index] = False
+                break
+            crossing = pending[:, None] & free & (grad < 0) & (lam + step < 0)
+            held |= crossing
+            pending = crossing.any(axis=1)
+            if not pending.any():
+                break
+        live = ~done
+        moved = held & valid
+        step = np.where(
+            moved, np.minimum(grad / np.maximum(diagonal, 1e-300), -lam), np.where(valid, step, 0)
+        )
+        size = np.ones(sims)
+        accepted = ~live
+        new_lam, new_value, new_total = lam.copy(), value.copy(), total.copy()
+        while True:
+            searching = ~accepted & (size > 1e-6)
+            if not searching.any():
+                break
+            trial = np.maximum(lam + size[:, None] * step, 0.0)
+            trial_value, trial_total = value_and_totals(trial)
+            rise = (grad * (trial - lam)).sum(axis=1)
+            ok = searching & (trial_value >= value + 1e-4 * rise)
+            new_lam[ok], new_value[ok], new_total[ok] = trial[ok], trial_value[ok], trial_total[ok]
+            accepted |= ok
+            size = np.where(searching & ~ok, size * 0.5, size)
+        stalled = live & ~accepted
+        apart |= stalled
+        done |= stalled
+        lam, value, total = new_lam, new_value, new_total
+    apart |= ~done
+    out = np.where(used, solution, 0.0)
+    for sim in np.nonzero(apart)[0].tolist():
+        count = int(valid[sim].sum())
+        out[sim] = allocation_program(
+            variance[sim], pairs[sim, :count], radius[sim, :count], cost[sim], tolerance
+        )
+    return out

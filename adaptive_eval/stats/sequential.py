@@ -532,3 +532,31 @@ def _look_fractions(looks: int, first_look: float) -> tuple[float, ...]:
 #: The default design: the ``group_sequential`` pair rule's looks and the ``ci_width``
 #: intervals' looks.
 DEFAULT_LOOKS = LookDesign()
+
+
+def settle_probability_rows(
+    difference: FloatArray,
+    se: FloatArray,
+    se_cap: FloatArray,
+    resolve: FloatArray,
+    equivalent: FloatArray,
+    epsilon: float | None,
+) -> FloatArray:
+    """:func:`settle_probability` elementwise over arrays (the forecast's continuations)."""
+    from scipy.special import erfc
+
+    spread = np.sqrt(np.maximum(se * se - se_cap * se_cap, 0.0))
+    edge = resolve * se_cap
+    inner = (epsilon or 0.0) - equivalent * se_cap
+    flat = spread == 0.0
+    scale = np.where(flat, 1.0, spread) * math.sqrt(2.0)
+
+    def below(x: FloatArray) -> FloatArray:
+        found: FloatArray = np.where(
+            flat, (difference < x).astype(np.float64), 0.5 * erfc((difference - x) / scale)
+        )
+        return found
+
+    settle = below(-edge) + (1.0 - below(edge))
+    settle = settle + np.where(inner > 0, below(inner) - below(-inner), 0.0)
+    return np.asarray(np.minimum(1.0, settle), dtype=np.float64)
