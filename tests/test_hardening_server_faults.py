@@ -13,8 +13,8 @@ from helpers import TEST_DISPATCH, served_campaign, write_config
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.backends import served_identity
-from adaptive_eval.backends.openai import OpenAIWorker
-from adaptive_eval.base.errors import BackendError
+from adaptive_eval.backends.openai import OpenAISettings, OpenAIWorker
+from adaptive_eval.base.errors import BackendError, InputError
 from adaptive_eval.base.types import Batch, WorkItem
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
@@ -242,3 +242,20 @@ def test_a_server_trickling_its_headers_does_not_answer_before_the_workers_start
     tries = served_identity.ANSWER_TRIES
     assert problem is not None and "does not answer" in problem, problem
     assert elapsed < tries * 2 * 0.5 + 0.5, f"{tries} tries held {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("option", ["timeout_s", "backoff", "backoff_max"])
+@pytest.mark.parametrize("value", [1e10, 1e308])
+def test_a_wait_past_a_day_is_refused_before_sampling(option: str, value: float) -> None:
+    """``timeout_s: 1e10`` (or such a backoff) failed every batch after sampling had started:
+    "OverflowError: timestamp out of range for platform time_t"."""
+    data = _data("http://127.0.0.1:9/v1", **{option: value})
+    with pytest.raises(InputError, match=rf"models\[0\]\.options\.{option}: must be <= 86400"):
+        build_campaign(parse_config(data))
+
+
+def test_a_long_run_of_retries_waits_backoff_max_not_an_overflow() -> None:
+    """``2**attempt`` past 1,023 retries (``max_retries`` is unbounded) overflowed a float."""
+    worker = OpenAIWorker.__new__(OpenAIWorker)  # the delay reads the settings alone
+    worker.settings = OpenAISettings("models[0]", "http://127.0.0.1:9/v1", "m", backoff_max=60.0)
+    assert worker._delay(5_000, None) == 60.0

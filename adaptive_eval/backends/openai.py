@@ -83,6 +83,10 @@ INSTALL_HINT = "pip install 'adaptive-eval[openai]'"
 _T = TypeVar("_T")
 #: The longest ``Retry-After`` honoured, in seconds (a longer one is waited this long).
 MAX_RETRY_AFTER_S = 600.0
+#: The longest ``timeout_s``, ``backoff`` and ``backoff_max``, in seconds (a day): the
+#: operating system's waits end near 9.2e9 s, so ``timeout_s: 1e10`` failed every batch with
+#: "OverflowError: timestamp out of range" after sampling had started.
+MAX_WAIT_S = 86_400.0
 #: Seconds a request's thread waits past ``timeout_s`` for the event loop to hand back a
 #: cancelled exchange before it gives up on it (a backstop: cancelling takes milliseconds).
 CANCEL_GRACE_S = 5.0
@@ -98,13 +102,14 @@ BACKEND_OPTIONS = {
     "api_key_env": "environment variable holding the API key (read in the worker)",
     "max_concurrency": "requests in flight per worker (default 8)",
     "timeout_s": "seconds a request may take in all, however slowly the server sends its answer "
-    "(a trickling server does not hold it longer; default 600): past it the request is "
-    "retried",
+    "(headers included: a trickling server does not hold it longer; default 600, at most "
+    "86400): past it the request is retried",
     "max_response_bytes": "largest response read, in bytes (default 32 MiB): a larger one is "
     "abandoned as it arrives and retried, so memory stays near this size",
     "max_retries": "retries of a failing request before the batch fails (default 5)",
-    "backoff": "first retry delay in seconds, doubled each retry (default 1)",
-    "backoff_max": "longest retry delay of our own backoff in seconds (default 60); a server's "
+    "backoff": "first retry delay in seconds, doubled each retry (default 1, at most 86400)",
+    "backoff_max": "longest retry delay of our own backoff in seconds (default 60, at most "
+    "86400); a server's "
     "Retry-After is waited in full (up to 600 s)",
     "prompt_logprobs": "ask for prompt log-probs (vLLM servers only; default false)",
     "extra_body": "more request fields (top_k, stop, ...), sent as they are",
@@ -428,7 +433,8 @@ class OpenAIWorker(GenerationWorker):
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         settings = self.settings
-        backoff = settings.backoff * (2**attempt) * (1 + 0.1 * random.random())
+        # 2.0**60 s is past any backoff_max; 2**attempt past 1,023 was too large for a float.
+        backoff = settings.backoff * 2.0 ** min(attempt, 60) * (1 + 0.1 * random.random())
         delay = min(backoff, settings.backoff_max)
         if retry_after is not None:
             # At least what the server asks for (``backoff_max`` bounds our own backoff only),
@@ -678,13 +684,18 @@ def openai_backend(entry: ModelEntry, context: BackendContext) -> BackendPlan:
         api_key_env=api_key_env,
         max_concurrency=options.integer("max_concurrency", 8, minimum=1) or 8,
         timeout_s=float(
-            options.number("timeout_s", 600.0, minimum=0, exclusive_minimum=True) or 600.0
+            options.number(
+                "timeout_s", 600.0, minimum=0, exclusive_minimum=True, maximum=MAX_WAIT_S
+            )
+            or 600.0
         ),
         max_response_bytes=options.integer("max_response_bytes", 32 << 20, minimum=1024)
         or 32 << 20,
         max_retries=options.integer("max_retries", 5, minimum=0) or 0,
-        backoff=float(options.number("backoff", 1.0, minimum=0) or 0.0),
-        backoff_max=float(options.number("backoff_max", 60.0, minimum=0) or 0.0),
+        backoff=float(options.number("backoff", 1.0, minimum=0, maximum=MAX_WAIT_S) or 0.0),
+        backoff_max=float(
+            options.number("backoff_max", 60.0, minimum=0, maximum=MAX_WAIT_S) or 0.0
+        ),
         prompt_logprobs=bool(options.boolean("prompt_logprobs", False)),
         extra_body=options.mapping("extra_body"),
         headers=headers,
