@@ -459,6 +459,47 @@ CONFIG_CASES = [
         "rules[1].width = 1e-300 is narrower",
         "policy.stopping=[{name: all_of, rules: [pairs_settled, {name: ci_width, width: 1e-300}]}]",
     ),
+    # -- issue 48, item 8: integers past Python's 4,300 digits ended "unexpected error" -------
+    raw(
+        "yaml-int-5000-digits",
+        "seed: an integer of 5,000 digits, more than the 100 a number in a config may have: "
+        "99999999999999999999...99999 (5,000 characters) at line 2, column 7",
+        "name: t\nseed: " + "9" * 5000 + "\n",
+    ),
+    raw(
+        "yaml-int-hex-4000-digits",  # converts, then failed wherever it was printed
+        "policy.rope: an integer of 4,000 digits",
+        "name: t\npolicy: {rope: 0x" + "f" * 4000 + "}\n",
+    ),
+    raw(
+        "yaml-int-in-a-list",
+        "models[0].workers: an integer of 5,000 digits",
+        "models:\n  - backend: simulated\n    workers: " + "1" * 5000 + "\n",
+    ),
+    raw(  # the value is not shown under headers (it may be a credential)
+        "yaml-int-under-headers",
+        "models[0].options.headers.x-api-key: an integer of 5,000 digits, more than the 100 a "
+        "number in a config may have (at line 5, column 28)",
+        "models:\n  - backend: openai\n    options:\n      base_url: http://127.0.0.1:9/v1\n"
+        "      headers: {x-api-key: " + "7" * 5000 + "}\n",
+    ),
+    case(
+        "set-int-5000-digits",
+        "override 'seed=...': an integer of 5,000 digits, more than the 100 a number in a config "
+        "may have: 99999999999999999999...99999 (5,000 characters)",
+        "seed=" + "9" * 5000,
+    ),
+    case(
+        "set-int-5000-digits-nested",
+        "override 'models[0].options=...': x[1]: an integer of 5,000 digits",
+        "models[0].options={x: [1, " + "9" * 5000 + "]}",
+    ),
+    case(
+        "set-int-under-a-credential",
+        "override 'models[0].options.headers.x-api-key=...': its value is an integer of 5,000 "
+        "digits, more than the 100 a number in a config may have (quote it",
+        "models[0].options.headers.x-api-key=" + "7" * 5000,
+    ),
 ]
 
 

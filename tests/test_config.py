@@ -180,3 +180,25 @@ def test_validate_says_an_empty_stopping_list_samples_every_model_to_the_cap(
     data["budget"] = {"trials": 500}
     assert main(["validate", str(write_config(tmp_path / "c.yaml", data))]) == 0
     assert "stops on: pairs_settled (the default" in capsys.readouterr().out
+
+
+def test_a_long_integer_is_refused_by_the_reader_wherever_it_is_used(tmp_path: Path) -> None:
+    """Issue 48, item 8: 5,000 digits ended "unexpected error: ValueError: Exceeds the limit
+    (4300 digits)" from inside PyYAML. An anchored one is named where it was written, once;
+    100 digits still reach the schema, whose line names the field."""
+    from adaptive_eval.config.reader import load_yaml
+    from adaptive_eval.inputs.bounded import MAX_INT_DIGITS
+
+    long = "9" * 5000
+    with pytest.raises(InputError) as info:
+        load_yaml(f"a: &n {long}\nb: [*n, *n]\n", "c.yaml")
+    assert info.value.source == "c.yaml" and info.value.field in ("a", "b[0]", "b[1]")
+    assert "an integer of 5,000 digits" in info.value.message and len(str(info.value)) < 200
+    for text in (f"x: -{long}", f"x: +1_{long}", f"x: !!int '{long}'", "x: 0b" + "1" * 20_000):
+        with pytest.raises(InputError, match="x: an integer of"):
+            load_yaml(text, "c.yaml")
+    assert load_yaml("x: " + "9" * MAX_INT_DIGITS, "c.yaml") == {"x": 10**MAX_INT_DIGITS - 1}
+    assert load_yaml(f"x: '{long}'", "c.yaml") == {"x": long}  # text stays text
+    path = write_config(tmp_path / "c.yaml", {"name": "t", "seed": 10**MAX_INT_DIGITS - 1})
+    with pytest.raises(InputError, match=r"seed: Input should be .* \(got 9{100}\)"):
+        load_config(path)

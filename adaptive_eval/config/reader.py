@@ -3,9 +3,11 @@ or choke on.
 
 A key given twice in one mapping, a document whose aliases expand past
 :data:`MAX_YAML_NODES` (a "billion laughs"), one nested deeper than :data:`MAX_YAML_DEPTH`, a file
-over :data:`~adaptive_eval.inputs.bounded.MAX_CONFIG_BYTES` or not UTF-8: each is an
-:class:`~adaptive_eval.base.errors.InputError` naming the file and the position. YAML 1.2 numbers
-(``1e-3``) are numbers. :mod:`adaptive_eval.config.schema` validates what this reads.
+over :data:`~adaptive_eval.inputs.bounded.MAX_CONFIG_BYTES` or not UTF-8, an integer written with
+more than :data:`~adaptive_eval.inputs.bounded.MAX_INT_DIGITS` digits: each is an
+:class:`~adaptive_eval.base.errors.InputError` naming the file and the position (and the field,
+for an integer). YAML 1.2 numbers (``1e-3``) are numbers. :mod:`adaptive_eval.config.schema`
+validates what this reads.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from typing import Any
 
 import yaml
 
-from adaptive_eval.base.errors import InputError
-from adaptive_eval.inputs.bounded import MAX_CONFIG_BYTES, read_bytes
+from adaptive_eval.base.errors import InputError, printable
+from adaptive_eval.base.redact import is_secret_key
+from adaptive_eval.inputs.bounded import (
+    MAX_CONFIG_BYTES,
+    MAX_INT_DIGITS,
+    int_digits,
+    read_bytes,
+    shown_number,
+)
 
 #: The most nodes a config may expand to once its aliases are followed. A config is a few
 #: hundred nodes; nine levels of nine aliases (a "billion laughs") expand to 10^9.
@@ -35,6 +44,7 @@ class _StrictLoader(yaml.SafeLoader):
         if node is None:
             return None
         _check_expansion(node)
+        _check_integers(node)
         return self.construct_document(node)
 
 
@@ -71,6 +81,66 @@ def _check_expansion(root: yaml.Node) -> None:
         return total
 
     size(root)
+
+
+class _LongInteger(Exception):
+    """An integer scalar too long to be a config's value, found before it is constructed: Python
+    refuses to convert more than 4,300 digits (a ValueError from inside PyYAML, "unexpected
+    error"), and a hexadecimal one converts, to fail wherever it is printed."""
+
+    def __init__(self, path: tuple[str | int, ...], text: str, mark: yaml.Mark) -> None:
+        super().__init__(text)
+        self.path = path
+        self.text = text
+        self.mark = mark
+
+
+def _check_integers(root: yaml.Node) -> None:
+    """Refuse a scalar resolved (or tagged) as an integer with more than
+    :data:`MAX_INT_DIGITS` digits, naming its field from the composed nodes (each node once,
+    however many aliases share it)."""
+    stack: list[tuple[yaml.Node, tuple[str | int, ...]]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == "tag:yaml.org,2002:int" and int_digits(node.value) > MAX_INT_DIGITS:
+                raise _LongInteger(path, node.value, node.start_mark)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, i)) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = printable(key.value)[:60] if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((key, path))
+                stack.append((value, (*path, name)))
+
+
+def _long_integer(error: _LongInteger, text: str, source: str) -> InputError:
+    """One line naming the field, the integer (shortened; not shown under ``headers`` or a
+    credential's key) and where it is."""
+    field = "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" if index else part
+        for index, part in enumerate(error.path)
+    )
+    mark = error.mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if "\n" in text.strip() else ""
+    secret = any(
+        isinstance(part, str) and (part.lower() == "headers" or is_secret_key(part))
+        for part in error.path
+    )
+    if secret:
+        value = f" (at {where})" if where else ""
+    else:
+        value = f": {shown_number(error.text)}" + (f" at {where}" if where else "")
+    return InputError(
+        f"an integer of {int_digits(error.text):,} digits, more than the {MAX_INT_DIGITS} a "
+        f"number in a config may have{value}",
+        source=source,
+        field=field or None,
+    )
 
 
 def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -136,6 +206,8 @@ def load_yaml(text: str, source: str) -> Any:
     try:
         _check_depth(text)
         return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except _LongInteger as error:
+        raise _long_integer(error, text, source) from None
     except RecursionError:
         raise InputError(
             f"invalid YAML: nested too deep to read (at most {MAX_YAML_DEPTH} levels)",
