@@ -1175,3 +1175,117 @@ def test_names_that_look_like_markup_are_shown_as_typed(
     page = (tmp_path / "run" / "report.html").read_text()
     assert "<script>" not in page and page.count("&lt;script&gt;") >= 2
     assert "\\frac{a}{b}" in page  # drawn as text in the SVG, not as math
+
+
+# -- issue 48, follow-up to item 8: JSON numbers and nesting in a dataset and a harness log ----
+# A 5,000-digit integer ended "unexpected error: ValueError: Exceeds the limit (4300 digits)"
+# (rc 1) in a dataset and an lm-eval samples file; NaN and 1e999 in a dataset were read as
+# answers "nan" and "inf"; an inspect log said "ValueError: ... sys.set_int_max_str_digits()".
+DIGITS = "9" * 5000
+SHOWN = "99999999999999999999...99999 (5,000 characters)"
+HOSTILE_DATASETS = {
+    "ds_int5000.jsonl": '{"id": "q1", "problem": "1+1?", "answer": ' + DIGITS + "}\n",
+    "ds_nan.jsonl": '{"id": "q1", "problem": "1+1?", "answer": NaN}\n',
+    "ds_1e999.jsonl": '{"id": "q1", "problem": "1+1?", "answer": "2", "weight": 1e999}\n',
+    "ds_deep.jsonl": '{"id": "q1", "problem": "1+1?", "answer": "2"}\n'
+    + "[" * 200_000
+    + "]" * 200_000
+    + "\n",
+}
+HOSTILE_DATASET_CASES = [
+    openai(
+        "dataset-int-5000-digits",
+        f"ds_int5000.jsonl:1: line 1: an integer of 5,000 digits, more than the 100 a number in "
+        f"an input may have: {SHOWN}",
+        "dataset.path=ds_int5000.jsonl",
+    ),
+    openai(
+        "dataset-nan",
+        "ds_nan.jsonl:1: line 1: NaN is not a number (JSON has no NaN or Infinity)",
+        "dataset.path=ds_nan.jsonl",
+    ),
+    openai(
+        "dataset-1e999",
+        "ds_1e999.jsonl:1: line 1: 1e999 is past the largest number",
+        "dataset.path=ds_1e999.jsonl",
+    ),
+    openai(
+        "dataset-deep",
+        "ds_deep.jsonl:2: line 2: JSON nested too deep",
+        "dataset.path=ds_deep.jsonl",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE_DATASET_CASES)
+def test_a_dataset_with_a_number_past_the_bounds_is_refused_in_one_line(
+    case: Case, inputs: Path, tmp_path: Path, no_ray: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, text in HOSTILE_DATASETS.items():
+        (inputs / name).write_text(text)
+    test_a_bad_config_is_refused_by_validate_and_by_run_before_any_trial(
+        case, inputs, tmp_path, no_ray, capsys
+    )
+
+
+def _hostile_harness_logs(root: Path) -> None:
+    line = '{"doc_id": 0, "filter": "strict-match", "exact_match": ' + DIGITS + "}\n"
+    for model, text in (("org__big", _lm_eval_line(1, 1.0) + line), ("org__deep", "{" * 3)):
+        (root / "lm3" / model).mkdir(parents=True, exist_ok=True)
+        (root / "lm3" / model / "samples_gsm8k_2024-05-01T10-00-00.0.jsonl").write_text(text)
+    log = '{"eval": {"task": "arc", "model": "m"}, "samples": [{"id": ' + DIGITS + ', "epoch": 1}]}'
+    (root / "int5000.json").write_text(log)
+    (root / "deep.json").write_text('{"eval": {}, "samples": ' + "[" * 200_000 + "]" * 200_000)
+    with zipfile.ZipFile(root / "int5000.eval", "w") as archive:
+        archive.writestr("header.json", json.dumps({"eval": {"task": "arc", "model": "m"}}))
+        archive.writestr("samples/1_epoch_1.json", '{"id": 1, "epoch": ' + DIGITS + "}")
+
+
+HOSTILE_LOG_CASES = [
+    imports(
+        "lm-eval-int-5000-digits",
+        f"org__big/samples_gsm8k_2024-05-01T10-00-00.0.jsonl: line 2: an integer of 5,000 "
+        f"digits, more than the 100 a number in an input may have: {SHOWN}",
+        "lm-eval",
+        "lm3/org__big/samples_gsm8k_2024-05-01T10-00-00.0.jsonl",
+    ),
+    imports(
+        "lm-eval-cut-short",
+        "org__deep/samples_gsm8k_2024-05-01T10-00-00.0.jsonl: line 1: invalid JSON at column 2",
+        "lm-eval",
+        "lm3/org__deep/samples_gsm8k_2024-05-01T10-00-00.0.jsonl",
+    ),
+    imports(
+        "inspect-int-5000-digits",
+        f"int5000.json: not a readable inspect_ai log (an integer of 5,000 digits, more than the "
+        f"100 a number in an input may have: {SHOWN})",
+        "inspect",
+        "int5000.json",
+    ),
+    imports(
+        "inspect-deep",
+        "deep.json: not a readable inspect_ai log (JSON nested too deep to read)",
+        "inspect",
+        "deep.json",
+    ),
+    imports(
+        "inspect-member-int-5000-digits",
+        "int5000.eval: member samples/1_epoch_1.json is not readable JSON (an integer of 5,000 "
+        "digits",
+        "inspect",
+        "int5000.eval",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE_LOG_CASES)
+def test_a_harness_log_with_a_number_past_the_bounds_is_refused_in_one_line(
+    case: Command,
+    inputs: Path,
+    finished: Path,
+    tmp_path: Path,
+    no_ray: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _hostile_harness_logs(inputs)
+    test_a_bad_command_line_is_refused_in_one_line(case, inputs, finished, tmp_path, no_ray, capsys)

@@ -12,14 +12,13 @@ can be used in the prompt template. Numeric ids and answers are turned into stri
 from __future__ import annotations
 
 import hashlib
-import json
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.inputs.bounded import MAX_TEXT_BYTES, read_bytes
+from adaptive_eval.inputs.bounded import MAX_TEXT_BYTES, parse_json, read_bytes
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 DEFAULT_TEMPLATE = "{problem}\n\n{instruction}"
@@ -82,8 +81,10 @@ def load_dataset(
 ) -> Dataset:
     """Read a JSONL question file; :class:`InputError` names the file, line and field of a fault.
 
-    Faults: unreadable file, invalid JSON, a line that is not an object, a missing or empty id,
-    problem or answer (the message says which), a duplicate id, an empty file.
+    Faults: unreadable file, invalid JSON (an integer of more than 100 digits, ``NaN``,
+    ``Infinity`` or ``1e999`` and nesting too deep to read included), a line that is not an
+    object, a missing or empty id, problem or answer (the message says which), a duplicate id,
+    an empty file.
     """
     p = Path(path)
     raw = read_bytes(p, limit=MAX_TEXT_BYTES, what="dataset")
@@ -99,12 +100,11 @@ def load_dataset(
         if not row.strip():
             continue
         where = f"{p}:{lineno}"
-        try:
-            record = json.loads(row)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"line {lineno}: invalid JSON: {exc.msg}", source=where) from None
-        except RecursionError:  # json's decoder recurses: a line nested thousands deep
-            raise InputError(f"line {lineno}: JSON nested too deep to read", source=where) from None
+        try:  # an integer of 5,000 digits, NaN, 1e999 or a line nested 200,000 deep too
+            record = parse_json(row, source=where)
+        except InputError as exc:  # a line is JSON's line 1: its column is what says where
+            reason = exc.message.replace("at line 1, column", "at column", 1)
+            raise InputError(f"line {lineno}: {reason}", source=where) from None
         if not isinstance(record, dict):
             raise InputError(
                 f"line {lineno}: expected a JSON object, got {type(record).__name__}", source=where

@@ -45,7 +45,13 @@ import numpy as np
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.files import atomic_output
-from adaptive_eval.inputs.bounded import MAX_MEMBER_BYTES, MAX_TEXT_BYTES, check, size_text
+from adaptive_eval.inputs.bounded import (
+    MAX_MEMBER_BYTES,
+    MAX_TEXT_BYTES,
+    check,
+    parse_json,
+    size_text,
+)
 
 FORMATS = ("lm-eval", "inspect")
 DEFAULT_MAP: dict[float | str, int] = {1.0: 1, 0.0: 0, "C": 1, "I": 0}
@@ -156,18 +162,14 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 ) from None
             if not line.strip():
                 continue
+            # An integer of 5,000 digits or a line nested 200,000 deep is refused in one line;
+            # NaN and Infinity are read (Python's json, which lm-eval writes with, writes them)
+            # and a score of NaN is then mapped with --map nan=CATEGORY or refused.
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(
-                    f"line {number}: invalid JSON ({error.msg})", source=str(path)
-                ) from None
-            except RecursionError:  # json's decoder recurses: a line nested thousands deep
-                raise InputError(
-                    f"line {number}: JSON nested too deep to read (a samples line is a few "
-                    "levels deep)",
-                    source=str(path),
-                ) from None
+                record = parse_json(line, source=str(path), finite=False)
+            except InputError as error:  # a line is JSON's line 1: its column says where
+                reason = error.message.replace("at line 1, column", "at column", 1)
+                raise InputError(f"line {number}: {reason}", source=str(path)) from None
             if not isinstance(record, dict):
                 raise InputError(f"line {number}: not a JSON object", source=str(path))
             yield number, record
@@ -275,11 +277,34 @@ def _member(archive: zipfile.ZipFile, name: str, path: Path) -> Any:
             source=str(path),
         )
     try:
-        return json.loads(archive.read(name))
+        text = _decoded(archive.read(name))
     except _UNREADABLE as error:
         raise InputError(
             f"member {name} is not readable JSON ({type(error).__name__}: {error})",
             source=str(path),
+        ) from None
+    try:
+        return parse_json(text, source=str(path), finite=False)
+    except InputError as error:
+        raise InputError(
+            f"member {name} is not readable JSON ({error.message})", source=str(path)
+        ) from None
+
+
+def _decoded(data: bytes) -> str:
+    """``data`` as text, decoded as :func:`json.loads` decodes bytes (UTF-8, -16 or -32)."""
+    return data.decode(json.detect_encoding(data), "surrogatepass")
+
+
+def _log_json(path: Path) -> Any:
+    """A ``.json`` log parsed; an integer of 5,000 digits or nesting 200,000 deep is one line
+    naming the file (NaN and Infinity are read: Python's json writes them)."""
+    text = _decoded(path.read_bytes())  # bounded by check(); what fails is _UNREADABLE
+    try:
+        return parse_json(text, source=str(path), finite=False)
+    except InputError as error:
+        raise InputError(
+            f"not a readable inspect_ai log ({error.message})", source=str(path)
         ) from None
 
 
@@ -316,7 +341,7 @@ def _inspect_log(path: Path) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
             if not isinstance(header, dict):
                 raise InputError("header.json is not a JSON object", source=str(path))
             return header, samples
-        data = json.loads(path.read_bytes())
+        data = _log_json(path)
     except _UNREADABLE as error:
         reason = f"{type(error).__name__}: {error}"
         raise InputError(f"not a readable inspect_ai log ({reason})", source=str(path)) from None
