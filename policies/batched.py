@@ -358,7 +358,7 @@ class TrackAndStopRows:
         chosen = per_model > 0
         if not chosen.any():
             return plan
-        weights = self._question_weights(view, costs)[chosen]
+        weights = self._question_weights(view, costs, chosen)
         planned = view.planned.astype(np.float64)[chosen]
         count = per_model[chosen]
         goal = weights / weights.sum(axis=1)[:, None] * (planned.sum(axis=1) + count)[:, None]
@@ -368,13 +368,19 @@ class TrackAndStopRows:
         plan[chosen] += split_integer_rows(count, deficit_q, room[chosen])
         return plan
 
-    def _question_weights(self, view: BatchView, costs: np.ndarray) -> np.ndarray:
-        """(S, L, M) :func:`policies.allocation.question_weights` under the allocator's
-        scheme."""
+    def _question_weights(
+        self, view: BatchView, costs: np.ndarray, chosen: np.ndarray
+    ) -> np.ndarray:
+        """(R, M) :func:`policies.allocation.question_weights` under the allocator's scheme,
+        for the ``chosen`` (S, L) rows only (the models this round gives trials)."""
+        sims, models = np.nonzero(chosen)
         if self.allocator.questions == "uniform":
-            return np.ones(view.planned.shape)
-        sd = np.sqrt(np.maximum(view.spread_variance(), 1e-12))
-        weights: np.ndarray = sd / np.sqrt(costs)
+            return np.ones((len(sims), view.num_questions))
+        counts = view.counts[sims, models]
+        settings = view.settings
+        spread = seq.trial_variance(settings.prior[models] + counts, settings.weights, pooled=False)
+        sd = np.sqrt(np.maximum(spread, 1e-12))
+        weights: np.ndarray = sd / np.sqrt(costs[sims, models])
         return weights
 
     def _pair_targets(

@@ -79,7 +79,7 @@ class BatchView:
     beyond that is computed on first use, as :class:`CampaignView` does."""
 
     settings: BatchSettings
-    counts: np.ndarray  # (S, L, M, K)
+    counts: np.ndarray  # (S, L, M, K) float64, whole numbers
     trials: np.ndarray  # (S, L, M)
     planned: np.ndarray  # (S, L, M)
     theta: np.ndarray  # (S, L) unbiased decision score
@@ -148,18 +148,6 @@ class BatchView:
         capped: np.ndarray = self._cached("capped", make)
         return capped
 
-    def spread_variance(self) -> np.ndarray:
-        """(S, L, M) :meth:`CampaignView.spread_variance`: the per-trial variance under the
-        plain posterior mean, for spreading a model's trials over its questions."""
-
-        def make() -> np.ndarray:
-            nu = self.settings.prior + self.counts
-            found: np.ndarray = sequential.trial_variance(nu, self.settings.weights, pooled=False)
-            return found
-
-        variance: np.ndarray = self._cached("spread", make)
-        return variance
-
     def cell_costs(self, cost: str) -> np.ndarray | None:
         """(S, L, M) mean observed cost of one trial per cell (NaN where unknown), as the
         view's ``cell_tokens`` / ``cell_gpu_s``; ``None`` for ``trials``."""
@@ -206,6 +194,12 @@ class BatchState:
         self.queue = queue  # (S, R, L, M)
         self.queued = queued  # (S,)
         self.rounds = rounds  # (S,) applied rounds
+        #: Each model's decision score, its standard error and per-trial variances, kept from
+        #: the last view; ``stale`` marks the (simulation, model) rows a round changed since.
+        #: The statistics of a model depend on its own counts alone, so a round recomputes
+        #: only the rows it sampled (a third of them, typically, late in a campaign).
+        self._estimate: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._stale = np.ones(counts.shape[:2], dtype=bool)
 
     @classmethod
     def repeat(
@@ -234,7 +228,9 @@ class BatchState:
             queue[:, slot] = plan
         return cls(
             settings,
-            copies(counts.astype(np.int64)),
+            # Float counts (whole numbers, exact): every statistic reads them as floats, and a
+            # conversion per round was a copy of the largest array.
+            copies(counts.astype(np.float64)),
             copies(trials.astype(np.int64)),
             copies(planned.astype(np.int64)),
             copies(tokens_sum.astype(np.int64)),
@@ -257,7 +253,7 @@ class BatchState:
 
     def take(self, keep: np.ndarray) -> BatchState:
         """The simulations ``keep`` (a boolean mask or indices) only: finished ones drop out."""
-        return BatchState(
+        kept = BatchState(
             self.settings,
             self.counts[keep],
             self.trials[keep],
@@ -269,6 +265,10 @@ class BatchState:
             self.queued[keep],
             self.rounds[keep],
         )
+        if self._estimate is not None:
+            kept._estimate = tuple(part[keep] for part in self._estimate)  # type: ignore[assignment]
+            kept._stale = self._stale[keep]
+        return kept
 
     def next_round(self) -> np.ndarray:
         """(S, L, M) each simulation's oldest round in flight (zeros where none)."""
@@ -276,15 +276,24 @@ class BatchState:
         return found
 
     def apply_next(
-        self, drawn: np.ndarray, tokens: np.ndarray, token_trials: np.ndarray, gpu_s: np.ndarray
+        self,
+        drawn: np.ndarray,
+        tokens: np.ndarray | None = None,
+        token_trials: np.ndarray | None = None,
+        gpu_s: np.ndarray | None = None,
     ) -> None:
         """Apply each simulation's oldest round in flight: its (S, L, M, K) outcomes and costs
-        (tokens rounded to whole tokens, as a ledger keeps them), then drop it from the queue."""
+        (tokens rounded to whole tokens, as a ledger keeps them; ``None``: none known), then
+        drop it from the queue."""
         self.counts += drawn
-        self.trials += drawn.sum(axis=3)
-        self.tokens_sum += np.rint(tokens).astype(np.int64)
-        self.tokens_count += token_trials
-        self.gpu_s_sum += gpu_s
+        sampled = drawn.sum(axis=3)
+        self.trials += sampled
+        self._stale |= sampled.any(axis=2)
+        if tokens is not None and token_trials is not None:
+            self.tokens_sum += np.rint(tokens).astype(np.int64)
+            self.tokens_count += token_trials
+        if gpu_s is not None:
+            self.gpu_s_sum += gpu_s
         self.queue[:, :-1] = self.queue[:, 1:]
         self.queue[:, -1] = 0
         self.queued -= 1
@@ -301,10 +310,21 @@ class BatchState:
     def view(self) -> BatchView:
         """The evidence now (:meth:`RunState.view`, for every simulation at once)."""
         settings = self.settings
-        nu = settings.prior + self.counts
-        theta, se, variance = sequential.estimate_with_variance(
-            self.counts, nu, settings.weights, settings.pooled_variance
-        )
+        if self._estimate is None:
+            nu = settings.prior + self.counts
+            self._estimate = sequential.estimate_with_variance(
+                self.counts, nu, settings.weights, settings.pooled_variance
+            )
+        elif self._stale.any():
+            sims, models = np.nonzero(self._stale)
+            counts = self.counts[sims, models]
+            found = sequential.estimate_with_variance(
+                counts, settings.prior[models] + counts, settings.weights, settings.pooled_variance
+            )
+            for whole, part in zip(self._estimate, found, strict=True):
+                whole[sims, models] = part
+        self._stale[:] = False
+        theta, se, variance = self._estimate
         return BatchView(
             settings,
             self.counts,
@@ -417,12 +437,9 @@ def split_integer_rows(totals: np.ndarray, weights: np.ndarray, room: np.ndarray
         safe = np.where(weight > 0, weight, 1.0)
         share = left[:, None] * w / safe[:, None]
         base = np.floor(share).astype(np.int64)
-        remainder = left - base.sum(axis=1)
-        if (remainder[going] > 0).any():
-            order = np.argsort(base - share, axis=1, kind="stable")
-            rank = np.empty_like(order)
-            np.put_along_axis(rank, order, np.arange(width)[None, :].repeat(rows, 0), axis=1)
-            base += rank < remainder[:, None]
+        remainder = np.where(going, left - base.sum(axis=1), 0)
+        if (remainder > 0).any():
+            base += _largest_remainders(base - share, remainder)
         base = np.minimum(base, free)
         base[~going] = 0
         given = base.sum(axis=1)
@@ -431,6 +448,22 @@ def split_integer_rows(totals: np.ndarray, weights: np.ndarray, room: np.ndarray
         left = left - given
         going &= left > 0
     return out
+
+
+def _largest_remainders(key: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """(R, n) 1 at the ``count[r]`` smallest entries of each row of ``key`` (ties to the lower
+    index), else 0: the first ``count[r]`` of a stable ascending argsort, found by sorting the
+    values only (the ``count``-th smallest is the threshold; entries below it are in, entries at
+    it are taken in index order)."""
+    rows = np.arange(key.shape[0])
+    ordered = np.sort(key, axis=1)
+    threshold = ordered[rows, np.maximum(count - 1, 0)]
+    below = key < threshold[:, None]
+    at = key == threshold[:, None]
+    wanted = (count - below.sum(axis=1))[:, None]
+    chosen = below | (at & (np.cumsum(at, axis=1) <= wanted))
+    found: np.ndarray = (chosen & (count > 0)[:, None]).astype(np.int64)
+    return found
 
 
 def even_plan_rows(

@@ -53,8 +53,10 @@ from policies.batched import (
 RowSampler = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 #: Prices one round: plans (S, L, M) -> (tokens, trials whose tokens are known, GPU-seconds),
-#: each (S, L, M).
-RowCosting = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+#: each (S, L, M) or ``None`` where the run knows no such cost.
+RowCosting = Callable[
+    [np.ndarray], tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]
+]
 
 
 @dataclass(frozen=True)
