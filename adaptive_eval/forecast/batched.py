@@ -54,9 +54,7 @@ RowSampler = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 #: Prices one round: plans (S, L, M) -> (tokens, trials whose tokens are known, GPU-seconds),
 #: each (S, L, M) or ``None`` where the run knows no such cost.
-RowCosting = Callable[
-    [np.ndarray], tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]
-]
+RowCosting = Callable[[np.ndarray], tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]]
 
 
 @dataclass(frozen=True)
