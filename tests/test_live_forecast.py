@@ -423,6 +423,14 @@ def test_closing_stops_a_forecast_still_computing(tmp_path: Path) -> None:
     assert not _running(pid)
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def _running(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (ended, not yet reaped)."""
     try:
@@ -430,3 +438,47 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):  # gone, or reaped while being read
         return False
+
+
+@pytest.mark.slow
+def test_no_forecast_process_outlives_a_killed_run(tmp_path: Path) -> None:
+    """kill -9 of the watcher and the command: the forecast process they started ends with
+    them (it once ran on, re-parented to pid 1, 490 s later)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from helpers import CLI, assert_session_ended, session_processes
+
+    scenario = write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
+    data = base_config(str(scenario), max_trials_per_question=400)
+    data["models"][0]["latency"] = {"per_trial_s": 0.004}
+    data["execution"]["dispatch"] = "inline"
+    config = write_config(tmp_path / "c.yaml", data)
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [str(CLI), "run", str(config), "--out", str(run_dir)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        events = run_dir / "events.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if events.exists() and '"live_forecast"' in events.read_text():
+                break
+            assert process.poll() is None, "the run ended before its first forecast"
+            time.sleep(0.1)
+        pids = [int(line.split()[0]) for line in session_processes(process.pid)]
+        command = [pid for pid in pids if _parent(pid) == process.pid]
+        forecast = [pid for pid in pids if command and _parent(pid) == command[0]]
+        assert len(command) == 1 and forecast, session_processes(process.pid)
+        for pid in (process.pid, command[0]):  # the watcher and the command, not the forecast
+            os.kill(pid, signal.SIGKILL)
+        process.wait(10)
+        assert_session_ended(process.pid, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
