@@ -128,7 +128,7 @@ def build_campaign(config: CampaignConfig) -> Campaign:
     rules, stopping = build_rules(config, settings.budget)
     confidence = settings.policy.confidence
     design = stopping.interval_design(confidence) or IntervalDesign(confidence)
-    check_goals(config, design, capacity, plans)
+    check_goals(config, design, capacity, plans, rules)
     allocator = build_allocator(config)
     fixed_n, fixed_n_note = fixed_n_baseline(
         config, plans, width_fixed_n(config, design, len(question_ids), len(names))

@@ -4,8 +4,8 @@ goals a campaign could never meet, budgets and sections a backend would ignore.
 Each raises an :class:`~adaptive_eval.base.errors.InputError` naming the file, the field and the
 value. :func:`adaptive_eval.campaign.build.build_campaign` calls the two passes: the backend
 plans against each other and the config (:func:`check_plans`), then the goals against the
-built rules (:func:`check_goals`; with them each pair rule's prior against the campaign's models
-and rubric, :func:`check_rule_priors`). (The paths are checked where the config is settled,
+built rules (:func:`check_goals`; with them each built pair rule's prior against the campaign's
+models and rubric, :func:`check_rule_priors`). (The paths are checked where the config is settled,
 :meth:`~adaptive_eval.config.schema.CampaignConfig.settle`; a backend's files, the prior's file
 and a plug-in's parameters where they are built, :mod:`adaptive_eval.campaign.parts`.)
 """
@@ -22,6 +22,7 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.parts import COMPOSITES, build_pair_rules
 from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.config.schema import CampaignConfig, plugin_spec
+from adaptive_eval.decide.contracts import PairRule
 from adaptive_eval.stats.intervals import IntervalDesign, trials_for_width
 
 __all__ = ["check_goals", "check_plans", "check_rule_priors", "plugin_spec"]
@@ -72,12 +73,17 @@ def check_plans(config: CampaignConfig, plans: list[BackendPlan]) -> tuple[str, 
 
 
 def check_goals(
-    config: CampaignConfig, design: IntervalDesign, capacity: np.ndarray, plans: list[BackendPlan]
+    config: CampaignConfig,
+    design: IntervalDesign,
+    capacity: np.ndarray,
+    plans: list[BackendPlan],
+    rules: Sequence[PairRule],
 ) -> None:
     """What the campaign is asked to reach, against what its rules and files allow: a width
     goal (:func:`_check_width_goal`), a fixed-N baseline no larger than a replay's recorded
-    trials per question, a pair rule's prior that fits the campaign (:func:`check_rule_priors`)."""
-    check_rule_priors(config, [name for plan in plans for name in plan.models])
+    trials per question, the prior of each of the campaign's pair rules ``rules`` (as built
+    from ``policy.pair_rules``) fitting the campaign (:func:`check_rule_priors`)."""
+    check_rule_priors(config, [name for plan in plans for name in plan.models], rules)
     _check_width_goal(config, design, capacity, len(plans[0].question_ids))
     recorded = [plan.capacity for plan in plans if plan.capacity is not None]
     fixed_n = config.baseline.fixed_n
@@ -99,16 +105,20 @@ class ChecksItsPrior(Protocol):
     def check_campaign(self, names: Sequence[str], low: float, high: float) -> None: ...
 
 
-def check_rule_priors(config: CampaignConfig, names: Sequence[str]) -> None:
+def check_rule_priors(
+    config: CampaignConfig, names: Sequence[str], rules: Sequence[PairRule] | None = None
+) -> None:
     """Each pair rule's prior fits the campaign of models ``names``: its scores within the
     rubric's range, at least one of its models in the campaign, ``prior_models`` naming models
-    of it (:meth:`policies.betting.Betting.check_campaign`). The rules are built again for this
-    (an earlier run's summary.json is read once more): :func:`check_goals` is not handed the
-    campaign's rules. A prior that cannot be read at all was refused when they were built, each
-    naming ``policy.pair_rules[i]``; nightly calls this on each past night it could bet on."""
+    of it (:meth:`policies.betting.Betting.check_campaign`). ``rules`` are the config's pair
+    rules as :func:`~adaptive_eval.campaign.parts.build_pair_rules` built them, in
+    ``policy.pair_rules`` order (the campaign's, so an earlier run's summary.json is read once);
+    without them they are built here, and a prior that cannot be read at all is refused then,
+    naming ``policy.pair_rules[i]``. Nightly calls this on each past night it could bet on."""
     weights = config.rubric.weights
     low, high = float(min(weights)), float(max(weights))
-    for index, rule in enumerate(build_pair_rules(config)):
+    built = build_pair_rules(config) if rules is None else rules
+    for index, rule in enumerate(built):
         if not isinstance(rule, ChecksItsPrior):
             continue
         try:
