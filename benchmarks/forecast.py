@@ -86,15 +86,20 @@ import numpy as np
 import yaml
 
 from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign, exit_code
 from adaptive_eval.config.schema import CampaignConfig, load_config
 from adaptive_eval.config.settings import BudgetSettings
+from adaptive_eval.control.pilot import PilotCore
+from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.campaign import Forecast, forecast
 from adaptive_eval.forecast.evidence import Evidence
+from adaptive_eval.forecast.pilot import AUTO_START, next_target
 from adaptive_eval.forecast.simulate import (
     Truth,
     recorded_costing,
     replay_sampler,
+    run_core,
     simulate_campaign,
 )
 
@@ -112,7 +117,7 @@ DEMO = REPO / "configs" / "demo.yaml"
 REAL = REPO.parent / "shared" / "data" / "real"
 NO_BUDGET = BudgetSettings(None, None, None)
 #: The forecast's predictive (``--predictive``): set in main, inherited by forked workers.
-PREDICTIVE = "cells"
+PREDICTIVE = "resolved"
 #: The suite campaigns run (benchmarks/sequential.py's names) and their short names here.
 SUITE = {
     "12 models, gaps 3x rope": "suite: 12 models, gaps 3x rope",
@@ -167,28 +172,68 @@ def draw_tokens(mean: np.ndarray, depth: int, rng: np.random.Generator) -> np.nd
     return np.asarray(np.maximum(1, np.rint(mean[..., None] * cube)), dtype=np.int64)
 
 
-def pilot_evidence(tape: np.ndarray, tokens: np.ndarray | None, pilot: int) -> Evidence:
-    """The tape's first ``pilot`` trials of every cell, as a pilot records them."""
+def pilot_evidence(
+    tape: np.ndarray, tokens: np.ndarray | None, pilot: int | np.ndarray
+) -> Evidence:
+    """The tape's first ``pilot`` trials of every cell (a number, or (L, M) per cell), as a
+    pilot records them."""
     num_models, num_questions = tape.shape[:2]
-    m, q, t = np.indices((num_models, num_questions, pilot)).reshape(3, -1)
-    costs = np.full(m.shape, -1) if tokens is None else tokens[:, :, :pilot].reshape(-1)
+    depth = np.broadcast_to(np.asarray(pilot), (num_models, num_questions))
+    m, q, t = np.indices((num_models, num_questions, int(depth.max()))).reshape(3, -1)
+    kept = t < depth[m, q]
+    m, q, t = m[kept], q[kept], t[kept]
+    costs = np.full(m.shape, -1) if tokens is None else tokens[m, q, t]
     return Evidence.from_trials(
         (num_models, num_questions),
         m,
         q,
         t,
-        tape[:, :, :pilot].reshape(-1),
+        tape[m, q, t],
         costs,
         np.zeros(m.shape),
         replayed=True,
         source="pilot",
-        detail=f"benchmark pilot of {pilot}",
+        detail=f"benchmark pilot of {int(depth.sum())} trials",
     )
 
 
-def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any]:
+class _PilotOnTape(PilotCore):
+    """The pilot's core as :func:`run_core` drives it (it asks for the limits too)."""
+
+    def __init__(self, core: Any, trials: int) -> None:
+        super().__init__(core, trials)
+        self.limits = core.limits
+
+
+def auto_pilot(
+    campaign: Campaign, tape: np.ndarray, tokens: np.ndarray | None, seed: int
+) -> tuple[Evidence, Any, RunState, int]:
+    """``forecast --pilot auto`` on a tape: the pilot of AUTO_START, then on through the
+    campaign's own rounds while :func:`next_target` asks for more. Returns the pilot's evidence,
+    the campaign's core and state there (the run continues them), and how many looks it took."""
+    core = campaign.decision_core()
+    state = RunState(campaign.prior, campaign.weights)
+    pilot = _PilotOnTape(core, AUTO_START)
+    k = campaign.num_categories
+    truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.weights)
+    costing = None if tokens is None else recorded_costing(tokens)
+    args = (campaign.view_settings(), truth, np.random.default_rng(0), replay_sampler(tape, k))
+    run_core(pilot, state, *args, costing=costing)  # type: ignore[arg-type]
+    looks = 1
+    while True:
+        look = next_target(campaign, core, state, seed)
+        if look.target is None:
+            break
+        pilot.extend(look.target)
+        run_core(pilot, state, *args, costing=costing, decided=True)  # type: ignore[arg-type]
+        looks += 1
+    return pilot_evidence(tape, tokens, state.trials), core, state, looks
+
+
+def run_replicate(task: tuple[Case, int, int, int | str, int | None]) -> dict[str, Any]:
     """Replicate ``rep`` of ``case``: forecast from the pilot, then the realised run."""
-    case, rep, simulations, pilot, processes = task
+    case, rep, simulations, asked, processes = task
+    pilot = AUTO_START if asked == "auto" else int(asked)
     config = _config(case.config, pilot)
     campaign = build_campaign(_config(case.forecast_config or case.config, pilot))
     cap = campaign.settings.policy.max_trials_per_question
@@ -205,7 +250,12 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
         tape = (draws[..., None] > probs.cumsum(axis=2)[:, :, None, :]).sum(axis=3)
         if tokens_mean is not None:
             tokens = draw_tokens(tokens_mean, cap, rng)
-    evidence = pilot_evidence(tape, tokens, pilot)
+    grown = None
+    if asked == "auto":
+        grown = auto_pilot(build_campaign(config), tape, tokens, rep)
+        evidence = grown[0]
+    else:
+        evidence = pilot_evidence(tape, tokens, pilot)
     started = time.perf_counter()
     found = forecast(
         campaign,
@@ -217,13 +267,27 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
         predictive=PREDICTIVE,
     )
     seconds = time.perf_counter() - started
-    real = simulate_campaign(
-        build_campaign(config),
-        Truth(probs, campaign.weights),
-        rng,
-        replay_sampler(tape, campaign.num_categories),
-        costing=None if tokens is None else recorded_costing(tokens),
-    )
+    real: Any
+    if grown is not None:  # the run continues the pilot's rounds (it reuses them)
+        _, core, state, _ = grown
+        real = run_core(
+            core,
+            state,
+            campaign.view_settings(),
+            Truth(probs, campaign.weights),
+            rng,
+            replay_sampler(tape, campaign.num_categories),
+            costing=None if tokens is None else recorded_costing(tokens),
+            decided=True,
+        )
+    else:
+        real = simulate_campaign(
+            build_campaign(config),
+            Truth(probs, campaign.weights),
+            rng,
+            replay_sampler(tape, campaign.num_categories),
+            costing=None if tokens is None else recorded_costing(tokens),
+        )
     settled = sum(d.settled for d in real.decisions)
     real_tokens = None
     if tokens is not None:
@@ -231,6 +295,9 @@ def run_replicate(task: tuple[Case, int, int, int, int | None]) -> dict[str, Any
         real_tokens = int((tokens * used).sum())
     return {
         "replicate": rep,
+        "pilot_trials": evidence.trials,
+        "pilot_looks": None if grown is None else grown[3],
+        "resolved": None if found.resolution is None else found.resolution.resolved,
         "seconds": seconds,
         "forecast": _ranges(found),
         "stops": found.stops,
@@ -256,7 +323,7 @@ def _where(value: float | None, rng: dict[str, float] | None) -> int | None:
 
 
 def summarise(
-    case: Case, results: list[dict[str, Any]], simulations: int, pilot: int
+    case: Case, results: list[dict[str, Any]], simulations: int, pilot: int | str
 ) -> dict[str, Any]:
     """One campaign's calibration row."""
     row: dict[str, Any] = {
@@ -298,12 +365,17 @@ def summarise(
         else None
     )
     row["seconds_median"] = float(statistics.median(r["seconds"] for r in results))
+    row["within_20"] = float(np.mean([abs(ratio - 1) <= 0.2 for ratio in ratios]))
+    row["pilot_share"] = float(
+        np.mean([r["pilot_trials"] / max(r["realised"]["trials"], 1) for r in results])
+    )
+    row["resolved_share"] = float(np.mean([bool(r["resolved"]) for r in results]))
     row["results"] = results
     return row
 
 
 def run_case(
-    case: Case, reps: int, simulations: int, pilot: int, jobs: int, processes: int | None
+    case: Case, reps: int, simulations: int, pilot: int | str, jobs: int, processes: int | None
 ) -> dict[str, Any]:
     started = time.perf_counter()
     if jobs > 1:
@@ -803,8 +875,8 @@ def chosen(
     return [(c, reps) for c, reps in counted if reps > 0]
 
 
-def _shape(case: Case, pilot: int) -> str:
-    campaign = build_campaign(_config(case.config, pilot))
+def _shape(case: Case, pilot: int | str) -> str:
+    campaign = build_campaign(_config(case.config, AUTO_START if pilot == "auto" else int(pilot)))
     cap = campaign.settings.policy.max_trials_per_question
     return f"{campaign.num_models} x {campaign.num_questions}, {cap}"
 
@@ -816,7 +888,12 @@ def main() -> None:
     parser.add_argument("--replicates", type=int, default=20, help="per simulated campaign")
     parser.add_argument("--real-replicates", type=int, default=5, help="per real replay")
     parser.add_argument("--simulations", type=int, default=40, help="per forecast")
-    parser.add_argument("--pilot", type=int, default=4, help="pilot trials per question")
+    parser.add_argument(
+        "--pilot",
+        type=lambda text: text if text == "auto" else int(text),
+        default=4,
+        help="pilot trials per question, or auto (forecast --pilot auto)",
+    )
     parser.add_argument("--questions", type=int, default=30, help="suite campaigns' questions")
     parser.add_argument("--cap", type=int, default=100, help="suite campaigns' cap")
     parser.add_argument(
@@ -850,8 +927,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-forecast")
     parser.add_argument(
         "--predictive",
-        choices=("spacing", "cells"),
-        default="cells",
+        choices=("spacing", "cells", "resolved"),
+        default="resolved",
         help="the forecast's truths: each cell's posterior (the default) or tilted to the "
         "deconvolved spacing prior (measured, not adopted: docs/forecast.md)",
     )

@@ -559,3 +559,72 @@ def test_a_damaged_forecast_in_the_folder_is_one_line_before_any_trial(
     line = one_error_line(capsys.readouterr().err)
     assert "forecast.json" in line and "is not a forecast" in line
     assert not (run_dir / "trials.sqlite").exists()
+
+
+def test_an_automatic_pilot_samples_on_until_it_resolves_the_gaps_and_the_run_reuses_it(
+    tmp_path: Path, no_ray: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Twelve models evenly spread: a pilot of 4 cannot tell their gaps from ties; the automatic
+    pilot samples the campaign's own rounds on (each look a line and an event) and the run
+    continues from every trial it recorded."""
+    scores = [0.17 + 0.06 * i for i in range(12)]
+    scenario = write_scenario(tmp_path / "s.npz", mimic_success(scores, questions=12))
+    config = write_config(
+        tmp_path / "c.yaml", base_config(str(scenario), max_trials_per_question=200)
+    )
+    out = tmp_path / "auto"
+    args = ["forecast", str(config), "--pilot", "auto", "--out", str(out), "--simulations", "10"]
+    assert main([*args, *TEST_DISPATCH]) == 0
+    said = capsys.readouterr()
+    looks = [line for line in said.err.splitlines() if line.startswith("pilot: ")]
+    assert len(looks) >= 2 and "sampling on to about" in looks[0]
+    assert "sampling on" not in looks[-1]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    grown = [e for e in events if e["event"] == "pilot_growth"]
+    assert len(grown) == len(looks) and grown[-1]["target"] is None
+    pilot = len(ledger(out))
+    assert pilot > 4 * 12 * 12  # more than a pilot of 4
+    record = json.loads((out / "forecast.json").read_text())
+    assert record["evidence"]["trials"] == pilot
+    assert main(["run", str(config), "--out", str(out), "--quiet", *TEST_DISPATCH]) == 0
+    assert json.loads((out / "summary.json").read_text())["trials_used"] >= pilot
+
+
+def test_an_automatic_pilot_asks_for_twice_the_trials_within_its_share_of_the_forecast(
+    tmp_path: Path,
+) -> None:
+    from adaptive_eval.decide.state import RunState
+    from adaptive_eval.forecast.pilot import AUTO_SHARE, next_target
+    from adaptive_eval.forecast.simulate import run_core
+
+    scores = [0.17 + 0.06 * i for i in range(12)]
+    success = mimic_success(scores, questions=12)
+    probs = np.stack([1 - success, success], axis=2)
+    scenario = write_scenario(tmp_path / "t.npz", success)
+    config = write_config(
+        tmp_path / "twelve.yaml", base_config(str(scenario), max_trials_per_question=200)
+    )
+    campaign = build_campaign(load(config))
+    core = campaign.decision_core()
+    state = RunState(campaign.prior, campaign.weights)
+
+    class Halt(Exception):
+        pass
+
+    def watch(view: Any, outcome: Any) -> None:
+        if view.round >= 1:
+            raise Halt
+
+    with pytest.raises(Halt):
+        run_core(
+            core,
+            state,
+            campaign.view_settings(),
+            Truth(probs, campaign.weights),
+            np.random.default_rng(0),
+            watch=watch,
+        )
+    look = next_target(campaign, core, state)
+    assert look.resolution is not None and not look.resolution.resolved
+    assert look.forecast_total is not None
+    assert look.target == min(2 * state.trials_used, int(AUTO_SHARE * look.forecast_total))

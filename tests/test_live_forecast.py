@@ -482,3 +482,130 @@ def test_no_forecast_process_outlives_a_killed_run(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+
+
+# -- when forecasts are made, and what a failure costs ----------------------------------------
+
+
+def _forecaster_at(tmp_path: Path, **kwargs: Any) -> tuple[Any, Any, Any, LiveForecaster]:
+    campaign = build_campaign(load_config(_config(tmp_path)))
+    core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
+    return campaign, core, state, LiveForecaster(campaign, **kwargs)
+
+
+def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> None:
+    from adaptive_eval.forecast.live import FRESH_SHARE, REFRESH_S
+
+    campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
+    first, failed = forecaster.after_round(core, state, 100.0, 0.01)
+    assert first is not None and failed is None
+    # The same round again: nothing new to forecast.
+    assert forecaster.after_round(core, state, 100.5) == (None, None)
+    later, _ = _continue(campaign, _probs(SCORES, 12), stop_round=3)
+    _, moved = _continue(campaign, _probs(SCORES, 12), stop_round=3)
+    share = (moved.trials_used - state.trials_used) / first.trials.p50
+    settled_before = sum(d.settled or d.futile for d in core.decisions)
+    settled_after = sum(d.settled or d.futile for d in later.decisions)
+    found, _ = forecaster.after_round(later, moved, 101.0)
+    due = share >= FRESH_SHARE or settled_after != settled_before
+    assert (found is not None) is due
+    # A minute on, a forecast is due whatever moved.
+    final, final_state = _continue(campaign, _probs(SCORES, 12), stop_round=4)
+    found, _ = forecaster.after_round(final, final_state, 101.0 + REFRESH_S + 1)
+    assert found is not None or final.stop is not None
+
+
+def test_the_forecast_keeps_within_its_share_of_the_wall_time(tmp_path: Path) -> None:
+    from adaptive_eval.forecast.live import INLINE_DUTY
+
+    campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
+    found, _ = forecaster.after_round(core, state, 1e-3, 0.01)
+    assert found is not None
+    assert forecaster.busy_s > INLINE_DUTY * 1e-3
+    later, moved = _continue(campaign, _probs(SCORES, 12), stop_round=6)
+    # The run is far too young for a second forecast's compute: none is made.
+    assert forecaster.after_round(later, moved, 2e-3) == (None, None)
+    found, _ = forecaster.after_round(later, moved, 1e4)
+    assert found is not None
+
+
+def test_the_simulations_grow_while_a_forecast_is_quick(tmp_path: Path) -> None:
+    from adaptive_eval.forecast.live import MAX_GROWTH
+
+    campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
+    sizes = []
+    for stop_round in range(2, 12):
+        core, state = _continue(campaign, _probs(SCORES, 12), stop_round=stop_round)
+        found, _ = forecaster.after_round(core, state, 1e4 * stop_round)
+        if found is not None:
+            sizes.append(found.simulations)
+    assert sizes[0] == 5 and max(sizes) > 5 and max(sizes) <= 5 * MAX_GROWTH
+    assert sizes == sorted(sizes)
+
+
+class _DyingProcess:
+    """A forecast process that dies as soon as it is asked."""
+
+    def __init__(self, campaign: Any) -> None:
+        self.closed = False
+
+    def send(self, snapshot: Any) -> None:
+        pass
+
+    def answer(self) -> Any:
+        raise RuntimeError("the forecast process ended (exit code -9)")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_dead_process_is_one_failure_then_the_forecast_goes_on_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_forecast, "ForecastProcess", _DyingProcess)
+    campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5)
+    forecaster.start()
+    assert forecaster.after_round(core, state, 10.0) == (None, None)  # sent
+    found, failed = forecaster.after_round(core, state, 10.1)
+    assert found is None and failed is not None and "exit code -9" in failed
+    assert forecaster.inline and forecaster.process is None
+    later, moved = _continue(campaign, _probs(SCORES, 12), stop_round=4)
+    found, failed = forecaster.after_round(later, moved, 1e4)
+    assert found is not None and failed is None  # in this process from now on
+
+
+def test_a_forecast_that_fails_here_too_stops_forecasting_without_another_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_forecast, "ForecastProcess", _DyingProcess)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("no forecast today")
+
+    monkeypatch.setattr(live_forecast, "forecast_rest", broken)
+    campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5)
+    forecaster.start()
+    said = []
+    for stop_round in range(2, 8):
+        core, state = _continue(campaign, _probs(SCORES, 12), stop_round=stop_round)
+        said.append(forecaster.after_round(core, state, 1e4 * stop_round)[1])
+    assert [line for line in said if line is not None] == [
+        "RuntimeError: the forecast process ended (exit code -9)"
+    ]
+    assert len(forecaster.failures) == 2 and forecaster._off
+
+
+def test_compare_campaigns_and_their_cores_can_be_sent_to_the_forecast_process(
+    tmp_path: Path,
+) -> None:
+    """The closures of compare's pair selectors failed to pickle: every compare run logged a
+    live_forecast_failed per round and never forecast."""
+    from adaptive_eval.campaign.checkpoint import compare_campaign
+
+    campaign = build_campaign(load_config(_config(tmp_path)))
+    for margin in (None, 0.05):
+        steered, _ = compare_campaign(campaign, campaign.names[1], margin)
+        copy = pickle.loads(pickle.dumps(steered))
+        assert copy.names == steered.names
+        core = steered.decision_core()
+        assert thaw_core(freeze_core(core)).pairs == core.pairs

@@ -63,6 +63,10 @@ class ConsoleLines:
                 self.stream.write(line + "\n")
         return len(text)
 
+    def say(self, line: str) -> None:
+        """Write ``line`` as a line of its own."""
+        self.write(line + "\n")
+
     def flush(self) -> None:
         self.stream.flush()
 

@@ -88,6 +88,11 @@ class _Parser(argparse.ArgumentParser):
         )
 
 
+def _pilot(text: str) -> int | str:
+    """``--pilot``: a whole number of trials per question, or ``auto``."""
+    return "auto" if text.strip().lower() == "auto" else _at_least(1)(text)
+
+
 def _at_least(low: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer >= ``low``."""
 
@@ -149,10 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     forecast.add_argument(
         "--pilot",
-        type=int,
-        metavar="K",
+        type=_pilot,
+        metavar="K|auto",
         help="evidence: sample K trials per question of every model into --out first (the "
-        "run's own first trials: `run` on that folder reuses them)",
+        "run's own first trials: `run` on that folder reuses them); auto: 4, then on through "
+        "the campaign's own rounds until the evidence tells the models' gaps apart or the "
+        "pilot has cost 15%% of the forecast",
     )
     forecast.add_argument(
         "--out", help="the run folder: forecast.json is written there (required with --pilot)"

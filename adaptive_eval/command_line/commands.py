@@ -395,13 +395,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_forecast(args: argparse.Namespace) -> int:
     from adaptive_eval.config.schema import load_config
+    from adaptive_eval.forecast.pilot import AUTO_START
     from adaptive_eval.workflows.forecast import ForecastRequest, render, run_forecast
 
     config = load_config(args.config, args.set)
     out = None if args.out is None else Path(args.out)
+    auto = args.pilot == "auto"
     request = ForecastRequest(
         from_dir=None if args.from_dir is None else Path(args.from_dir),
-        pilot=args.pilot,
+        pilot=AUTO_START if auto else args.pilot,
+        auto=auto,
         out=out,
         simulations=args.simulations,
         seed=args.seed,

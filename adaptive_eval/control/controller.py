@@ -189,6 +189,11 @@ class Controller(DecidedByCore):
             )
         if results and self.first_result is None:
             self.first_result = (self.elapsed_s, self.recorded)
+            if self.record_events and self.store.get_meta("first_result") is None:
+                # Once per campaign: a forecast of its wall time prices start-up apart.
+                self.store.set_meta(
+                    first_result={"elapsed_s": self.elapsed_s, "trials": self.recorded}
+                )
         if results and self.on_progress:
             self.on_progress(self)
 

@@ -491,17 +491,19 @@ def forecast(
     candidate: str | None = None,
     judge: Judge | None = None,
     meanings: Mapping[int, str] | None = None,
-    predictive: str = "cells",
+    predictive: str = "resolved",
 ) -> Forecast:
     """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
     ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
     at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count; ``judge``
     (compare's, :func:`~adaptive_eval.campaign.checkpoint.compare_campaign`'s) adds the
     forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``).
-    ``predictive``: ``cells`` draws each cell's truth from its posterior (the default, measured
-    best from a pilot: docs/forecast.md); ``spacing`` tilts those draws onto the deconvolved
-    spacing of the models' scores (:mod:`~adaptive_eval.forecast.predictive`). The evidence's
-    resolution (what pilot size tells a typical gap from a tie) is reported either way."""
+    ``predictive``: ``cells`` draws each cell's truth from its posterior (measured best from a
+    pilot of 4: docs/forecast.md); ``spacing`` tilts those draws onto the deconvolved spacing
+    of the models' scores (:mod:`~adaptive_eval.forecast.predictive`); ``resolved`` (the
+    default) is ``spacing`` where the evidence tells a typical gap from a tie (an automatic
+    pilot's aim), else ``cells``. The evidence's resolution (what pilot size tells a typical gap
+    from a tie) is reported either way."""
     global _JOB
     num_categories = campaign.num_categories
     extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)

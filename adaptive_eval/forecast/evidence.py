@@ -128,23 +128,30 @@ class CostModel:
 
 
 def wall_model(
-    elapsed_s: float | None, trials: int, first_round: dict[str, float] | None
+    elapsed_s: float | None,
+    trials: int,
+    first_round: dict[str, float] | None,
+    first_result: dict[str, float] | None = None,
 ) -> tuple[float | None, float | None]:
-    """(start-up seconds, steady seconds per trial) of a recorded run: ``first_round`` is when
-    its first round was applied (``elapsed_s`` and ``trials`` then, recorded by the
-    controller). The rate is the time after it over the trials after it; the start-up is the
-    first round's time less its trials at that rate. Without a later round, everything is rate
+    """(start-up seconds, steady seconds per trial) of a recorded run. ``first_result`` is when
+    its first batch came back and ``first_round`` when its first round was applied (``elapsed_s``
+    and ``trials`` then, recorded by the controller). The rate is the time after the first
+    result over the trials after it (a pilot is one round, so only its batches can tell the
+    rate from the start-up); the start-up is the time to that result less its trials at that
+    rate. Without a later result, the first round serves; without either, everything is rate
     (no start-up known). None, None where the run was not timed."""
     if not elapsed_s or trials <= 0:
         return None, None
-    if first_round is None:
-        return None, elapsed_s / trials
-    first_s = float(first_round.get("elapsed_s", 0.0))
-    first_trials = int(first_round.get("trials", 0))
-    if trials <= first_trials or elapsed_s <= first_s:
-        return None, elapsed_s / trials
-    rate = (elapsed_s - first_s) / (trials - first_trials)
-    return max(first_s - first_trials * rate, 0.0), rate
+    for mark in (first_result, first_round):
+        if mark is None:
+            continue
+        first_s = float(mark.get("elapsed_s", 0.0))
+        first_trials = int(mark.get("trials", 0))
+        if trials <= first_trials or elapsed_s <= first_s:
+            continue
+        rate = (elapsed_s - first_s) / (trials - first_trials)
+        return max(first_s - first_trials * rate, 0.0), rate
+    return None, elapsed_s / trials
 
 
 def score_resolution(evidence: Evidence, weights: np.ndarray) -> float | None:

@@ -317,8 +317,9 @@ class Resolution:
         )
 
 
-#: The predictives a forecast can draw its truths from.
-PREDICTIVES = ("cells", "spacing")
+#: The predictives a forecast can draw its truths from: ``resolved`` is ``spacing`` where the
+#: evidence tells a typical gap from a tie (:class:`Resolution`), else ``cells``.
+PREDICTIVES = ("cells", "spacing", "resolved")
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,13 @@ class Predictive:
         fitted = None
         if (counts.sum(axis=(1, 2)) > 0).all():
             fitted = SpacingPrior.fit(ScoreEvidence.of(alpha, counts, weights), weights)
+        if kind == "resolved":
+            trials = counts.sum(axis=2)
+            told = (
+                fitted is not None
+                and Resolution.of(fitted, float(np.median(trials[trials > 0]))).resolved
+            )
+            kind = "spacing" if told else "cells"
         return cls(alpha, counts, weights, kind, fitted)
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:

@@ -24,7 +24,7 @@ from adaptive_eval.base.summary_schema import Dispatch, Nightly, Summary, record
 from adaptive_eval.base.types import Batch, BatchResult, Stop, StopReason
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.control.controller import Controller
-from adaptive_eval.control.pilot import run_pilot
+from adaptive_eval.control.pilot import Grow, run_pilot
 from adaptive_eval.control.run_result import FinishedRun, RunFacts, finished_run
 from adaptive_eval.dispatch import (
     DispatchStats,
@@ -57,14 +57,15 @@ def execute(
     console: IO[str] | None,
     quiet: bool,
     pilot: int | None = None,
+    grow: Grow | None = None,
 ) -> Summary | None:
     """Run (or resume) ``campaign`` in ``run_dir``, which the caller has prepared and locked.
 
     Ray's own output goes to ``run_dir/ray.log`` for the run's lifetime; the workers (the
     config's dispatch mode, :mod:`adaptive_eval.dispatch.launch`) start only when the first
     batch needs sampling. ``pilot``: record only the run's first ``pilot`` trials per question
-    (:mod:`adaptive_eval.control.pilot`) and return ``None`` without outputs, unless the
-    campaign finished within them.
+    (:mod:`adaptive_eval.control.pilot`; ``grow``: then on while it names a larger total) and
+    return ``None`` without outputs, unless the campaign finished within them.
     """
     store, campaign_id, resumed = open_run_dir(campaign, run_dir, recover=True)
     try:
@@ -79,6 +80,7 @@ def execute(
                 quiet,
                 conclude,
                 pilot,
+                grow,
             )
     finally:
         store.close()
@@ -94,6 +96,7 @@ def _run_opened(
     quiet: bool,
     conclude: Conclude,
     pilot: int | None,
+    grow: Grow | None,
 ) -> Summary | None:
     settings = campaign.settings
     lines = ConsoleLines(terminal)
@@ -155,7 +158,7 @@ def _run_opened(
             if pilot is None:
                 controller.run()
             else:
-                finished = run_pilot(controller, pilot)
+                finished = run_pilot(controller, pilot, grow, None if quiet else lines.say)
         finally:
             if controller.live is not None:
                 controller.live.close()

@@ -34,8 +34,10 @@ from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config.schema import CampaignConfig
+from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.library import library_trials
-from adaptive_eval.control.pilot import MIN_PILOT
+from adaptive_eval.control.pilot import MIN_PILOT, Grow
+from adaptive_eval.decide.core import DecisionCore
 from adaptive_eval.forecast.campaign import (
     Forecast,
     Range,
@@ -44,6 +46,7 @@ from adaptive_eval.forecast.campaign import (
     forecast,
 )
 from adaptive_eval.forecast.evidence import Evidence, wall_model
+from adaptive_eval.forecast.pilot import Growth, next_target
 from adaptive_eval.loop.rundir import check_out_folder, differences, identity_changes
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
 from adaptive_eval.store import TrialStore
@@ -69,6 +72,9 @@ class ForecastRequest:
     from_dir: Path | None = None
     pilot: int | None = None
     out: Path | None = None
+    #: ``--pilot auto``: the pilot starts at ``pilot`` and grows through the campaign's own
+    #: rounds until it tells the models' gaps apart (:mod:`adaptive_eval.forecast.pilot`).
+    auto: bool = False
     simulations: int | None = None  # None: default_simulations of the campaign's size
     seed: int = 0
     #: Forecast ``compare --candidate`` (its pairs: the candidate against each incumbent).
@@ -112,7 +118,8 @@ def run_forecast(
     campaign = _campaign(config, request)[0]
     if pilot is not None:
         assert request.out is not None
-        _sample_pilot(config, campaign, request.out, pilot, console, quiet)
+        grow = _growth(campaign, request.seed) if request.auto else None
+        _sample_pilot(config, campaign, request.out, pilot, console, quiet, grow)
     evidence = gather_evidence(campaign, request)
     unbudgeted, judge = _campaign(without_budget(config), request)
     found = forecast(
@@ -166,6 +173,7 @@ def _sample_pilot(
     pilot: int,
     console: IO[str] | None,
     quiet: bool,
+    grow: Grow | None = None,
 ) -> None:
     cost = pilot * campaign.num_models * campaign.num_questions
     budget = campaign.settings.budget.trials
@@ -189,7 +197,19 @@ def _sample_pilot(
     # forecast of an earlier campaign in the folder cannot be read as this one's.
     atomic_write(run_dir / PILOT_FILE, json.dumps({"trials_per_question": trials}) + "\n")
     (run_dir / FORECAST_FILE).unlink(missing_ok=True)
-    sample(campaign, run_dir, console=console, quiet=quiet, pilot=pilot)
+    sample(campaign, run_dir, console=console, quiet=quiet, pilot=pilot, grow=grow)
+
+
+def _growth(campaign: Campaign, seed: int) -> Grow:
+    """``--pilot auto``'s question after each stretch of the pilot: sample on, and to what?"""
+
+    def grow(controller: Controller) -> Growth:
+        core = controller.core
+        inner = getattr(core, "core", core)  # the pilot's core wraps the campaign's
+        assert isinstance(inner, DecisionCore)
+        return next_target(campaign, inner, controller.state, seed)
+
+    return grow
 
 
 def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
@@ -247,6 +267,7 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
         questions = list(store.get_meta("questions") or [])
         elapsed = store.get_meta("elapsed_s")
         first_round = store.get_meta("first_round")
+        first_result = store.get_meta("first_result")
         arrays = store.trial_arrays()
     finally:
         store.close()
@@ -273,6 +294,7 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
         float(elapsed) if elapsed else None,
         len(arrays.trial),
         first_round if isinstance(first_round, dict) else None,
+        first_result if isinstance(first_result, dict) else None,
     )
     what = "the run's own recorded trials" if replayed else "an earlier run of this campaign"
     return Evidence.from_trials(

@@ -21,6 +21,7 @@ from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Sum
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.config.schema import CampaignConfig
+from adaptive_eval.control.pilot import Grow
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.dispatch import cluster
 from adaptive_eval.dispatch.preflight import check_before_sampling, check_services
@@ -100,9 +101,11 @@ def sample(
     quiet: bool = False,
     finish: Finish | None = None,
     pilot: int | None = None,
+    grow: Grow | None = None,
 ) -> Summary | None:
     """Check the inputs against the cluster, lock ``run_dir`` and run the campaign there to its
-    stop (or, with ``pilot``, through its first ``pilot`` trials per question: ``None``)."""
+    stop (or, with ``pilot``, through its first ``pilot`` trials per question, and on while
+    ``grow`` names a larger total: ``None``)."""
     check_before_sampling(campaign)
     cluster.check_engines(campaign)
     check_services(campaign)  # after the engines: httpx missing is named first
@@ -117,6 +120,7 @@ def sample(
             console=console,
             quiet=quiet,
             pilot=pilot,
+            grow=grow,
         )
     finally:
         lock.release()
