@@ -268,7 +268,9 @@ class LiveForecastPoint(_Closed):
     budget_needed: float | None = Field(
         description="the trials by which the campaign settles all it settles (median)"
     )
-    seconds: float = Field(description="the forecast's own compute time (a background process)")
+    seconds: float = Field(
+        description="the forecast's own compute time (CPU seconds of the process it ran in)"
+    )
 
 
 class ScoreDrop(_Closed):

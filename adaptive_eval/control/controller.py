@@ -269,9 +269,9 @@ class Controller(DecidedByCore):
         """When the first round is in (once per campaign): the time before it is start-up
         (Ray, engine loads), which a forecast of the run's wall time counts once."""
         if self.store.get_meta("first_round") is None:
-            self.store.set_meta(
-                first_round={"elapsed_s": self.elapsed_s, "trials": self.state.trials_used}
-            )
+            mark = {"elapsed_s": self.elapsed_s, "trials": self.state.trials_used}
+            self.store.set_meta(first_round=mark)
+            self.log.info("first_round", **mark)
 
     def forecast_rest(self) -> None:
         """Hand the latest round to the live forecast and log what it has finished: an event,
