@@ -264,7 +264,7 @@ def run_replicate(task: tuple[Case, int, int, int | str, int | None]) -> dict[st
         simulations=simulations,
         seed=rep,
         processes=processes,
-        predictive=PREDICTIVE,
+        predictive="spacing" if asked == "auto" else PREDICTIVE,  # as forecast --pilot auto
     )
     seconds = time.perf_counter() - started
     real: Any

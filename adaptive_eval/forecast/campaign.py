@@ -411,6 +411,9 @@ class Forecast:
     resolution: Resolution | None = None
     #: Evidence that cannot measure what it is asked to, said plainly (one line each).
     degenerate: tuple[str, ...] = ()
+    #: Whether the campaign's engines run on GPUs (its device-seconds are GPU-seconds; on CPU
+    #: they are the engines' seconds); None where the forecast was not told.
+    gpu: bool | None = None
 
     def record(self) -> dict[str, Any]:
         """forecast.json."""
@@ -447,6 +450,8 @@ class Forecast:
             # added to format 1: what the evidence resolves, and degenerate evidence
             "resolution": None if self.resolution is None else self.resolution.record(),
             "degenerate": list(self.degenerate),
+            # added to format 1: whether the device-seconds are GPU-seconds
+            "gpu": self.gpu,
             "unknown": list(self.unknown),
             "pairs": [
                 {

@@ -32,7 +32,7 @@ from adaptive_eval.base.summary_schema import (
     ScoreDrop,
     Summary,
 )
-from adaptive_eval.outputs.presentation import budget_short_text, count, saving
+from adaptive_eval.outputs.presentation import BUDGET_STOPS, budget_short_text, count, saving
 
 
 class Kind(enum.Enum):
@@ -77,14 +77,6 @@ VERDICT_WORDS = {
 
 #: The order a verdict's parts are told in: the gate's failures first.
 VERDICT_ORDER = ("fail", "worse", "undecided", "pass", "equivalent", "better")
-
-
-#: Stop reasons that are a limit the user set, not the campaign's goal.
-BUDGET_STOPS = {
-    "trial_budget": "the trial budget",
-    "token_budget": "the token budget",
-    "wall_clock_budget": "the wall-clock budget",
-}
 
 
 def _budget(summary: Summary) -> str:

@@ -276,14 +276,46 @@ def undecided_count(summary: Summary) -> int:
     return sum(p.decision == "undecided" for p in summary.pairs)
 
 
+#: Stop reasons that are a limit the user set, not the campaign's goal.
+BUDGET_STOPS = {
+    "trial_budget": "the trial budget",
+    "token_budget": "the token budget",
+    "wall_clock_budget": "the wall-clock budget",
+}
+
+
 def undecided_note(summary: Summary) -> str:
-    """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking."""
+    """Beside "saved X%": a stop that left pairs undecided saved compute, not a settled ranking.
+    Not for a gate that stopped at a regression on purpose (its exit code could not change:
+    the comparisons it left are not owed), nor for a width goal (it never asked for pairs)."""
     undecided = undecided_count(summary)
     if not undecided or summary.stop_reason is None:
         return ""
     if summary.score.half_width is not None and summary.stop_reason.startswith("ci_width"):
-        return ""  # a width goal never asked for the pairs
+        return ""
+    comparison = summary.comparison
+    if comparison is not None and comparison.exit_code == 3:
+        return ""
     return f" (stopped on {summary.stop_reason} with {undecided} pair(s) undecided)"
+
+
+def cut_text(summary: Summary) -> str | None:
+    """For a run a budget ended: "cut by the trial budget with 9 pair(s) undecided: it used
+    24.2% fewer trials than the fixed-N run, a cut, not a saving" (``None`` for any other
+    stop). What a budget leaves unspent is not what the rules saved."""
+    what = BUDGET_STOPS.get(str(summary.stop_reason))
+    if what is None:
+        return None
+    undecided = undecided_count(summary)
+    left = f" with {undecided} pair(s) undecided" if undecided else ""
+    fraction = summary.compute_saved.trials_fraction
+    used = (
+        ""
+        if fraction is None
+        else f": it used {100 * abs(fraction):.1f}% {'fewer' if fraction >= 0 else 'more'} "
+        "trials than the fixed-N run"
+    )
+    return f"cut by {what}{left}{used}, a cut, not a saving"
 
 
 def score(model: dict[str, Any]) -> float:
@@ -328,7 +360,8 @@ def forecast_rows(check: ForecastCheck) -> list[list[str]]:
         found = check.measures.get(key)
         if found is None:
             continue
-        digits = ".1f" if key in ("gpu_s", "wall_s") else ",.0f"
+        places = _places(found.p10, found.p90, found.actual, 1 if key in ("gpu_s", "wall_s") else 0)
+        digits = f",.{places}f"
         rows.append(
             [
                 label,
@@ -349,6 +382,20 @@ def forecast_rows(check: ForecastCheck) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _places(low: float, high: float, value: float, places: int) -> int:
+    """Decimal places (from ``places``, at most 6) at which ``value`` shown beside the range
+    ``low`` to ``high`` is on the side of it it is on: "0.2 (0.2 to 0.2) / 0.2 / no" read as a
+    zero-width range failing to hold its own value."""
+    for shown in range(places, 7):
+
+        def at(x: float, shown: int = shown) -> float:
+            return round(x, shown)
+
+        if (value < low) == (at(value) < at(low)) and (value > high) == (at(value) > at(high)):
+            return shown
+    return 6
 
 
 def forecast_note(check: ForecastCheck) -> str:

@@ -25,6 +25,7 @@ from adaptive_eval.outputs.presentation import (
     LIVE_HEAD,
     budget_short_text,
     comparison_table,
+    cut_text,
     decision_text,
     forecast_note,
     forecast_rows,
@@ -104,7 +105,9 @@ def render_markdown(summary: Summary) -> str:
         f"| trials | {summary.trials_used} | {base.trials} (N = {base.fixed_n}"
         + (f"; {md.text(base.note)}" if base.note else "")
         + ") | "
-        f"{saved_of(saved.trials_fraction)}{undecided_note(summary)} |",
+        f"{saved_of(saved.trials_fraction)}"
+        + (" (a budget's cut, not a saving)" if cut_text(summary) else undecided_note(summary))
+        + " |",
         f"| tokens | {'n/a' if tokens is None else tokens} | {estimate_of(base.tokens, 0)} | "
         f"{saved_of(saved.tokens_fraction)} |",
         f"| device-s | {'n/a' if gpu is None else f'{gpu:.1f}'} | "
@@ -247,22 +250,25 @@ def render_console(summary: Summary) -> str:
     warning = summary.decision_rules.warning
     if warning:
         out += ["", f"warning: {warning}"]
+    cut = cut_text(summary)
+    outcome = (
+        "not finished: no saving yet"
+        if not finished
+        else cut
+        if cut is not None
+        else f"{saving(saved.trials_fraction, 'trials', noun=True)}"
+        + (
+            f", {saving(saved.tokens_fraction, 'tokens', noun=True)[6:]}"
+            if saved.tokens_fraction is not None and saved.tokens_fraction >= 0
+            else ""
+        )
+        + undecided_note(summary)
+    )
     out += [
         "",
         f"trials used {summary.trials_used} vs fixed N = {base.fixed_n}"
         + (f" ({base.note})" if base.note else "")
-        + f": {base.trials} -> "
-        + (
-            f"{saving(saved.trials_fraction, 'trials', noun=True)}"
-            + (
-                f", {saving(saved.tokens_fraction, 'tokens', noun=True)[6:]}"
-                if saved.tokens_fraction is not None and saved.tokens_fraction >= 0
-                else ""
-            )
-            if finished
-            else "not finished: no saving yet"
-        )
-        + undecided_note(summary),
+        + f": {base.trials} -> {outcome}",
     ]
     return "\n".join(out)
 

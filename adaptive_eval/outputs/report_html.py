@@ -49,6 +49,7 @@ from adaptive_eval.outputs.presentation import (
     LIVE_PLOT_MIN,
     budget_short_text,
     comparison_table,
+    cut_text,
     forecast_note,
     forecast_rows,
     interval_label,
@@ -606,9 +607,12 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
     saved, counted = saved_fraction(summary)
     # An interrupted run has saved nothing yet (it showed the saving so far as if final).
     finished = summary.stop_reason is not None
-    saved_text = saving(saved) if finished else "not finished: no saving yet"
+    cut = cut_text(summary)
+    saved_text = (
+        "not finished: no saving yet" if not finished else saving(saved) if cut is None else cut
+    )
     # Warned about where report.md is (never a width goal's pairs it did not ask about).
-    undecided = undecided_count(summary) if undecided_note(summary) else 0
+    undecided = undecided_count(summary) if undecided_note(summary) and cut is None else 0
     ranking = _table(*ranking_table(summary))
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in ranking_notes(summary))
     pairs = _table(*pairs_table(summary))
@@ -653,8 +657,11 @@ def render(summary: Summary, data: RunData, history: list[dict[str, Any]] | None
             if summary.stop_reason is not None
             else f"<p id='stop'>Prior: {html.escape(summary.prior)}.</p>"  # headline: unfinished
         ),
-        f"<p id='saved'>Trials used {summary.trials_used} against "
-        f"{html.escape(baseline_text(summary))}: {saved_text}, {html.escape(counted)}."
+        f"<p id='saved'>Trials used {summary.trials_used:,} against "
+        f"{html.escape(baseline_text(summary))}: {saved_text}"
+        # What the saving counts, where it is not simply the trials just named.
+        + ("" if counted.endswith(" trials used") else f", {html.escape(counted)}")
+        + "."
         + (
             f" <span class='note'>{undecided} pair(s) still undecided at the stop: the saving "
             "is not a settled ranking's.</span>"
