@@ -394,7 +394,6 @@ def _allocation_rows(
     value, total = value_and_totals(lam)
     done = np.zeros(sims, dtype=bool)
     apart = np.zeros(sims, dtype=bool)  # finished by the single solver
-    eye = np.eye(width, dtype=bool)
     for _ in range(100):
         inside = total > 0
         root = np.where(inside, np.sqrt(k / total), 0.0)
@@ -410,15 +409,16 @@ def _allocation_rows(
             break
         # B' diag(curve) B: each entry a sum of at most two products, in any order.
         hessian = np.matmul(np.swapaxes(incidence * curve[..., None], 1, 2), incidence)
-        diagonal = np.diagonal(hessian, axis1=1, axis2=2).copy()
-        hessian[:, eye] *= 1 + 1e-12
+        on_diagonal = np.einsum("sii->si", hessian)  # a view: written through
+        diagonal = on_diagonal.copy()
+        on_diagonal *= 1 + 1e-12
         held = ((lam <= 0) & (grad < 0)) | ~valid
         step = np.zeros((sims, width))
         pending = live.copy()
         for _ in range(width):
             free = ~held
             system = hessian * (free[:, :, None] & free[:, None, :])
-            system[:, eye] += held
+            np.einsum("sii->si", system)[...] += held
             rhs = np.where(free, grad, 0.0)
             index = np.nonzero(pending)[0]
             try:
