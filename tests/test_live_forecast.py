@@ -494,7 +494,7 @@ def _forecaster_at(tmp_path: Path, **kwargs: Any) -> tuple[Any, Any, Any, LiveFo
 
 
 def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> None:
-    from adaptive_eval.forecast.live import FRESH_SHARE, REFRESH_S
+    from adaptive_eval.forecast.live import FRESH_GROWTH, FRESH_SHARE, REFRESH_S
 
     campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
     first, failed = forecaster.after_round(core, state, 100.0, 0.01)
@@ -503,11 +503,12 @@ def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> 
     assert forecaster.after_round(core, state, 100.5) == (None, None)
     later, _ = _continue(campaign, _probs(SCORES, 12), stop_round=3)
     _, moved = _continue(campaign, _probs(SCORES, 12), stop_round=3)
-    share = (moved.trials_used - state.trials_used) / first.trials.p50
+    since = moved.trials_used - state.trials_used
     settled_before = sum(d.settled or d.futile for d in core.decisions)
     settled_after = sum(d.settled or d.futile for d in later.decisions)
     found, _ = forecaster.after_round(later, moved, 101.0)
-    due = share >= FRESH_SHARE or settled_after != settled_before
+    enough = min(FRESH_SHARE * first.trials.p50, FRESH_GROWTH * state.trials_used)
+    due = since >= enough or settled_after != settled_before
     assert (found is not None) is due
     # A minute on, a forecast is due whatever moved.
     final, final_state = _continue(campaign, _probs(SCORES, 12), stop_round=4)

@@ -14,7 +14,8 @@ is replayed and a settled pair stays settled.
 
 **When.** The first forecast is asked for as soon as a round is applied; after it, a new one
 whenever the process is free and the run has moved on: by :data:`FRESH_SHARE` of the forecast
-total in trials, a pair settled or dropped, or :data:`REFRESH_S` of wall time. The process
+total in trials (or by :data:`FRESH_GROWTH` of its own trials, where that comes first), a pair
+settled or dropped, or :data:`REFRESH_S` of wall time. The process
 computes at most :data:`DUTY` of the run's wall time (it shares the machine with the run), and
 the simulations grow (to :data:`MAX_GROWTH` times ``output.live_forecast``) while a forecast
 takes less than :data:`TARGET_S`.
@@ -67,10 +68,13 @@ from adaptive_eval.forecast.simulate import Costing, Truth, run_core
 #: Simulated continuations per live forecast unless ``output.live_forecast`` says otherwise:
 #: the 10th and 90th percentiles from 20 draws at the least.
 LIVE_SIMULATIONS = 20
-#: A new forecast once the run has recorded this share of the latest forecast's total since it.
+#: A new forecast once the run has recorded this share of the latest forecast's total since it,
 FRESH_SHARE = 0.1
+#: ... or grown its trials by this share since it (early on, a first forecast from two trials a
+#: question can be far off, and 10% of a total three times too large is a third of the run),
+FRESH_GROWTH = 0.5
 #: ... or this many seconds have passed (the wall time to go drifts with the run's rate).
-REFRESH_S = 60.0
+REFRESH_S = 30.0
 #: The share of the run's wall time the background process may compute (it shares the machine:
 #: on 2 cores an inline campaign keeps one busy).
 DUTY = 0.25
@@ -604,7 +608,8 @@ class LiveForecaster:
         if self.busy_s > duty * max(elapsed_s, 1e-9):
             return False
         total = self.history[-1].trials.p50 if self.history else 0.0
-        moved = state.trials_used - sent_trials >= FRESH_SHARE * total
+        since = state.trials_used - sent_trials
+        moved = since >= min(FRESH_SHARE * total, FRESH_GROWTH * sent_trials)
         decided = sum(d.settled or d.futile for d in core.decisions) != sent_settled
         return moved or decided or elapsed_s - sent_elapsed >= REFRESH_S
 
