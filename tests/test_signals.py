@@ -185,7 +185,6 @@ def test_a_finished_run_missing_an_output_names_it_and_the_command_that_writes_i
     stop it could not hold): the line names what is missing and `adaptive-eval report DIR`,
     from the command itself and from its watcher, and never asks for a resume."""
     from adaptive_eval.command_line import supervise
-    from adaptive_eval.command_line.cli import note_finished_run
 
     run_dir = tmp_path / "run"
     started = time.time()
@@ -194,20 +193,18 @@ def test_a_finished_run_missing_an_output_names_it_and_the_command_that_writes_i
     capsys.readouterr()
     handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
     try:
-        interrupts.install()
-        note_finished_run("run", str(run_dir), started)
+        interrupts.install(str(run_dir))  # as main() does for run and compare
         line = interrupts.stop_line(signal.SIGTERM)
         assert "after the run had finished" in line and "report.html was not written" in line
         assert f"`adaptive-eval report {run_dir}` writes them" in line
         assert "run the same command again" not in line
         # a summary of an earlier leg (written before this command started) is no finish
         interrupts.install()
-        note_finished_run("run", str(run_dir), time.time() + 60)
+        interrupts.note_finished(str(run_dir), time.time() + 60)
         assert "run the same command again to resume" in interrupts.stop_line(signal.SIGTERM)
-        # nightly's folder holds nights, not one run: its line is left alone
+        # nightly's folder holds nights, not one run: main() names no run folder for it
         interrupts.install()
-        note_finished_run("nightly", str(run_dir), started)
-        assert not interrupts.is_finished()
+        assert "run the same command again to resume" in interrupts.stop_line(signal.SIGTERM)
         # the watcher, when the command died on a signal it could not catch
         interrupts.install()
         argv = ["run", str(config), "--out", str(run_dir)]

@@ -9,6 +9,11 @@ clean-up written for Ctrl-C runs for them too) and every later one is ignored un
 ends. Each ends in its own line and exit code, 128 + the signal's number (SIGTERM used to end
 the process silently with 143, SIGHUP as if it had crashed). Standard library only: the console
 script installs it before the heavy modules load.
+
+A run's outputs are written whole (:func:`deferred`: a stop that arrives meanwhile waits for
+report.html), and a stop after a run's summary.json says it finished asks for no resume: its
+line says the results are there, or names what was left unwritten and ``adaptive-eval report
+DIR``, which writes it (:func:`install`'s ``run_folder``, :func:`note_finished`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +54,9 @@ _finished: list[str] = []
 _left_out: list[str] = []
 #: A run's outputs, in the order they are written: summary.json first.
 OUTPUTS = ("summary.json", "report.md", "report.html")
+#: The folder of the one run the command writes (run, compare) and when the command started
+#: (:func:`install`): a stop after its summary.json says finished is no resume.
+_run_folder: list[tuple[str, float]] = []
 
 
 def mark_finished(where: str, left_out: tuple[str, ...] | list[str] = ()) -> None:
@@ -89,6 +98,14 @@ def finished_outputs(folder: str, since: float) -> list[str] | None:
     return left
 
 
+def note_finished(folder: str, since: float) -> None:
+    """Mark the run in ``folder`` finished (:func:`mark_finished`, with what it left unwritten)
+    when its summary.json, written since ``since``, says it finished; else nothing."""
+    left = finished_outputs(folder, since)
+    if left is not None:
+        mark_finished(folder, left)
+
+
 def after_finish_line(cause: str) -> str:
     """The line of a command that ended (``cause``) after its run had finished
     (:func:`mark_finished`): nothing to resume, and what a stop left out, with the command that
@@ -109,6 +126,8 @@ def after_finish_line(cause: str) -> str:
 
 def stop_line(signum: int) -> str:
     """The one line a command ended by stop signal ``signum`` prints."""
+    if not _finished and _run_folder:  # a stop while the outputs were written (issue 48)
+        note_finished(*_run_folder[0])
     if _finished:
         cause = _CAUSES.get(signal.Signals(signum), f"ended on {signal.Signals(signum).name}")
         return after_finish_line(cause)
@@ -161,13 +180,16 @@ def first_signal(signum: int, frame: Any) -> None:
 _installed: set[int] = set()
 
 
-def install() -> dict[int, Any] | None:
+def install(run_folder: str | None = None) -> dict[int, Any] | None:
     """Make :func:`first_signal` the handler of the stop signals; returns the handlers it
     replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
-    that ignores Ctrl-C keeps ignoring it)."""
+    that ignores Ctrl-C keeps ignoring it). ``run_folder``: the folder of the one run the
+    command writes (run, compare), whose summary.json, once written and finished, makes a stop
+    no resume."""
     _finished.clear()  # a new command: nothing of it has finished
     _left_out.clear()
     _received.clear()
+    _run_folder[:] = [(run_folder, time.time())] if run_folder else []
     if threading.current_thread() is not threading.main_thread():
         return None
     previous: dict[int, Any] = {}

@@ -505,31 +505,13 @@ def _stop_ray() -> None:
         stop_ray()
 
 
-#: The commands whose ``--out`` folder holds one run's summary.json (nightly's holds nights).
-RUN_COMMANDS = frozenset({"run", "compare"})
-
-
-def note_finished_run(command: str, out: str | None, since: float) -> None:
-    """Before a stop's line: a run or compare whose summary.json (written since ``since``)
-    says it finished has nothing to resume; its line says so, and names any output the stop
-    left unwritten with the command that writes it (it said "run the same command again to
-    resume", issue 48)."""
-    if command not in RUN_COMMANDS or not out:
-        return
-    left = interrupts.finished_outputs(out, since)
-    if left is not None:
-        interrupts.mark_finished(out, left)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_number_lists(sys.argv[1:] if argv is None else argv))
-    started = time.time()
-    previous = interrupts.install()  # the first stop signal stops; the clean-up runs to its end
+    previous = interrupts.install(args.out if args.command in ("run", "compare") else None)
     try:
         return _run_command(args)
     except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM or SIGHUP: one line, 128 + the signal
         signum = interrupts.stopped_by(stop)
-        note_finished_run(args.command, getattr(args, "out", None), started)
         print(interrupts.stop_line(signum), file=sys.stderr)
         return interrupts.exit_code(signum)
     finally:

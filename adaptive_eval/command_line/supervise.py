@@ -219,11 +219,8 @@ def _note_finished(argv: list[str], command: str, started: float) -> None:
     finished: its line says there is nothing to resume, and names what the ending left
     unwritten with the command that writes it."""
     folder = _folder(argv)
-    if command not in ("run", "compare") or folder is None:
-        return
-    left = interrupts.finished_outputs(str(folder), started)
-    if left is not None:
-        interrupts.mark_finished(str(folder), left)
+    if command in ("run", "compare") and folder is not None:
+        interrupts.note_finished(str(folder), started)
 
 
 def _killed(signum: int, argv: list[str], command: str) -> int:
