@@ -320,3 +320,25 @@ def test_a_bad_policy_key_is_named_where_the_task_is_built(tmp_path: Path) -> No
             "adaptive_stopping 'named-rule': policy.pair_rules[0]: unknown pair rule 'nope'"
         ), log.error.message
         assert "campaign.yaml" not in log.error.message
+
+
+def test_evals_that_cannot_start_together_end_with_one_line_not_a_hang(tmp_path: Path) -> None:
+    """With max_tasks below the number of models the first eval waited for ever for its
+    partners (wait_s did not bound it), which could not start before it ended. Found by its
+    log folder (the evals of one call that can run at once have their logs from the start):
+    one line at once, nothing run."""
+    import time
+
+    path = write_replay(tmp_path, [0.3, 0.6], questions=3, epochs=4, seed=0)
+    models = ["replay/m0", "replay/m1"]
+    bridge = adaptive_stopping(f"max-tasks-{next(_names)}", models=models, wait_s=600)
+    started = time.monotonic()
+    logs = replay_eval(
+        replay_task(path, early_stopping=bridge), models, path, tmp_path / "logs", max_tasks=1
+    )
+    assert time.monotonic() - started < 60
+    for log in logs:
+        assert log.status == "error"
+        assert "cannot start while the eval of" in log.error.message, log.error.message
+        assert "max_tasks >= 2" in log.error.message
+        assert not [s for s in log.samples or [] if s.scores]

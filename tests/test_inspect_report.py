@@ -55,3 +55,31 @@ def test_report_of_a_ranking_log_folder(tmp_path: Path) -> None:
     assert found.summary.comparison is None
     assert {row.name: row.trials for row in found.summary.models} == meta["trials"]
     assert "replay/m1" in (found.run_dir / "report.md").read_text()
+
+
+def test_report_counts_every_run_the_logs_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """report counted the campaign's 336 trials where the logs held 390 runs (an eval retried
+    alone had run 54 ahead of the plan): its last line now counts every run the logs hold, and
+    says how many the campaign did not use (issue 48, item 6)."""
+    import dataclasses
+
+    path = helpers.write_replay(tmp_path, [0.2, 0.8], questions=8, epochs=12, seed=4)
+    logs = helpers.run_bridge(path, tmp_path / "logs")
+    meta = helpers.logged(logs)["replay/m0"]
+    found = report_inspect(tmp_path / "logs", tmp_path / "out")
+    assert found.runs == meta["trials"] and found.unused == 0
+    used = sum(meta["trials"].values())
+    assert found.runs_line() == f"Inspect logs: {used} runs of 2 models; the campaign used {used}"
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "logs"), "--out", str(tmp_path / "cli")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == found.runs_line()
+    ahead = dataclasses.replace(
+        found, runs={**found.runs, "replay/m0": found.runs["replay/m0"] + 54}
+    )
+    assert ahead.unused == 54
+    assert ahead.runs_line().startswith(
+        f"Inspect logs: {used + 54} runs of 2 models; the campaign used {used}; 54 were run but "
+        "not used"
+    )

@@ -5,6 +5,7 @@ where an uninterrupted campaign ends, sampling nothing twice."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ pytest.importorskip("inspect_ai")
 
 from inspect_ai import Task, eval_retry, eval_set, task
 from inspect_ai import eval as inspect_eval
+from inspect_ai.log import read_eval_log
 from inspect_ai.log._samples import sample_active
 from inspect_ai.model import ChatMessage, GenerateConfig, ModelOutput, modelapi
 from inspect_ai.tool import ToolChoice, ToolInfo
@@ -110,11 +112,20 @@ def retried_campaign(path: str, name: str, models: list[str]) -> Task:
     return replay_task(path, early_stopping=bridge)
 
 
-@pytest.mark.slow  # ~15 s: an eval, three retries one after another, a report
-def test_eval_retry_resumes_the_campaign_from_the_logs(tmp_path: Path) -> None:
-    """One model fails at epoch 4, its partners end with it; ``eval_retry`` of the three logs
-    (one at a time) ends with the decisions and trials of the uninterrupted campaign, and runs
-    nothing again that Inspect kept."""
+@pytest.mark.slow  # ~20 s: an eval, a refused eval_retry, one retry of the three, a report
+def test_eval_retry_is_refused_and_retry_resumes_the_campaign_from_the_logs(
+    tmp_path: Path,
+) -> None:
+    """One model fails at epoch 4, its partners end with it. ``eval_retry`` of the three logs
+    (one at a time) ran the first retried eval ahead of the plan (every epoch it might need:
+    192 runs where the campaign used 48) and left it a stale record; now each of its evals
+    ends at once with one line, nothing run, and ``retry`` of the log folder resumes the three
+    together: the uninterrupted campaign's decisions and trials, nothing sampled that the plan
+    did not ask for, every log with the campaign's final record, and the report counting every
+    run the logs hold (issue 48, item 6)."""
+    from adaptive_eval.inspect import retry
+    from adaptive_eval.inspect.report import report_inspect
+
     CALLS.clear()
     FAILED.clear()
     FAILING.clear()
@@ -135,26 +146,39 @@ def test_eval_retry_resumes_the_campaign_from_the_logs(tmp_path: Path) -> None:
     assert all(kept.values())  # each eval kept runs that a retry must not make again
     ran_before = Counter(CALLS)
 
-    retried = eval_retry(first, log_dir=log_dir, display="none", max_samples=8)
+    refused = eval_retry(first, log_dir=log_dir, display="none", max_samples=8)
+    assert [log.status for log in refused] == ["error"] * 3
+    for log in refused:
+        assert "retried alone (eval_retry retries a campaign's logs one at a time)" in (
+            log.error.message
+        )
+        assert f"adaptive_eval.inspect.retry({log_dir!r})" in log.error.message
+    assert Counter(CALLS) == ran_before  # nothing was sampled
+
+    retried = retry(log_dir, display="none", max_samples=8)
     assert [log.status for log in retried] == ["success"] * 3, [log.error for log in retried]
-    last = retried[-1].results.early_stopping.metadata
-    assert last["finished"] and last["resumed"]["partners_to_come"] == []
-    assert retried[0].results.early_stopping.metadata["resumed"]["partners_to_come"] == [
-        models[1],
-        models[2],
-    ]
-    # the cost: the evals retried before their partners ran epochs ahead of the plan
-    ahead = [
-        log.results.early_stopping.metadata["resumed"]["runs_ahead_of_plan"] for log in retried
-    ]
-    print("AHEAD", ahead, last["trials"], last["resumed"]["kept_runs"])
-    assert ahead[2] == {}
+    meta = {log.eval.model: log.results.early_stopping.metadata for log in retried}
+    last = meta[models[0]]
+    assert last["finished"]
+    own = ("model", "saved", "trials_per_sample", "skipped_epochs", "bridge_overhead_ms_per_call")
+    for model in models:  # every log holds the campaign's final record
+        assert {k: v for k, v in meta[model].items() if k not in own} == {
+            k: v for k, v in last.items() if k not in own
+        }
     sim = helpers.own_loop(path, last, tmp_path / "own", Goal())
     assert [(d["a"], d["b"], d["verdict"]) for d in last["decisions"]] == [
         (last["models"][d.a], last["models"][d.b], d.verdict.value) for d in sim.decisions
     ]
+    full = {log.eval.model: read_eval_log(log.location) for log in retried}
     for i, model in enumerate(models):
-        assert last["resumed"]["trials_per_sample"][model] == sim.trials[i].tolist()
+        assert meta[model]["trials_per_sample"] == sim.trials[i].tolist()
+        # the log holds exactly the runs the campaign used: none ahead of the plan
+        runs = [s for s in full[model].samples or [] if s.scores]
+        assert len(runs) == int(sim.trials[i].sum()), model
+        name = model.split("/")[1]
+        made = sum(n for (m, _, _), n in CALLS.items() if m == name)
+        # the runs made, both attempts: the campaign's, the failed one and those in flight
+        assert made - int(sim.trials[i].sum()) <= 8, (model, made)
     # nothing Inspect kept ran again: a run made twice was not in its eval's first log
     for log in first:
         model = log.eval.model.split("/")[1]
@@ -162,9 +186,161 @@ def test_eval_retry_resumes_the_campaign_from_the_logs(tmp_path: Path) -> None:
         for sample, epoch in logged:
             assert CALLS[(model, sample, epoch)] == ran_before[(model, sample, epoch)] == 1
 
-    # the report of the folder reads the campaign's end from the eval retried last
-    from adaptive_eval.inspect.report import report_inspect
-
     found = report_inspect(Path(log_dir), tmp_path / "report")
     assert found.summary.stop_reason == last["stop"]["reason"]
     assert {row.name: row.trials for row in found.summary.models} == last["trials"]
+    assert found.runs == last["trials"] and found.unused == 0
+
+
+KILLED_CAMPAIGN = '''
+"""A campaign of three replay models, run as its own process (killed with -9 by the test)."""
+import asyncio
+import os
+import sys
+
+from inspect_ai import Task, eval, task
+from inspect_ai.log._samples import sample_active
+from inspect_ai.model import modelapi
+
+from adaptive_eval.inspect import adaptive_stopping
+from adaptive_eval.inspect.replay import ReplayAPI, replay_task
+
+
+class CountedReplay(ReplayAPI):
+    """Replay that writes a line per run made (model, sample, epoch) to $RUNS_FILE."""
+
+    async def generate(self, input, tools, tool_choice, config):
+        active = sample_active()
+        with open(os.environ["RUNS_FILE"], "a") as runs:
+            runs.write(f"{self.model_name} {active.sample.id} {active.epoch}\\n")
+        await asyncio.sleep(float(os.environ.get("RUN_DELAY_S", "0")))
+        return await super().generate(input, tools, tool_choice, config)
+
+
+@modelapi(name="counted_replay")
+def counted_replay():
+    return CountedReplay
+
+
+@task
+def killed_campaign(path: str) -> Task:
+    models = [f"counted_replay/m{i}" for i in range(3)]
+    bridge = adaptive_stopping("killed", models=models, wait_s=60, register_s=0.3)
+    return replay_task(path, early_stopping=bridge)
+
+
+if __name__ == "__main__":  # Inspect imports this file again to re-create the task
+    log_dir, path = sys.argv[1:3]
+    models = [f"counted_replay/m{i}" for i in range(3)]
+    eval(killed_campaign(path), model=models, model_args={"path": path}, log_dir=log_dir,
+         display="none", max_samples=8)
+'''
+
+
+def _runs(path: Path) -> Counter[tuple[str, str, int]]:
+    made: Counter[tuple[str, str, int]] = Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            model, sample, epoch = line.split()
+            made[(model, sample, int(epoch))] += 1
+    return made
+
+
+@pytest.mark.slow  # ~40 s: a campaign killed with -9, a refused eval_retry, retry, a report
+def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan_wants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's walk (issue 48, item 6): kill -9 of the eval() process, then eval_retry of
+    the logs. It ran one model's retried eval on every epoch (192 runs against 144
+    uninterrupted), left that log a stale record ("undecided", 7 rounds) while the others
+    said a>b, and report counted 336 trials against 390 runs in the logs."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from adaptive_eval.inspect import retry
+    from adaptive_eval.inspect.report import report_inspect
+
+    path = helpers.write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
+    script = tmp_path / "killed_campaign.py"
+    script.write_text(KILLED_CAMPAIGN)
+    runs_file = tmp_path / "runs.txt"
+    monkeypatch.setenv("RUNS_FILE", str(runs_file))
+    log_dir = tmp_path / "logs"
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(log_dir), str(path)],
+        env={**os.environ, "RUN_DELAY_S": "0.05"},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while sum(_runs(runs_file).values()) < 120 and time.monotonic() < deadline:
+        assert process.poll() is None, "the campaign ended before it was killed"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = _runs(runs_file)
+    assert 120 <= sum(before.values()) < 336
+
+    spec = importlib.util.spec_from_file_location("killed_campaign", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers counted_replay/ here, as the script did there
+    logs = sorted(log_dir.glob("*.eval"))
+    assert len(logs) == 3
+    # as a user types it: the retried logs go to ./logs, not beside the campaign's
+    monkeypatch.chdir(tmp_path)
+    refused = eval_retry([str(p) for p in logs], display="none", max_samples=8)
+    assert [log.status for log in refused] == ["error"] * 3
+    assert all("adaptive_eval.inspect.retry(" in log.error.message for log in refused)
+    assert _runs(runs_file) == before  # eval_retry sampled nothing
+
+    retried = retry(str(log_dir), display="none", max_samples=8)
+    assert [log.status for log in retried] == ["success"] * 3, [log.error for log in retried]
+    after = _runs(runs_file)
+    meta = {log.eval.model: log.results.early_stopping.metadata for log in retried}
+    models = sorted(meta)
+    last = meta[models[0]]
+    own = ("model", "saved", "trials_per_sample", "skipped_epochs", "bridge_overhead_ms_per_call")
+    for model in models:  # every log holds the campaign's final record
+        assert {k: v for k, v in meta[model].items() if k not in own} == {
+            k: v for k, v in last.items() if k not in own
+        }
+    assert last["finished"] and last["models"] == models
+    sim = helpers.own_loop(path, last, tmp_path / "own", Goal())
+    assert [(d["a"], d["b"], d["verdict"]) for d in last["decisions"]] == [
+        (models[d.a], models[d.b], d.verdict.value) for d in sim.decisions
+    ]
+    figures = {}
+    for i, model in enumerate(models):
+        name = model.split("/")[1]
+        used = int(sim.trials[i].sum())  # the uninterrupted campaign's trials
+        assert meta[model]["trials_per_sample"] == sim.trials[i].tolist()
+        log = read_eval_log(next(x for x in retried if x.eval.model == model).location)
+        assert len([s for s in log.samples or [] if s.scores]) == used  # none past the plan
+        made = sum(n for (m, _, _), n in after.items() if m == name)
+        retry_made = made - sum(n for (m, _, _), n in before.items() if m == name)
+        figures[model] = (used, made, retry_made)
+        # what ran twice was in flight at the kill (max_samples = 8 per model), or done but
+        # not yet in the log's buffer: never the epochs a lone retry ran ahead (48 of 192)
+        assert made - used <= 16, (model, made, used)
+    print("RUNS (uninterrupted, made in all, made by retry)", figures)
+    found = report_inspect(log_dir, tmp_path / "report")
+    assert found.runs == last["trials"] and found.unused == 0
+    assert found.summary.trials_used == sum(last["trials"].values())
+
+
+def test_retry_names_what_it_cannot_read(tmp_path: Path) -> None:
+    """retry's bad input is one line naming the folder or file."""
+    from adaptive_eval.base.errors import InputError
+    from adaptive_eval.inspect import retry
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"empty: holds no Inspect log to retry"):
+        retry(str(tmp_path / "empty"))
+    with pytest.raises(InputError, match=r"nope\.eval: not an Inspect log"):
+        retry([str(tmp_path / "nope.eval")])
+    with pytest.raises(InputError, match="no log given"):
+        retry([])

@@ -11,9 +11,11 @@ in the eval's task context, whose active model (``init_task_context``) names the
 Rounds are :class:`~adaptive_eval.inspect.rounds.RoundBook`'s: ``schedule_sample`` for an epoch
 whose round boundary has not come yet waits for it (the sample holds its slot meanwhile;
 Inspect schedules epoch by epoch, so the runs a round needs were scheduled before).
-A wait longer than ``wait_s`` (an eval that never started, ``max_tasks`` below the number of
-models, a trial that errored without a score) disengages the bridge: every later epoch runs,
-no further decision is taken, and the log says why. Never a decision on a partial view.
+A wait longer than ``wait_s`` (a trial that errored without a score) disengages the bridge:
+every later epoch runs, no further decision is taken, and the log says why. Never a decision on
+a partial view. Evals of the campaign that cannot start while this one runs (``max_tasks`` below
+the number of models, an eval retried alone by ``eval_retry``) end it with one line before any
+run: the campaign's evals resume together (:func:`~adaptive_eval.inspect.resume.retry`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ if TYPE_CHECKING:
 #: pins the newest): it reads the active sample's ``eval_id`` and the task's active model.
 SUPPORTED = ((0, 3, 285), (0, 3, 285))
 MANAGER = "adaptive_eval"
-#: Bumped when the metadata written to Inspect's log changes shape.
-METADATA_VERSION = 1
+#: Bumped when the metadata written to Inspect's log changes shape (2: ``resumed`` has no
+#: ``partners_to_come`` and ``runs_ahead_of_plan``: an eval retried alone no longer runs ahead).
+METADATA_VERSION = 2
 
 
 def check_inspect_version(version: str | None = None) -> str:
@@ -349,6 +352,7 @@ class AdaptiveStopping:
             )
         check_policy(name, self.policy)
         self._attempt: set[str] = set()  # models started in this attempt
+        self._run: str | None = None  # the attempt's eval() call (Inspect's run_id)
         self._reset()
 
     def _reset(self) -> None:
@@ -372,14 +376,20 @@ class AdaptiveStopping:
         self._last_start = 0.0
         self._index: dict[str, int] = {}
         self._question_index: dict[str, int] = {}
-        #: An eval retried alone (``eval_retry``): the campaign rebuilt from its logs, and
-        #: the partners whose retries come after this eval (None: not a lone retry).
+        #: An eval retried alone whose partners' evals are over: the campaign rebuilt from
+        #: their logs (None: not such a retry).
         self.resumed: dict[str, Any] | None = None
-        self.to_come: tuple[str, ...] = ()
-        self.ahead: dict[str, int] = {}  # runs made ahead of their plan, per model
         self._eval_ids: dict[str, str] = {}  # model -> eval id, this attempt
         self._task_ids: dict[str, str] = {}  # model -> task id, this attempt
+        self._task_name = ""  # the task's name (Inspect's EvalSpec.task)
         self._looked_back = False
+        #: Models with a log of this attempt's eval() call (found after register_s).
+        self._in_run: set[str] = set()
+        #: The folder of the campaign's previous logs, when this attempt resumes it.
+        self._prior_folder: str | None = None
+        self._scheduled: set[tuple[str, str, int]] = set()  # runs asked for in this attempt
+        #: Models whose runs Inspect handed back from a previous attempt (a resume).
+        self._reused: set[str] = set()
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -395,10 +405,12 @@ class AdaptiveStopping:
     # -- the protocol ---------------------------------------------------------------------------
     async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
         ids = tuple(str(s.id) for s in samples)
-        if task.model in self._attempt:
-            # The same model starts again: a new attempt (eval_set's retry of a failed call, a
-            # task re-run). The campaign is rebuilt from the runs Inspect hands back.
+        if task.model in self._attempt or (self._run is not None and task.run_id != self._run):
+            # The same model starts again, or a new eval() call: a new attempt (eval_set's
+            # retry of a failed call, retry(), eval_retry's next log, a task re-run). The
+            # campaign is rebuilt from the runs Inspect hands back.
             self._reset()
+        self._run = task.run_id
         if self.questions is None:
             self.questions, self.epochs = ids, epochs
             self._question_index = {q: i for i, q in enumerate(ids)}
@@ -421,6 +433,7 @@ class AdaptiveStopping:
         self.evals[task.eval_id] = task.model
         self._eval_ids[task.model] = task.eval_id
         self._task_ids[task.model] = task.task_id
+        self._task_name = task.task
         self.score_map.check_scorers(task.scorers, task.task)
         minimum = int(self.policy.get("min_trials_per_question", 2))
         if epochs < minimum:
@@ -437,6 +450,7 @@ class AdaptiveStopping:
         from inspect_ai.util import EarlyStop
 
         model = self._model_of_sample()
+        self._scheduled.add((model, str(id), epoch))
         book = await self._book()
         started = time.perf_counter()  # the bridge's own time, waits excluded
         if book is None or self.disengaged:
@@ -452,12 +466,6 @@ class AdaptiveStopping:
                     return self._timed(started, None)
                 fate = book.fate(m, q, epoch - 1)
                 if fate is Fate.RUN:
-                    return self._timed(started, None)
-                if fate is Fate.WAIT and self.to_come:
-                    # eval_retry runs the partners after this eval: their trials of this
-                    # round cannot come while it runs, so run the epoch ahead of its plan
-                    # (held until a plan asks for it; never decided on before)
-                    self.ahead[model] = self.ahead.get(model, 0) + 1
                     return self._timed(started, None)
                 if fate is Fate.SKIP:
                     self.skipped[model] = self.skipped.get(model, 0) + 1
@@ -482,9 +490,11 @@ class AdaptiveStopping:
     async def complete_sample(
         self, id: str | int, epoch: int, scores: dict[str, SampleScore]
     ) -> None:
+        model = self._model_of_task()
+        if (model, str(id), epoch) not in self._scheduled:
+            self._reused.add(model)  # handed back from a previous attempt's log
         book = await self._book()
         started = time.perf_counter()
-        model = self._model_of_task()
         where = f"{model}, sample {id}, epoch {epoch}"
         try:
             category = self._category(scores, where)
@@ -514,7 +524,6 @@ class AdaptiveStopping:
                 self.book is not None
                 and not self.book.finished
                 and not self.disengaged
-                and not self.to_come
                 and time.monotonic() < deadline
             ):
                 self._check_partners()
@@ -568,7 +577,13 @@ class AdaptiveStopping:
         return name
 
     async def _book(self) -> RoundBook | None:
-        """The campaign's round book, built once every eval has registered."""
+        """The campaign's round book, built once every eval of the campaign has registered.
+
+        After ``register_s`` without them, the eval's log folder says why
+        (:meth:`_look_back`): partners with a log of this ``eval()`` call are still starting
+        (waited for, up to ``wait_s``); partners without one cannot start while this eval
+        runs (an eval retried alone by ``eval_retry``, or ``max_tasks`` below the number of
+        models), so the eval ends at once with one line, before anything is run."""
         if self.failed is not None:
             raise self.failed
         if self.book is not None:
@@ -579,34 +594,71 @@ class AdaptiveStopping:
                 if self.failed is not None:
                     raise self.failed
                 names = sorted(set(self.evals.values()))
-                waited = time.monotonic() - self._last_start >= self.register_s
-                ready = set(self.models) <= set(names) if self.models is not None else waited
-                if waited and not self._looked_back:
-                    try:
-                        resumed = await self._resume_alone(names)
-                    except InputError as error:
-                        self.failed = error
-                        raise
-                    finally:
-                        condition.notify_all()
-                    if resumed:
+                since = time.monotonic() - self._last_start
+                try:
+                    if self.models is not None and set(self.models) <= set(names):
+                        self._open(tuple(self.models))
                         break
-                if ready:
-                    try:
-                        self._open(tuple(self.models) if self.models is not None else tuple(names))
-                    except InputError as error:
-                        self.failed = error
-                        raise
-                    finally:
-                        condition.notify_all()
-                    break
+                    if since >= self.register_s:
+                        if not self._looked_back and await self._look_back(names):
+                            break  # opened from the logs of the partners' finished evals
+                        expected = self.models or tuple(sorted(self._in_run | set(names)))
+                        absent = [m for m in expected if m not in names]
+                        if not absent:
+                            self._open(tuple(expected))
+                            break
+                        late = [m for m in absent if m not in self._in_run]
+                        if late or since >= self.wait_s:
+                            raise self._cannot_open(names, late or absent, bool(late))
+                except InputError as error:
+                    self.failed = error
+                    raise
+                finally:
+                    condition.notify_all()
                 await _wait(condition, self.register_s / 4)
         return self.book
 
-    async def _resume_alone(self, started: list[str]) -> bool:
-        """Open the campaign of an eval retried without its partners (``eval_retry``): its
-        models and every run Inspect kept, from the logs of the previous attempts. Returns
-        False when the eval is not such a retry."""
+    def _cannot_open(self, started: list[str], absent: list[str], never: bool) -> InputError:
+        """One line: the evals of ``absent`` cannot (``never``: not while this eval runs) or
+        did not (within ``wait_s``) start beside ``started``'s; nothing was run."""
+        resuming = bool(self._reused or self._prior_folder)
+        folder = self._prior_folder or "LOG_DIR"
+        who = f"the eval of {', '.join(started)}"
+        if never and resuming:
+            why = (
+                f"{who} was retried alone (eval_retry retries a campaign's logs one at a time) "
+                f"and the eval of {', '.join(absent)} cannot start while it runs"
+            )
+        elif never:
+            why = (
+                f"the eval of {', '.join(absent)} cannot start while {who} runs (eval(..., "
+                f"max_tasks=) below the campaign's {len(started) + len(absent)} models?)"
+            )
+        else:
+            why = f"the eval of {', '.join(absent)} did not start within wait_s={self.wait_s:g} s"
+        remedy = (
+            f"retry the campaign's evals together: adaptive_eval.inspect.retry({folder!r}), or "
+            "the same eval_set(..., retry_immediate=False) again"
+            if resuming
+            else f"run the campaign's evals at once (max_tasks >= {len(started) + len(absent)})"
+        )
+        return InputError(
+            f"adaptive_stopping {self.name!r}: {why}, so its rounds cannot come; nothing was "
+            f"run{' (every run stays in the logs)' if resuming else ''}; {remedy}"
+        )
+
+    async def _look_back(self, started: list[str]) -> bool:
+        """Read the eval's log folder (:func:`~adaptive_eval.inspect.resume.prior_logs`):
+        which partners have a log of this ``eval()`` call (``_in_run``: they are starting),
+        and, for an eval retried alone whose partners' evals are all over, open the campaign
+        from their logs (its models and every run Inspect kept; returns True).
+
+        An eval retried alone while a partner's eval is not over is refused by :meth:`_book`
+        (nothing run): ``eval_retry`` runs that partner only after this eval ends, so this eval
+        cannot wait for the rounds that need it. It used to run every epoch its model might
+        still need ahead of the plan (192 runs where the campaign used 144), and its log kept
+        a record that was not the campaign's end. The evals resume together with
+        :func:`~adaptive_eval.inspect.resume.retry`."""
         from inspect_ai._control.eval_state import get_eval_state
 
         self._looked_back = True
@@ -614,19 +666,22 @@ class AdaptiveStopping:
             return False
         model = started[0]
         state = get_eval_state(self._eval_ids[model])
-        prior = await prior_logs(
-            state.log_location if state is not None else "",
+        location = state.log_location if state is not None else ""
+        lookback = await prior_logs(
+            location,
             self._task_ids[model],
             self._eval_ids[model],
+            self._run or "",
+            self._task_name,
         )
-        partners = sorted(set(prior) - set(started))
-        if self.models is not None:
-            partners = [m for m in partners if m in self.models]
-        if not partners:
-            return False
-        models = (
-            self.models if self.models is not None else tuple(sorted(set(prior) | set(started)))
-        )
+        prior = lookback.prior
+        self._in_run = set(lookback.in_run)
+        models = tuple(self.models or sorted(set(prior) | self._in_run | set(started)))
+        partners = [m for m in models if m not in started]
+        if prior:
+            self._prior_folder = str(Path(location.removeprefix("file://")).parent)
+        if not partners or any(m in self._in_run for m in partners):
+            return False  # every eval started, or the partners of this call are starting
         for name, log in prior.items():
             if name in models and (log.samples != self.questions or log.epochs != self.epochs):
                 raise InputError(
@@ -634,14 +689,9 @@ class AdaptiveStopping:
                     f"x {log.epochs} epochs, this retry {len(self.questions or ())} x "
                     f"{self.epochs}: not the same campaign"
                 )
-        missing = [m for m in models if m not in prior and m not in started]
-        if missing:
-            raise InputError(
-                f"retrying the eval of {model}: no log of {', '.join(missing)} beside "
-                f"{state.log_location if state is not None else 'it'}; retry the campaign's "
-                "logs from one folder"
-            )
-        self._open(tuple(models))
+        if any(m not in prior or prior[m].status != "success" for m in partners):
+            return False  # partners that cannot start while this eval runs: _book refuses
+        self._open(models)
         assert self.book is not None
         kept: dict[str, int] = {}
         for name, log in prior.items():
@@ -656,11 +706,9 @@ class AdaptiveStopping:
                     self._index[name], self._question_index[sample], epoch - 1, category
                 )
                 kept[name] = kept.get(name, 0) + 1
-        self.to_come = tuple(m for m in models if m not in started and prior[m].status != "success")
         self.resumed = {
             "logs": {m: prior[m].location for m in models if m in prior},
             "kept_runs": kept,
-            "partners_to_come": list(self.to_come),
         }
         return True
 
@@ -755,7 +803,6 @@ class AdaptiveStopping:
         if self.resumed is not None:
             out["resumed"] = {
                 **self.resumed,
-                "runs_ahead_of_plan": dict(self.ahead),
                 "trials_per_sample": {n: [int(t) for t in trials[i]] for i, n in enumerate(names)},
             }
         if self.judge is not None:

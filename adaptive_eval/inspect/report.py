@@ -35,6 +35,29 @@ class InspectReport:
     summary: Summary
     run_dir: Path
     exit_code: int  # compare's (0 not worse, 3 regression, 4 undecided); 0 for a ranking
+    #: Scored runs each model's log holds: every run Inspect made and kept, whether the
+    #: campaign used it or not (runs past the plan: after the bridge disengaged, or made
+    #: ahead of it by an eval retried alone before issue 48).
+    runs: dict[str, int]
+
+    @property
+    def unused(self) -> int:
+        """Runs the logs hold that the campaign did not use (compute the saving leaves out)."""
+        return sum(self.runs.values()) - self.summary.trials_used
+
+    def runs_line(self) -> str:
+        """One line counting every run the logs hold against the trials the campaign used."""
+        total = sum(self.runs.values())
+        line = (
+            f"Inspect logs: {total} runs of {len(self.runs)} models; the campaign used "
+            f"{self.summary.trials_used}"
+        )
+        if self.unused > 0:
+            line += (
+                f"; {self.unused} were run but not used (past the plan: after the bridge "
+                "disengaged, or ahead of it), compute the saving above leaves out"
+            )
+        return line
 
 
 def is_inspect_folder(folder: Path) -> bool:
@@ -104,6 +127,7 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
         goal,
     )
     index = {q: i for i, q in enumerate(questions)}
+    runs: dict[str, int] = {}
     outcomes = np.zeros((len(models), len(questions), epochs), dtype=np.int8)
     used = np.zeros((len(models), len(questions)), dtype=np.int64)
     for m, model in enumerate(models):
@@ -124,6 +148,7 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
             where = f"{model}, sample {sample.id}, epoch {sample.epoch}"
             outcomes[m, q, sample.epoch - 1] = score_map.category(_as_sample_scores(sample), where)
             seen[q].add(sample.epoch - 1)
+            runs[model] = runs.get(model, 0) + 1
         for q, n in enumerate(per_sample):
             lacking = set(range(int(n))) - seen[q]
             if lacking:
@@ -143,7 +168,7 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
     summary = run_campaign(config, run_dir, quiet=True, campaign=campaign, finish=finish)
     _check_same_trials(summary, run_dir, used, models)
     code = summary.comparison.exit_code if summary.comparison is not None else 0
-    return InspectReport(summary, run_dir, code)
+    return InspectReport(summary, run_dir, code, runs)
 
 
 def report_command(log_dir: Path, out: str | None, html: bool, as_json: bool) -> int:
@@ -161,8 +186,10 @@ def report_command(log_dir: Path, out: str | None, html: bool, as_json: bool) ->
         print(json_text(found.summary))
     elif found.summary.comparison is not None:
         print(render_console(found.summary) + "\n\n" + render(found.summary.comparison))
+        print(found.runs_line())
     else:
         print(render_console(found.summary))
+        print(found.runs_line())
     return found.exit_code
 
 
