@@ -83,6 +83,17 @@ def _tape(case: Any, cap: int, rng: np.random.Generator) -> tuple[np.ndarray, np
     return tape, None if tokens_mean is None else draw_tokens(tokens_mean, cap, rng)
 
 
+def _truth(case: Any, tape: np.ndarray) -> np.ndarray | None:
+    """The case's true (L, M, K) category probabilities (a replay's: its cells' frequencies
+    over the whole shuffled file, the truth its runs are draws of), or None."""
+    arrays, _ = arrays_of(case)
+    if case.kind != "replay":
+        return np.asarray(arrays, dtype=np.float64)
+    k = int(arrays.max()) + 1
+    found: np.ndarray = (arrays[..., None] == np.arange(max(k, 2))).mean(axis=2)
+    return found
+
+
 def _run(
     campaign: Campaign,
     tape: np.ndarray,
@@ -151,6 +162,10 @@ def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, An
             "ratio": found.trials.p50 / final,
             "seconds": time.perf_counter() - started,
         }
+        truth = _truth(case, tape)
+        if truth is not None:  # the oracle: the true category probabilities, no predictive
+            known = forecast_rest(campaign, snapshot, truths=[truth] * simulations)
+            out["at"][str(share)]["oracle"] = known.trials.record()
     return out
 
 
@@ -172,6 +187,14 @@ def summarise(
             "median_ratio": float(np.median([f["trials"]["p50"] / real for real, f in made])),
             "seconds": float(statistics.median(f["seconds"] for _, f in made)),
         }
+        oracle = [(real, f["oracle"]) for real, f in made if "oracle" in f]
+        if oracle:
+            row["by_share"][str(share)]["oracle_within_20"] = float(
+                np.mean([abs(o["p50"] / real - 1) <= 0.2 for real, o in oracle])
+            )
+            row["by_share"][str(share)]["oracle_inside"] = float(
+                np.mean([o["p10"] <= real <= o["p90"] for real, o in oracle])
+            )
     row["realised_mean"] = float(np.mean([r["realised"] for r in results]))
     return row
 
@@ -179,15 +202,21 @@ def summarise(
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| campaign | made at | forecasts | total inside 10-90% | p50 within 20% "
-        "| median abs(p50/real - 1) | median p50/real | s per forecast |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| median abs(p50/real - 1) | median p50/real | s per forecast | oracle: within 20%, "
+        "inside |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         for share, found in row["by_share"].items():
+            oracle = (
+                f"{found['oracle_within_20']:.0%}, {found['oracle_inside']:.0%}"
+                if "oracle_within_20" in found
+                else "-"
+            )
             lines.append(
                 f"| {row['campaign']} | {float(share):.0%} | {found['forecasts']} | "
                 f"{found['inside']:.0%} | {found['within_20']:.0%} | {found['median_error']:.3f} | "
-                f"{found['median_ratio']:.2f} | {found['seconds']:.2f} |"
+                f"{found['median_ratio']:.2f} | {found['seconds']:.2f} | {oracle} |"
             )
     return "\n".join(lines) + "\n"
 

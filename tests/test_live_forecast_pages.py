@@ -229,3 +229,16 @@ def test_a_forecast_of_engines_on_cpu_says_there_is_no_gpu(tmp_path: Path) -> No
     line = next(x for x in on_cpu.splitlines() if x.strip().startswith("device-s:"))
     assert " 0 s" not in line  # seconds below 1 keep their decimals
     assert "GPU-seconds:" in render(replace(found, gpu=True))
+
+
+def test_the_compute_plots_fixed_n_line_says_what_it_counts(
+    finished: tuple[Path, dict[str, Any]],
+) -> None:
+    """The dashed line read "fixed-N run": N per question and per model, as the README says it
+    (issue 48, item 15)."""
+    run_dir, summary = finished
+    write_outputs(run_dir, read_summary(summary))
+    page = (run_dir / "report.html").read_text()
+    fixed_n = summary["baseline"]["fixed_n"]
+    per_model = summary["baseline"]["trials"] // len(summary["models"])
+    assert f"fixed-N run: {fixed_n} per question = {per_model:,} per model" in page

@@ -209,18 +209,24 @@ def thaw_core(frozen: bytes) -> DecisionCore:
 
 
 def forecast_rest(
-    campaign: Campaign, snapshot: Snapshot, predictive: str = "spacing"
+    campaign: Campaign,
+    snapshot: Snapshot,
+    predictive: str = "spacing",
+    truths: list[np.ndarray] | None = None,
 ) -> LiveForecast:
-    """Run the snapshot's core forward ``snapshot.simulations`` times (see the module)."""
+    """Run the snapshot's core forward ``snapshot.simulations`` times (see the module), each
+    on a truth drawn from ``predictive``; ``truths``: on these instead (a benchmark's oracle,
+    which knows the true category probabilities)."""
     started = time.process_time()  # compute, not wall: a busy machine slows the wall clock
     state: RunState = pickle.loads(snapshot.state)
     core = thaw_core(snapshot.core)
-    counts = state.counts + np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
-    drawn = Predictive.of(counts, campaign.weights, predictive)
-    truths = [
-        drawn.draw(np.random.default_rng([snapshot.seed, snapshot.round, index]))
-        for index in range(snapshot.simulations)
-    ]
+    if truths is None:
+        counts = state.counts + np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
+        drawn = Predictive.of(counts, campaign.weights, predictive)
+        truths = [
+            drawn.draw(np.random.default_rng([snapshot.seed, snapshot.round, index]))
+            for index in range(snapshot.simulations)
+        ]
     stopping = without_budget(core.stopping)
     batch = BatchCore.of(core, campaign.capacity, stopping)
     if batch is not None:

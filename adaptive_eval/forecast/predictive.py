@@ -53,7 +53,7 @@ from adaptive_eval.stats.posterior import empirical_bayes_prior
 SPACING_CV = (0.05, 0.3, 0.55, 0.8, 1.05, 1.3)
 #: The share of adjacent pairs that are exact ties (the same model twice, a checkpoint that
 #: changed nothing), a point mass at spacing 0 beside the gamma.
-TIE_SHARES = (0.0, 0.15, 0.3)
+TIE_SHARES = (0.0, 0.15, 0.3, 0.5)
 #: Pseudo-evidence per candidate prior that weighs the candidates by how well they reproduce
 #: the observed spacings (:func:`prior_weights`).
 CALIBRATION_DRAWS = 400

@@ -385,7 +385,12 @@ def compute_plot(summary: Summary, data: RunData) -> str:
             f" ({library.reused:,} reused from the trial library, {library.sampled:,} sampled)"
         )
     ax.step(rounds, cumulative, where="post", color="#1c7ed6", label=recorded)
-    ax.axhline(summary.baseline.trials, color="#495057", linestyle="--", label="fixed-N run")
+    base = summary.baseline
+    fixed = "fixed-N run"
+    if base.fixed_n and base.trials and summary.models:
+        per_model = base.trials // len(summary.models)
+        fixed += f": {base.fixed_n} per question = {per_model:,} per model"
+    ax.axhline(base.trials, color="#495057", linestyle="--", label=fixed)
     # One dot per decided pair of the summary (the decision events logged a pair each time it
     # became adjacent again: 6 dots for the demo's 5 decided pairs), at its own round.
     decided = [r for r in decided_rounds(summary) if 1 <= r <= len(cumulative)]
