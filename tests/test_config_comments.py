@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_eval.command_line.cli import build_parser
+from adaptive_eval.command_line.parser import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = re.compile(r"^#\s{2,}(?P<line>(?:\S*python\S*|\S*adaptive-eval|scripts/)\S*.*)$")

@@ -13,7 +13,7 @@ from helpers import mimic_success, write_scenario
 import adaptive_eval
 from adaptive_eval import stats
 from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.command_line.cli import build_parser
+from adaptive_eval.command_line.parser import build_parser
 from adaptive_eval.config.registry import allocators, backends, pair_rules, stopping_rules
 from adaptive_eval.config.schema import parse_config
 

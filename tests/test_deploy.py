@@ -24,7 +24,7 @@ import pytest
 import ray
 import yaml
 
-from adaptive_eval.command_line.cli import build_parser
+from adaptive_eval.command_line.parser import build_parser
 from adaptive_eval.config.schema import parse_config
 from adaptive_eval.workflows.nightly import EXIT_ALERT
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import base_config, write_config
 
-from adaptive_eval.command_line.cli import build_parser, main
+from adaptive_eval.command_line.cli import main
+from adaptive_eval.command_line.parser import build_parser
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
