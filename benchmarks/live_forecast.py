@@ -221,13 +221,21 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def overhead(runs: int, models: int, questions: int, folder: Path) -> dict[str, Any]:
+def overhead(
+    runs: int, models: int, questions: int, folder: Path, per_trial_s: float = 0.0
+) -> dict[str, Any]:
     """Wall time of ``runs`` paired runs of a synthetic L x M campaign (cap 80, inline
-    dispatch), the live forecast on (its default) and off, in turn: the median ratio on/off,
-    and the live forecasts the on-runs made."""
+    dispatch; ``per_trial_s``: emulated GPU time per trial), the live forecast on (its default)
+    and off, in turn: the median ratio on/off, and the live forecasts the on-runs made."""
     import subprocess
 
     case = _forecast.scale_case(folder, models, questions, 80)
+    if per_trial_s:
+        import yaml
+
+        data = yaml.safe_load(Path(case.config).read_text())
+        data["models"][0]["latency"] = {"per_trial_s": per_trial_s}
+        Path(case.config).write_text(yaml.safe_dump(data, sort_keys=False))
     cli = str(Path(sys.executable).parent / "adaptive-eval")
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     made = []
@@ -258,6 +266,7 @@ def overhead(runs: int, models: int, questions: int, folder: Path) -> dict[str, 
     return {
         "models": models,
         "questions": questions,
+        "per_trial_s": per_trial_s,
         "seconds": seconds,
         "ratio_median": statistics.median(ratios),
         "ratios": ratios,
@@ -286,10 +295,16 @@ def main() -> None:
         help="instead: this many paired runs of an L = 50, M = 500 campaign, live forecast on "
         "and off (inline dispatch), timed",
     )
+    parser.add_argument(
+        "--per-trial-s",
+        type=float,
+        default=0.0,
+        help="with --overhead: emulated GPU time per trial (latency.per_trial_s)",
+    )
     args = parser.parse_args()
     if args.overhead:
         with tempfile.TemporaryDirectory(prefix="bench-live-overhead-") as tmp:
-            found = overhead(args.overhead, 50, 500, Path(tmp))
+            found = overhead(args.overhead, 50, 500, Path(tmp), args.per_trial_s)
         print(json.dumps(found, indent=2))
         return
     global PREDICTIVE

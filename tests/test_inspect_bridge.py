@@ -342,3 +342,29 @@ def test_evals_that_cannot_start_together_end_with_one_line_not_a_hang(tmp_path:
         assert "cannot start while the eval of" in log.error.message, log.error.message
         assert "max_tasks >= 2" in log.error.message
         assert not [s for s in log.samples or [] if s.scores]
+
+
+def test_the_campaign_is_forecast_as_it_goes_and_the_log_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every workflow that samples forecasts the rest of its campaign (issue 47): the bridge's
+    log keeps each forecast (here made in this process, so a short eval has them for sure)."""
+    from adaptive_eval.forecast.live import LiveForecaster
+    from adaptive_eval.inspect import bridge as bridge_module
+
+    class HereForecaster(LiveForecaster):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "inline": True})
+
+    monkeypatch.setattr(bridge_module, "LiveForecaster", HereForecaster)
+    path = write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
+    meta = logged(run_bridge(path, tmp_path / "logs"))
+    first = next(iter(meta.values()))
+    points = first["live_forecast"]
+    assert points and first["live_forecast_failed"] is None
+    assert all(p["trials"]["p10"] <= p["trials"]["p50"] <= p["trials"]["p90"] for p in points)
+    assert all(p["trials_used"] > 0 for p in points)
+    off = logged(run_bridge(path, tmp_path / "off", live_forecast=0))
+    assert "live_forecast" not in next(iter(off.values()))
+    with pytest.raises(InputError, match="live_forecast must be >= 0"):
+        adaptive_stopping(f"bad-{next(_names)}", live_forecast=-1)

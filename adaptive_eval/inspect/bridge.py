@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import tempfile
 import time
@@ -34,6 +35,7 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
+from adaptive_eval.forecast.live import LIVE_SIMULATIONS, LiveForecaster
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, check_policy
 from adaptive_eval.inspect.resume import prior_logs
 from adaptive_eval.inspect.rounds import Fate, RoundBook
@@ -269,6 +271,7 @@ def adaptive_stopping(
     wait_s: float = 600.0,
     register_s: float = 1.0,
     folder: str | Path | None = None,
+    live_forecast: int = LIVE_SIMULATIONS,
 ) -> AdaptiveStopping:
     """The early stopping for a task (``Task(..., early_stopping=adaptive_stopping(...))``).
 
@@ -278,7 +281,9 @@ def adaptive_stopping(
     ``max_trials_per_question`` is the task's epochs). ``models``: the eval's models, in the
     order the campaign indexes them (default: those whose evals start within ``register_s``
     seconds of each other, sorted). A bridge of the same ``name`` that has not finished is
-    returned again (``eval_retry`` builds the task once per log). Bad input is one
+    returned again (``eval_retry`` builds the task once per log). ``live_forecast``: the
+    simulations of the forecast of the rest of the campaign, made beside it as rounds come in
+    (:mod:`adaptive_eval.forecast.live`; the log's ``live_forecast``; 0: none). Bad input is one
     :class:`~adaptive_eval.base.errors.InputError` line here, before any sample runs.
     """
     check_inspect_version()
@@ -295,6 +300,7 @@ def adaptive_stopping(
         wait_s=wait_s,
         register_s=register_s,
         folder=folder,
+        live_forecast=live_forecast,
     )
     _SHARED[name] = bridge
     return bridge
@@ -316,8 +322,14 @@ class AdaptiveStopping:
         wait_s: float = 600.0,
         register_s: float = 1.0,
         folder: str | Path | None = None,
+        live_forecast: int = LIVE_SIMULATIONS,
     ) -> None:
         goal.check(models)
+        if isinstance(live_forecast, bool) or not isinstance(live_forecast, int):
+            raise InputError(f"live_forecast must be a whole number >= 0, got {live_forecast!r}")
+        if live_forecast < 0:
+            raise InputError(f"live_forecast must be >= 0 (0: none), got {live_forecast}")
+        self.live_simulations = live_forecast
         self.name = name
         self.goal = goal
         self.models = tuple(models) if models is not None else None
@@ -390,6 +402,13 @@ class AdaptiveStopping:
         self._scheduled: set[tuple[str, str, int]] = set()  # runs asked for in this attempt
         #: Models whose runs Inspect handed back from a previous attempt (a resume).
         self._reused: set[str] = set()
+        if getattr(self, "live", None) is not None:
+            self.live.close()
+        #: The forecast of the rest of the campaign (None: off or not open yet), and when the
+        #: campaign opened (its elapsed time is the forecast's clock).
+        self.live: LiveForecaster | None = None
+        self.live_failed: str | None = None
+        self._opened_at = 0.0
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -510,6 +529,7 @@ class AdaptiveStopping:
         )
         self.overhead_s += time.perf_counter() - started
         self.calls += 1
+        self._forecast(book)
         if applied:
             async with self._condition():
                 self._condition().notify_all()
@@ -529,7 +549,24 @@ class AdaptiveStopping:
                 self._check_partners()
                 await _wait(condition, min(deadline - time.monotonic(), PARTNER_CHECK_S))
         self.completed.add(model)
+        if self.done and self.live is not None:
+            self.live.close()
         return self.metadata(model)
+
+    def _forecast(self, book: RoundBook) -> None:
+        """Hand the campaign's latest round to the live forecast and keep what it finished
+        (never waits); its first failure is one warning line."""
+        if self.live is None:
+            return
+        elapsed = time.monotonic() - self._opened_at
+        _, failed = self.live.after_round(book.core, book.state, elapsed)
+        if failed is not None and self.live_failed is None:
+            self.live_failed = failed
+            logging.getLogger(__name__).warning(
+                "adaptive_stopping %r: the live forecast failed (%s); the campaign goes on",
+                self.name,
+                failed,
+            )
 
     def _check_partners(self) -> None:
         """Raise once an eval of this campaign has failed (Inspect's eval state: finished with
@@ -730,6 +767,10 @@ class AdaptiveStopping:
         campaign, self.judge = self.spec.build(folder)
         self._index = {name: i for i, name in enumerate(models)}
         self.book = RoundBook(campaign)
+        self._opened_at = time.monotonic()
+        if self.live_simulations > 0:
+            self.live = LiveForecaster(campaign, simulations=self.live_simulations)
+            self.live.start()
 
     def _timed(self, started: float, value: EarlyStop | None) -> EarlyStop | None:
         self.overhead_s += time.perf_counter() - started
@@ -800,6 +841,9 @@ class AdaptiveStopping:
             skipped_epochs=self.skipped.get(model, 0),
             unused_results=book.unused_results(),
         )
+        if self.live is not None:
+            out["live_forecast"] = [point.record() for point in self.live.history]
+            out["live_forecast_failed"] = self.live_failed
         if self.resumed is not None:
             out["resumed"] = {
                 **self.resumed,
