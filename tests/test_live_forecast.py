@@ -308,18 +308,19 @@ def test_a_failing_live_forecast_is_one_event_and_the_run_goes_on(
 
 
 def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path) -> None:
-    """A real forecast process, forked warm when the campaign starts (no other thread runs):
-    the first call only sends (never waits); a later call collects."""
+    """A real forecast process, forked warm when the campaign starts (no other thread runs;
+    spawned where threads run): the first call only sends (never waits); a later call
+    collects."""
     import time
 
     campaign = build_campaign(load_config(_config(tmp_path)))
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
     forecaster = LiveForecaster(campaign, simulations=5)
     try:
-        forecaster.start()
-        assert forecaster.process is not None
-        found, failed = forecaster.after_round(core, state, 0.5, 0.01)
-        assert found is None and failed is None and forecaster._pending is not None
+        forecaster.start()  # forked now, or (threads run: pytest-xdist's) spawned when asked
+        found, failed = forecaster.after_round(core, state, 10.0, 0.01)
+        assert found is None and failed is None
+        assert forecaster.process is not None and forecaster._pending is not None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found, failed = forecaster._collect()
@@ -329,6 +330,16 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
         assert failed is None and found is not None
         assert found.round == state.applied_rounds and forecaster.history == [found]
         assert found.wall_s_to_go is not None
+        # Idle a while (its boundary tables built, then waiting): it answers again.
+        time.sleep(3.0)
+        later, moved = _continue(campaign, _probs(SCORES, 12), stop_round=5)
+        assert forecaster.after_round(later, moved, 1e4, 0.01) == (None, None)
+        deadline = time.monotonic() + 120
+        found = failed = None
+        while found is None and failed is None and time.monotonic() < deadline:
+            found, failed = forecaster._collect()
+            time.sleep(0.05)
+        assert failed is None and found is not None and found.round == moved.applied_rounds
     finally:
         forecaster.close()
 

@@ -104,14 +104,17 @@ def test_report_html_is_self_contained_with_every_figure(run_dir: Path) -> None:
         assert model["name"] in text
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
     assert summary["stop_reason"] == "trial_budget" and undecided > 0
-    assert f"{undecided} pair(s) still undecided at the stop" in text
+    # A budget's cut is said as one (issue 48: it read "saved ... still undecided at the stop").
+    assert f"cut by the trial budget with {undecided} pair(s) undecided" in text
+    assert "still undecided at the stop" not in text
 
 
 def test_report_md_has_provenance_and_the_undecided_note(run_dir: Path) -> None:
     text = (run_dir / "report.md").read_text()
     summary = json.loads((run_dir / "summary.json").read_text())
     undecided = sum(p["decision"] == "undecided" for p in summary["pairs"])
-    assert f"(stopped on trial_budget with {undecided} pair(s) undecided)" in text
+    assert undecided > 0 and "(a budget's cut, not a saving)" in text
+    assert "stopped on trial_budget with" not in text
     assert "## Provenance" in text
     digest = summary["provenance"]["models"][0]["sha256"]["scenario"]
     assert len(digest) == 64 and digest[:16] in text
@@ -219,8 +222,9 @@ def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     # Only what the plot reads (model_construct: the rest of a summary left out).
     summary = Summary.model_construct(
         pairs=pairs,
-        baseline=Baseline.model_construct(trials=200),
+        baseline=Baseline.model_construct(trials=200, fixed_n=10),
         provenance=Provenance.model_construct(library=None),
+        models=[None] * 2,  # the plot counts them: 100 trials per model
     )
     svg = compute_plot(summary, RunData(["a"], ["q"], np.zeros((1, 1)), per_round))
     dots = svg.split('<g id="pairs-decided">', 1)[1].split("</g>", 1)[0]
@@ -228,6 +232,7 @@ def test_the_compute_plot_marks_each_decided_pair_once_at_its_round() -> None:
     ys = [float(y) for y in re.findall(r'<use [^>]*y="([\d.]+)"', dots)]
     assert len(xs) == 3  # the three decided pairs, each once
     assert "a pair decided (3 pairs)" in svg
+    assert "fixed-N run: 10 per question = 100 per model" in svg
     # Rounds 2 and 4 (counted from 1): the cumulative trials 20 and 60 are at those rounds.
     assert xs[1] == pytest.approx(xs[2]) and xs[0] < xs[1]
     assert ys[1] == pytest.approx(ys[2]) and ys[0] > ys[1]  # higher on the page: fewer trials

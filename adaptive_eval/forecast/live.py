@@ -87,6 +87,10 @@ MAX_GROWTH = 8
 #: A run whose process cannot fork safely (threads run in it) spawns its forecast process only
 #: once it is this old: a test or toy campaign would pay the spawn's imports for nothing.
 SPAWN_AFTER_S = 2.0
+#: No forecast in a run's first second, and no table built in its process's: a run that short
+#: (a test, a toy campaign) needs none, and the work would only take CPU from it (and from the
+#: test suite's other runs beside it).
+FIRST_AFTER_S = 1.0
 #: The process's niceness: below the run's on a shared core, but not starved by a busy machine
 #: (at 19 a loaded 2-core machine gave it about 1% of a core: the first forecast of a run took
 #: 135 s and none followed). Its share of the run's time is bounded by DUTY anyway.
@@ -415,10 +419,13 @@ def _serve(conn: Connection, parent: int, campaign: Campaign | None) -> None:
             campaign = pickle.loads(conn.recv())
         assert campaign is not None
         warm = _warm_up(campaign)
+        idle_from = time.monotonic() + FIRST_AFTER_S
         while True:
-            if not conn.poll(0 if warm else 1.0):
-                if next(warm, None) is None:
-                    warm = iter(())
+            wait = 1.0 if warm is None else max(idle_from - time.monotonic(), 0.0)
+            if not conn.poll(wait):
+                ready = warm is not None and time.monotonic() >= idle_from
+                if ready and next(warm, None) is None:
+                    warm = None  # every table built
                 if os.getppid() != parent:
                     return
                 continue
@@ -567,6 +574,8 @@ class LiveForecaster:
         if self._pending is not None or core.stop is not None or state.trials_used <= 0:
             return found, failed
         if not self._due(core, state, elapsed_s):
+            return found, failed
+        if not self.inline and elapsed_s < FIRST_AFTER_S:
             return found, failed
         if not self.inline and self.process is None:
             if elapsed_s < SPAWN_AFTER_S:
