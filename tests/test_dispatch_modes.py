@@ -18,7 +18,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 #: What differs between two executions of one campaign by design.
 #: (The live forecast too: when its process answers is timing, not the campaign.)
-EXECUTION_FIELDS = ("campaign_id", "elapsed_s", "dispatch", "provenance", "resumed", "live_forecast")
+EXECUTION_FIELDS = (
+    "campaign_id",
+    "elapsed_s",
+    "dispatch",
+    "provenance",
+    "resumed",
+    "live_forecast",
+)
 #: configs/vllm-*.yaml need a vLLM engine (tests/test_vllm_backend.py runs the tiny one).
 CPU_CONFIGS = sorted(
     path.name for path in (REPO / "configs").glob("*.yaml") if not path.name.startswith("vllm")
