@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import importlib
 import json
-import pickle
 import statistics
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
 from adaptive_eval.decide.state import RunState
-from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core
+from adaptive_eval.forecast.live import Snapshot, forecast_rest
 from adaptive_eval.forecast.simulate import Truth, recorded_costing, replay_sampler, run_core
 
 HERE = Path(__file__).resolve().parent
@@ -145,15 +144,7 @@ def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, An
         if core.stop is not None or state.trials_used >= final:
             out["at"][str(share)] = None  # the run ended in that round: nothing left to forecast
             continue
-        snapshot = Snapshot(
-            state.applied_rounds,
-            freeze_core(core),
-            pickle.dumps(state),
-            0.0,
-            None,
-            rep,
-            simulations,
-        )
+        snapshot = Snapshot.of(core, state, seed=rep, simulations=simulations)
         started = time.perf_counter()
         found = forecast_rest(campaign, snapshot, PREDICTIVE)
         out["at"][str(share)] = {

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from adaptive_eval.decide.state import ViewSettings
+from adaptive_eval.decide.state import RunState, ViewSettings
 from adaptive_eval.stats import sequential
 
 #: A slot's state after a look: still to be settled, settled (resolved or equivalent), or
@@ -202,43 +202,30 @@ class BatchState:
         self._stale = np.ones(counts.shape[:2], dtype=bool)
 
     @classmethod
-    def repeat(
-        cls,
-        settings: BatchSettings,
-        counts: np.ndarray,
-        trials: np.ndarray,
-        planned: np.ndarray,
-        tokens_sum: np.ndarray,
-        tokens_count: np.ndarray,
-        gpu_s_sum: np.ndarray,
-        in_flight: list[np.ndarray],
-        depth: int,
-        rounds: int,
-        sims: int,
-    ) -> BatchState:
-        """``sims`` copies of one run's state (its arrays (L, M[, K]) and its planned rounds not
-        yet applied, oldest first), with room for ``depth`` rounds in flight."""
+    def repeat(cls, settings: BatchSettings, state: RunState, depth: int, sims: int) -> BatchState:
+        """``sims`` copies of one run's ``state`` (its evidence and its planned rounds not yet
+        applied, oldest first), with room for ``depth`` rounds in flight."""
 
-        def copies(array: np.ndarray) -> np.ndarray:
-            return np.repeat(array[None], sims, axis=0)
+        def copies(array: np.ndarray, dtype: type) -> np.ndarray:
+            return np.repeat(array.astype(dtype)[None], sims, axis=0)
 
-        slots = max(depth, len(in_flight))
-        queue = np.zeros((sims, slots, *planned.shape), dtype=np.int64)
+        in_flight = state.plans[state.applied_rounds :]
+        queue = np.zeros((sims, max(depth, len(in_flight)), *state.planned.shape), dtype=np.int64)
         for slot, plan in enumerate(in_flight):
             queue[:, slot] = plan
         return cls(
             settings,
             # Float counts (whole numbers, exact): every statistic reads them as floats, and a
             # conversion per round was a copy of the largest array.
-            copies(counts.astype(np.float64)),
-            copies(trials.astype(np.int64)),
-            copies(planned.astype(np.int64)),
-            copies(tokens_sum.astype(np.int64)),
-            copies(tokens_count.astype(np.int64)),
-            copies(gpu_s_sum.astype(np.float64)),
+            copies(state.counts, np.float64),
+            copies(state.trials, np.int64),
+            copies(state.planned, np.int64),
+            copies(state.tokens_sum, np.int64),
+            copies(state.tokens_count, np.int64),
+            copies(state.gpu_s_sum, np.float64),
             queue,
             np.full(sims, len(in_flight), dtype=np.int64),
-            np.full(sims, rounds, dtype=np.int64),
+            np.full(sims, state.applied_rounds, dtype=np.int64),
         )
 
     @property

@@ -129,21 +129,7 @@ def continue_runs(
 ) -> Continuations:
     """``sims`` continuations of the run in ``state`` (whose core, ``snapshot_core``, has
     decided on it), each to its stop (see the module)."""
-    depth = core.limits.rounds_in_flight
-    in_flight = state.plans[state.applied_rounds :]
-    rows = BatchState.repeat(
-        settings,
-        state.counts,
-        state.trials,
-        state.planned,
-        state.tokens_sum,
-        state.tokens_count,
-        state.gpu_s_sum,
-        list(in_flight),
-        depth,
-        state.applied_rounds,
-        sims,
-    )
+    rows = BatchState.repeat(settings, state, core.limits.rounds_in_flight, sims)
     start_tokens = float(state.tokens_sum.sum())
     start_gpu = float(state.gpu_s_sum.sum())
     view = rows.view()

@@ -111,6 +111,28 @@ class Snapshot:
     seed: int
     simulations: int
 
+    @classmethod
+    def of(
+        cls,
+        core: DecisionCore,
+        state: RunState,
+        *,
+        elapsed_s: float = 0.0,
+        seconds_per_trial: float | None = None,
+        seed: int = 0,
+        simulations: int = LIVE_SIMULATIONS,
+    ) -> Snapshot:
+        """The snapshot of a run whose ``core`` has decided on its ``state``."""
+        return cls(
+            state.applied_rounds,
+            freeze_core(core),
+            pickle.dumps(state),
+            elapsed_s,
+            seconds_per_trial,
+            seed,
+            simulations,
+        )
+
 
 @dataclass(frozen=True)
 class LiveForecast:
@@ -584,14 +606,13 @@ class LiveForecaster:
             if self.process is None:
                 return found, failed
         try:
-            snapshot = Snapshot(
-                state.applied_rounds,
-                freeze_core(core),
-                pickle.dumps(state),
-                elapsed_s,
-                seconds_per_trial,
-                self.seed,
-                self.simulations,
+            snapshot = Snapshot.of(
+                core,
+                state,
+                elapsed_s=elapsed_s,
+                seconds_per_trial=seconds_per_trial,
+                seed=self.seed,
+                simulations=self.simulations,
             )
         except Exception as error:
             return found, self._fail(error) or failed

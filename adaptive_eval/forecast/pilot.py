@@ -14,7 +14,6 @@ forecast_rest`), or the campaign has stopped.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.core import DecisionCore
 from adaptive_eval.decide.state import RunState
-from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core
+from adaptive_eval.forecast.live import Snapshot, forecast_rest
 from adaptive_eval.forecast.predictive import Predictive, Resolution
 
 #: The largest share of the campaign's forecast total trials an automatic pilot may spend.
@@ -77,15 +76,7 @@ def next_target(campaign: Campaign, core: DecisionCore, state: RunState, seed: i
         return Growth(trials, None, None, None, "too few models to measure their spacing")
     if told.resolved:
         return Growth(trials, told, None, None, "it tells a typical gap from a tie")
-    snapshot = Snapshot(
-        state.applied_rounds,
-        freeze_core(core),
-        pickle.dumps(state),
-        0.0,
-        None,
-        seed,
-        GROWTH_SIMULATIONS,
-    )
+    snapshot = Snapshot.of(core, state, seed=seed, simulations=GROWTH_SIMULATIONS)
     total = forecast_rest(campaign, snapshot).trials.p50
     limit = int(AUTO_SHARE * total)
     if trials >= limit:

@@ -402,8 +402,9 @@ class AdaptiveStopping:
         self._scheduled: set[tuple[str, str, int]] = set()  # runs asked for in this attempt
         #: Models whose runs Inspect handed back from a previous attempt (a resume).
         self._reused: set[str] = set()
-        if getattr(self, "live", None) is not None:
-            self.live.close()
+        earlier = getattr(self, "live", None)  # an attempt's forecast ends with it
+        if earlier is not None:
+            earlier.close()
         #: The forecast of the rest of the campaign (None: off or not open yet), and when the
         #: campaign opened (its elapsed time is the forecast's clock).
         self.live: LiveForecaster | None = None
