@@ -349,7 +349,7 @@ def test_the_campaign_is_forecast_as_it_goes_and_the_log_keeps_it(
 ) -> None:
     """Every workflow that samples forecasts the rest of its campaign (issue 47): the bridge's
     log keeps each forecast (here made in this process, so a short eval has them for sure)."""
-    from adaptive_eval.forecast.live import LiveForecaster
+    from adaptive_eval.forecast.forecaster import LiveForecaster
     from adaptive_eval.inspect import bridge as bridge_module
 
     class HereForecaster(LiveForecaster):

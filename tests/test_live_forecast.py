@@ -30,16 +30,11 @@ from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.state import RunState
-from adaptive_eval.forecast import live as live_forecast
+from adaptive_eval.forecast import forecaster as live_forecast
 from adaptive_eval.forecast.campaign import Range, degenerate_evidence
 from adaptive_eval.forecast.evidence import wall_model
-from adaptive_eval.forecast.live import (
-    LiveForecaster,
-    Snapshot,
-    forecast_rest,
-    freeze_core,
-    thaw_core,
-)
+from adaptive_eval.forecast.forecaster import LiveForecaster
+from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core, thaw_core
 from adaptive_eval.forecast.predictive import (
     Resolution,
     ScoreEvidence,
@@ -505,7 +500,7 @@ def _forecaster_at(tmp_path: Path, **kwargs: Any) -> tuple[Any, Any, Any, LiveFo
 
 
 def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> None:
-    from adaptive_eval.forecast.live import FRESH_GROWTH, FRESH_SHARE, REFRESH_S
+    from adaptive_eval.forecast.forecaster import FRESH_GROWTH, FRESH_SHARE, REFRESH_S
 
     campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
     first, failed = forecaster.after_round(core, state, 100.0, 0.01)
@@ -528,7 +523,7 @@ def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> 
 
 
 def test_the_forecast_keeps_within_its_share_of_the_wall_time(tmp_path: Path) -> None:
-    from adaptive_eval.forecast.live import INLINE_DUTY
+    from adaptive_eval.forecast.forecaster import INLINE_DUTY
 
     campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
     found, _ = forecaster.after_round(core, state, 1e-3, 0.01)
@@ -542,7 +537,7 @@ def test_the_forecast_keeps_within_its_share_of_the_wall_time(tmp_path: Path) ->
 
 
 def test_the_simulations_grow_while_a_forecast_is_quick(tmp_path: Path) -> None:
-    from adaptive_eval.forecast.live import MAX_GROWTH
+    from adaptive_eval.forecast.forecaster import MAX_GROWTH
 
     campaign, core, state, forecaster = _forecaster_at(tmp_path, simulations=5, inline=True)
     sizes = []

@@ -53,7 +53,7 @@ class ForecastPoint(Protocol):
 
 class RestForecaster(Protocol):
     """What forecasts the rest of the run beside the loop
-    (:class:`adaptive_eval.forecast.live.LiveForecaster`, wired in by the run loop): started
+    (:class:`adaptive_eval.forecast.forecaster.LiveForecaster`, wired in by the run loop): started
     with the campaign, then handed every round, it answers at once with a finished forecast or
     a failure, either may be None."""
 

@@ -35,7 +35,8 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
-from adaptive_eval.forecast.live import LIVE_SIMULATIONS, LiveForecaster
+from adaptive_eval.forecast.forecaster import LiveForecaster
+from adaptive_eval.forecast.live import LIVE_SIMULATIONS
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, check_policy
 from adaptive_eval.inspect.resume import prior_logs
 from adaptive_eval.inspect.rounds import Fate, RoundBook

@@ -36,7 +36,7 @@ from adaptive_eval.dispatch import (
     starting,
 )
 from adaptive_eval.dispatch.cluster import RAY_LOG, ray_output_to
-from adaptive_eval.forecast.live import LiveForecaster
+from adaptive_eval.forecast.forecaster import LiveForecaster
 from adaptive_eval.loop.progress import Progress
 from adaptive_eval.loop.rundir import finished_before, kept_from_run, open_run_dir
 from adaptive_eval.store import TrialStore
