@@ -23,10 +23,13 @@ from adaptive_eval.decide.batch import (
     FUTILE,
     OPEN,
     SETTLED,
+    BatchAllocator,
     BatchDecisions,
     BatchMemory,
+    BatchPairRule,
     BatchSettings,
     BatchState,
+    BatchStopping,
     BatchView,
     cap_to_room,
 )
@@ -36,13 +39,7 @@ from adaptive_eval.decide.state import RunState
 from policies.batched import (
     LATCHED,
     STOP,
-    AnyOfRows,
-    GroupSequentialRows,
     LooksMemory,
-    MaxTrialsRows,
-    PairsSettledRows,
-    TrackAndStopRows,
-    UniformRows,
     batched_allocator,
     batched_pair_rule,
     batched_stopping,
@@ -62,9 +59,10 @@ class BatchCore:
     """A decision core's batched form: its one pair rule, stopping rules and allocator, on the
     adjacent pairs of the ordering."""
 
-    pair_rule: GroupSequentialRows
-    stopping: PairsSettledRows | MaxTrialsRows | AnyOfRows
-    allocator: TrackAndStopRows | UniformRows
+    pair_rule: BatchPairRule
+    stopping: BatchStopping
+    allocator: BatchAllocator
+    horizons: int  # the pair rule's memory: looks per horizon
     limits: Limits
 
     @classmethod
@@ -81,7 +79,7 @@ class BatchCore:
         allocator = batched_allocator(core.allocator)
         if rule is None or stops is None or allocator is None:
             return None
-        return cls(rule, stops, allocator, core.limits)
+        return cls(rule, stops, allocator, rule.rule.horizons, core.limits)
 
 
 @dataclass(frozen=True)
@@ -134,9 +132,7 @@ def continue_runs(
     start_gpu = float(state.gpu_s_sum.sum())
     view = rows.view()
     decisions, stop = start_decisions(snapshot_core, view)
-    memory: BatchMemory = start_memory(
-        snapshot_core, sims, view.num_models, core.pair_rule.rule.horizons
-    )
+    memory: BatchMemory = start_memory(snapshot_core, sims, view.num_models, core.horizons)
     ids = np.arange(sims)
     final = np.zeros(sims, dtype=np.int64)
     tokens = np.zeros(sims)
