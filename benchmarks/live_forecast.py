@@ -4,6 +4,7 @@ its 10-90% range hold the total?
 
     python benchmarks/live_forecast.py --out runs/bench-live --replicates 50 --cap 400
     python benchmarks/live_forecast.py --overhead 3    # wall time, live forecast on vs off
+    python benchmarks/live_forecast.py --speed 3       # CPU seconds of one forecast at round 1
 
 Per replicate of a campaign (the cases of ``benchmarks/forecast.py``: the demo, the suite of
 ``benchmarks/sequential.py`` written as simulated scenarios at ``--cap``, and replays of every
@@ -265,6 +266,39 @@ def overhead(
     }
 
 
+def speed(repeats: int, folder: Path) -> dict[str, Any]:
+    """CPU seconds of one forecast (``LIVE_SIMULATIONS`` continuations) at round 1 of the
+    12-model suite campaign (30 questions, cap 400) and of a 50 x 500 campaign (cap 80), with
+    the boundary tables built first (the forecast process builds them while it waits)."""
+    from adaptive_eval.forecast.live import LIVE_SIMULATIONS
+    from policies.batched import batched_pair_rule
+
+    twelve = next(c for c in suite_cases(folder, 30, 400) if "12 models" in c.name)
+    found: dict[str, Any] = {}
+    for name, case in (
+        ("12 x 30", twelve),
+        ("50 x 500", _forecast.scale_case(folder, 50, 500, 80)),
+    ):
+        campaign = build_campaign(load_config(case.config))
+        cap = campaign.settings.policy.max_trials_per_question
+        tape, tokens = _tape(case, cap, np.random.default_rng([case.seed, 0, 3]))
+        state, core = _run(campaign, tape, tokens, 1)  # halted after round 1
+        settings = campaign.view_settings()
+        for rule in campaign.pair_rules:
+            batched = batched_pair_rule(rule, campaign.capacity)
+            if batched is not None:
+                list(batched.warm(settings.confidence, settings.error_control))
+        snapshot = Snapshot.of(core, state, simulations=LIVE_SIMULATIONS)
+        seconds = []
+        for _ in range(repeats):
+            started = time.process_time()
+            forecast_rest(campaign, snapshot)
+            seconds.append(time.process_time() - started)
+        found[name] = {"round_1_trials": state.trials_used, "cpu_s": seconds}
+        print(f"{name}: {', '.join(f'{x:.2f}' for x in seconds)} s", flush=True)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,7 +326,17 @@ def main() -> None:
         default=0.0,
         help="with --overhead: emulated GPU time per trial (latency.per_trial_s)",
     )
+    parser.add_argument(
+        "--speed",
+        type=int,
+        default=0,
+        help="instead: CPU seconds of one forecast at round 1, this many times (12 x 30, 50 x 500)",
+    )
     args = parser.parse_args()
+    if args.speed:
+        with tempfile.TemporaryDirectory(prefix="bench-live-speed-") as tmp:
+            print(json.dumps(speed(args.speed, Path(tmp)), indent=2))
+        return
     if args.overhead:
         with tempfile.TemporaryDirectory(prefix="bench-live-overhead-") as tmp:
             found = overhead(args.overhead, 50, 500, Path(tmp), args.per_trial_s)
