@@ -279,26 +279,35 @@ def test_the_live_forecast_never_changes_the_run_and_is_reported(
         assert "id='live-forecast-note'" in page and "id='live-forecast'" not in page
 
 
+@pytest.mark.parametrize("fault", ["the forecast raises", "the snapshot cannot be sent"])
 def test_a_failing_live_forecast_is_one_event_and_the_run_goes_on(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
 ) -> None:
     real_init = LiveForecaster.__init__
 
     def inline(self: LiveForecaster, *args: Any, **kwargs: Any) -> None:
         real_init(self, *args, **{**kwargs, "inline": True})
 
-    def broken(campaign: Any, snapshot: Snapshot, predictive: str = "spacing") -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("worker lost")
 
     monkeypatch.setattr(LiveForecaster, "__init__", inline)
-    monkeypatch.setattr(live_forecast, "forecast_rest", broken)
+    if fault == "the forecast raises":
+        monkeypatch.setattr(live_forecast, "forecast_rest", broken)
+    else:  # an unpicklable plug-in's core, say
+        from adaptive_eval.forecast import live
+
+        monkeypatch.setattr(live, "freeze_core", broken)
     out = _run(tmp_path, "broken", capsys)
     plain = _run(tmp_path, "plain", capsys, "output.live_forecast=0")
     columns = "model, question, trial, category, round"
     assert ledger(out, columns) == ledger(plain, columns)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     failed = [e for e in events if e["event"] == "live_forecast_failed"]
-    assert failed and "RuntimeError: worker lost" in failed[0]["message"]
+    assert len(failed) == 1 and "RuntimeError: worker lost" in failed[0]["message"]
     assert json.loads((out / "summary.json").read_text()).get("live_forecast") is None
 
 
