@@ -69,8 +69,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("workflows", ("adaptive_eval.workflows.", "adaptive_eval.inspect.")),
     (
-        "command line",
-        ("adaptive_eval.command_line.",),
+        "front ends: the command line and the Python API (each calls the workflows)",
+        ("adaptive_eval.command_line.", "adaptive_eval.api."),
     ),
     # Test servers and builders: above everything, so no production module can import them.
     ("test support, imported by tests and benchmarks only", ("adaptive_eval._testing.",)),
