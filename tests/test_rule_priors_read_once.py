@@ -79,3 +79,26 @@ def test_without_built_rules_check_rule_priors_builds_them(
     with pytest.raises(InputError, match="none of its models"):
         check_rule_priors(config, ["p", "q"])
     assert len(reads) == 2
+
+
+def test_the_identity_holds_the_priors_scores_not_its_path(earlier: Path, tmp_path: Path) -> None:
+    """Issue 49, item 4: a prior moved or copied is the same campaign (the fingerprint a resume
+    checks), one whose scores changed is another; no path of it is in the identity."""
+    import json
+    import shutil
+
+    first = build_campaign(load(_config(earlier)))
+    moved = tmp_path / "moved"
+    shutil.copytree(earlier, moved)
+    again = build_campaign(load(_config(moved)))
+    assert again.fingerprint == first.fingerprint
+    assert str(earlier) not in json.dumps(first.identity)
+    (prior,) = first.identity["config"]["policy"]["pair_rules"]
+    assert set(prior["prior"]) == {"scores_sha256"}
+
+    summary = moved / "earlier" / "summary.json"
+    document = json.loads(summary.read_text())
+    document["models"][0]["score"] = round(document["models"][0]["score"] + 0.01, 6)
+    summary.write_text(json.dumps(document))
+    changed = build_campaign(load(_config(moved)))
+    assert changed.fingerprint != first.fingerprint

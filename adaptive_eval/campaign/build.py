@@ -32,6 +32,7 @@ from adaptive_eval.campaign.parts import (
 from adaptive_eval.config import registry
 from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.config.schema import CampaignConfig, plugin_spec
+from adaptive_eval.decide.contracts import PairRule
 from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign
 
@@ -134,7 +135,9 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         config, plans, width_fixed_n(config, design, len(question_ids), len(names))
     )
     identity = {
-        "config": config.identity([plan.execution_options for plan in plans]),
+        "config": rule_priors_by_content(
+            config.identity([plan.execution_options for plan in plans]), rules
+        ),
         "files": [plan.files for plan in plans],
         "prior": prior_hash,
         "decision_rules": DECISION_RULES,
@@ -159,6 +162,23 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         warnings,
         fixed_n_note,
     )
+
+
+def rule_priors_by_content(
+    config_identity: dict[str, Any], rules: tuple[PairRule, ...]
+) -> dict[str, Any]:
+    """``config_identity`` with each pair rule's earlier run (``betting``'s ``prior``) named by
+    the scores the rule read from it (sha256 of their canonical JSON), not by where it lies: a
+    prior copied or moved is the same campaign, one rewritten in place is another."""
+    refs = config_identity["policy"].get("pair_rules")
+    if not refs:
+        return config_identity
+    for ref, rule in zip(refs, rules, strict=True):
+        scores = getattr(rule, "prior_scores", None)
+        if isinstance(ref, dict) and isinstance(ref.get("prior"), str) and scores is not None:
+            canonical = json.dumps({name: list(pair) for name, pair in sorted(scores.items())})
+            ref["prior"] = {"scores_sha256": hashlib.sha256(canonical.encode()).hexdigest()}
+    return config_identity
 
 
 def describe_stopping(config: CampaignConfig) -> str:
