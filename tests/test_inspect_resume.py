@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections import Counter
+from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,13 @@ pytest.importorskip("inspect_ai")
 from inspect_ai import Task, eval_retry, eval_set, task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
-from inspect_ai.log._samples import sample_active
 from inspect_ai.model import ChatMessage, GenerateConfig, ModelOutput, modelapi
 from inspect_ai.tool import ToolChoice, ToolInfo
 
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.campaign import Goal
-from adaptive_eval.inspect.replay import ReplayAPI, replay_task
+from adaptive_eval.inspect.replay import ReplayAPI, current_run, replay_task
+from adaptive_eval.inspect.resume import newest_logs
 
 _spec = importlib.util.spec_from_file_location(
     "inspect_bridge_helpers_resume", Path(__file__).with_name("test_inspect_bridge.py")
@@ -48,9 +49,7 @@ class FlakyReplay(ReplayAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        active = sample_active()
-        assert active is not None
-        key = (self.model_name, str(active.sample.id), active.epoch)
+        key = (self.model_name, *current_run())
         CALLS[key] += 1
         failing = self.model_name in FAILING and self.model_name not in FAILED
         if key[1:] == ("q0", FAIL_EPOCH) and failing:
@@ -74,6 +73,11 @@ def test_eval_set_retry_resumes_the_campaign(tmp_path: Path, failing: tuple[str,
     path = helpers.write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
     models = [f"flaky_replay/m{i}" for i in range(3)]
     bridge = adaptive_stopping(f"resume-{len(failing)}", models=models, wait_s=60)
+    # retry the failed evals together, after the attempt (inspect-ai before 0.3.206 has no
+    # retry_immediate: it always retries so)
+    together = (
+        {"retry_immediate": False} if "retry_immediate" in signature(eval_set).parameters else {}
+    )
     success, logs = eval_set(
         replay_task(path, early_stopping=bridge),
         log_dir=str(tmp_path / "logs"),
@@ -83,8 +87,8 @@ def test_eval_set_retry_resumes_the_campaign(tmp_path: Path, failing: tuple[str,
         max_samples=8,
         retry_attempts=2,
         retry_wait=0.1,
-        retry_immediate=False,  # retry the failed evals together, after the attempt
         retry_on_error=0,
+        **together,
     )
     assert success, [log.error for log in logs]
     assert set(failing) == FAILED
@@ -106,9 +110,11 @@ def test_eval_set_retry_resumes_the_campaign(tmp_path: Path, failing: tuple[str,
 
 
 @task
-def retried_campaign(path: str, name: str, models: list[str]) -> Task:
-    """A registered task (eval_retry re-creates the task from the registry, once per log)."""
-    bridge = adaptive_stopping(name, models=models, wait_s=60, register_s=0.3)
+def retried_campaign(path: str, campaign: str, models: list[str]) -> Task:
+    """A registered task (eval_retry re-creates the task from the registry, once per log). Its
+    argument is not called ``name``: older inspect-ai (0.3.154, still 0.3.250) re-creates a task
+    from its file with ``task_create(name, **args)``, which a task argument ``name`` breaks."""
+    bridge = adaptive_stopping(campaign, models=models, wait_s=60, register_s=0.3)
     return replay_task(path, early_stopping=bridge)
 
 
@@ -199,20 +205,19 @@ import os
 import sys
 
 from inspect_ai import Task, eval, task
-from inspect_ai.log._samples import sample_active
 from inspect_ai.model import modelapi
 
 from adaptive_eval.inspect import adaptive_stopping
-from adaptive_eval.inspect.replay import ReplayAPI, replay_task
+from adaptive_eval.inspect.replay import ReplayAPI, current_run, replay_task
 
 
 class CountedReplay(ReplayAPI):
     """Replay that writes a line per run made (model, sample, epoch) to $RUNS_FILE."""
 
     async def generate(self, input, tools, tool_choice, config):
-        active = sample_active()
+        sample, epoch = current_run()
         with open(os.environ["RUNS_FILE"], "a") as runs:
-            runs.write(f"{self.model_name} {active.sample.id} {active.epoch}\\n")
+            runs.write(f"{self.model_name} {sample} {epoch}\\n")
         await asyncio.sleep(float(os.environ.get("RUN_DELAY_S", "0")))
         return await super().generate(input, tools, tool_choice, config)
 
@@ -296,6 +301,14 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
     assert [log.status for log in refused] == ["error"] * 3
     assert all("adaptive_eval.inspect.retry(" in log.error.message for log in refused)
     assert _runs(runs_file) == before  # eval_retry sampled nothing
+    kept = {  # the runs the newest log of each model kept, which retry must not run again
+        header.eval.model.split("/")[1]: {
+            (str(s.id), int(s.epoch))
+            for s in read_eval_log(info.name).samples or []
+            if s.scores and s.error is None
+        }
+        for header, info in newest_logs(str(log_dir))
+    }
 
     retried = retry(str(log_dir), display="none", max_samples=8)
     assert [log.status for log in retried] == ["success"] * 3, [log.error for log in retried]
@@ -321,12 +334,17 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
         log = read_eval_log(next(x for x in retried if x.eval.model == model).location)
         assert len([s for s in log.samples or [] if s.scores]) == used  # none past the plan
         made = sum(n for (m, _, _), n in after.items() if m == name)
-        retry_made = made - sum(n for (m, _, _), n in before.items() if m == name)
-        figures[model] = (used, made, retry_made)
-        # what ran twice was in flight at the kill (max_samples = 8 per model), or done but
-        # not yet in the log's buffer: never the epochs a lone retry ran ahead (48 of 192)
-        assert made - used <= 16, (model, made, used)
-    print("RUNS (uninterrupted, made in all, made by retry)", figures)
+        made_before = sum(n for (m, _, _), n in before.items() if m == name)
+        lost = made_before - len(kept[name])
+        figures[model] = (used, made, made - made_before, lost)
+        # nothing the logs kept ran again, and what ran twice is what they lost at the kill
+        # (in flight, or done but not yet written: inspect-ai 0.3.285 lost at most 16 of
+        # them, 8 in flight per model; 0.3.251 up to 20): never the epochs a lone retry ran
+        # ahead (48 of 192)
+        twice = {(sample, epoch) for (m, sample, epoch), n in after.items() if m == name and n > 1}
+        assert not twice & kept[name], (model, sorted(twice & kept[name]))
+        assert made - used == lost, (model, made, used, lost)
+    print("RUNS (uninterrupted, made in all, made by retry, lost at the kill)", figures)
     found = report_inspect(log_dir, tmp_path / "report")
     assert found.runs == last["trials"] and found.unused == 0
     assert found.summary.trials_used == sum(last["trials"].values())

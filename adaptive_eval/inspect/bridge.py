@@ -3,10 +3,10 @@
 One :class:`AdaptiveStopping` serves every model of an ``eval(task, model=[...])`` call:
 Inspect calls ``start_task`` once per eval (one per model), then ``schedule_sample(id, epoch)``
 before each run and ``complete_sample(id, epoch, scores)`` after it, without naming the model.
-The eval a call belongs to is read from Inspect's context: ``schedule_sample`` runs inside the
-sample's ``active_sample`` block, whose :class:`~inspect_ai.log._samples.ActiveSample` carries
-the ``eval_id`` that ``start_task``'s spec announced; ``complete_sample`` runs after that block,
-in the eval's task context, whose active model (``init_task_context``) names the model.
+The eval a call belongs to is read through Inspect's public API
+(:mod:`~adaptive_eval.inspect.context`): every call runs in its eval's task context, whose
+model ``inspect_ai.model.get_model()`` returns, and each model has one eval in a campaign's
+attempt (``start_task``'s spec names its model and ``eval_id``).
 
 Rounds are :class:`~adaptive_eval.inspect.rounds.RoundBook`'s: ``schedule_sample`` for an epoch
 whose round boundary has not come yet waits for it (the sample holds its slot meanwhile;
@@ -37,8 +37,9 @@ from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
 from adaptive_eval.forecast.forecaster import LiveForecaster
 from adaptive_eval.forecast.live import LIVE_SIMULATIONS
+from adaptive_eval.inspect import context
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, check_policy
-from adaptive_eval.inspect.resume import prior_logs
+from adaptive_eval.inspect.resume import prior_logs, resumed_elsewhere
 from adaptive_eval.inspect.rounds import Fate, RoundBook
 from adaptive_eval.workflows.imports import DEFAULT_MAP, _norm, parse_map
 
@@ -48,9 +49,13 @@ if TYPE_CHECKING:
     from inspect_ai.scorer import SampleScore
     from inspect_ai.util import EarlyStop
 
-#: The inspect-ai releases the bridge is tested against (``pyproject.toml``'s ``inspect`` extra
-#: pins the newest): it reads the active sample's ``eval_id`` and the task's active model.
-SUPPORTED = ((0, 3, 285), (0, 3, 285))
+#: The inspect-ai releases the bridge supports: from the oldest it is tested on (the first
+#: with everything it uses, docs/inspect.md) up to, not including, the next minor release
+#: (``pyproject.toml``'s ``inspect`` extra says the same; ``make test-inspect-range`` runs the
+#: Inspect tests on both ends). It uses Inspect's public API only.
+SUPPORTED = ((0, 3, 154), (0, 4, 0))
+#: The newest release the tests ran on (the ``dev`` extra pins it).
+NEWEST_TESTED = (0, 3, 285)
 MANAGER = "adaptive_eval"
 #: Bumped when the metadata written to Inspect's log changes shape (2: ``resumed`` has no
 #: ``partners_to_come`` and ``runs_ahead_of_plan``: an eval retried alone no longer runs ahead).
@@ -67,20 +72,21 @@ def check_inspect_version(version: str | None = None) -> str:
         ) from None
     found = version or str(inspect_ai.__version__)
     try:
-        parts = tuple(int(p) for p in found.split("+")[0].split(".")[:3])
+        parts = context.release(found)
     except ValueError:
         raise InputError(f"inspect-ai version {found!r} is not a release number") from None
     low, high = SUPPORTED
-    if not low <= parts <= high:
-        shown = ".".join(map(str, low)) + " - " + ".".join(map(str, high))
+    if not low <= parts < high:
+        shown = f">={'.'.join(map(str, low))},<{'.'.join(map(str, high[:2]))}"
         raise InputError(
-            f"inspect-ai {found} is not supported by adaptive_eval.inspect (tested: {shown}); "
-            "pip install 'adaptive-eval[inspect]' for the pinned release"
+            f"inspect-ai {found} is not supported by adaptive_eval.inspect (supported: "
+            f"inspect-ai{shown}); pip install 'adaptive-eval[inspect]' for a supported release"
         )
     return found
 
 
-#: What Inspect's own scorers return (inspect-ai 0.3.285, ``inspect_ai/scorer/``), by their
+#: What Inspect's own scorers return (inspect-ai 0.3.285, ``inspect_ai/scorer/``; see
+#: :data:`VALUE_SINCE` for the values older releases do not return), by their
 #: registered name: known before any sample runs. ``model_graded_qa`` / ``_fact`` add ``P``
 #: with ``partial_credit=True``; with their own ``grade_pattern`` they return what it matches
 #: (not known). A scorer of one's own declares its values as ``@scorer(metrics=[...],
@@ -96,6 +102,9 @@ BUILTIN_VALUES: dict[str, tuple[str, ...]] = {
     "model_graded_qa": ("C", "I"),
     "model_graded_fact": ("C", "I"),
 }
+#: Values an Inspect scorer returns from a release on only: ``choice`` answers ``N`` (no
+#: answer) from 0.3.264; before it an unanswered choice was ``I``.
+VALUE_SINCE: dict[tuple[str, str], tuple[int, int, int]] = {("choice", "N"): (0, 3, 264)}
 #: Inspect scorers whose score is a number in [0, 1], not a grade.
 CONTINUOUS = {"f1": "an F1 score in [0, 1]"}
 #: The metadata key a scorer declares its score values under.
@@ -155,11 +164,9 @@ class ScoreMap:
         that does not is checked at its first score."""
         if not scorers:
             return
-        from inspect_ai.scorer._scorer import unique_scorer_name
-
         keys: list[str] = []
         for spec in scorers:
-            keys.append(unique_scorer_name(str(spec.name), keys))
+            keys.append(context.unique_scorer_name(str(spec.name), keys))
         if self.scorer is not None:
             if self.scorer not in keys:
                 raise InputError(
@@ -192,7 +199,7 @@ class ScoreMap:
                 "grade the task with a scorer that returns C / I (exact(), match(), ...)"
             )
         elif name in BUILTIN_VALUES and not options.get("grade_pattern"):
-            values = BUILTIN_VALUES[name]
+            values = tuple(v for v in BUILTIN_VALUES[name] if _returns(name, v))
             if options.get("partial_credit"):
                 values = (*values, "P")
             source = f"Inspect's scorer {name!r}"
@@ -233,6 +240,17 @@ class ScoreMap:
                 f"score_map={{{value!r}: CATEGORY}} (mapped: {sorted(map(str, self.table))})"
             )
         return key
+
+
+def _returns(scorer: str, value: str) -> bool:
+    """Whether Inspect's scorer returns ``value`` in the installed release."""
+    since = VALUE_SINCE.get((scorer, value))
+    if since is None:
+        return True
+    try:
+        return context.inspect_version() >= since
+    except ValueError:  # not a release number (a local build): the newest behaviour
+        return True
 
 
 #: How often a waiting call looks whether a partner eval has failed (seconds).
@@ -326,6 +344,7 @@ class AdaptiveStopping:
         live_forecast: int = LIVE_SIMULATIONS,
     ) -> None:
         goal.check(models)
+        context.watch()  # Inspect's hooks: which eval() call an eval is part of, what ended
         if isinstance(live_forecast, bool) or not isinstance(live_forecast, int):
             raise InputError(f"live_forecast must be a whole number >= 0, got {live_forecast!r}")
         if live_forecast < 0:
@@ -395,9 +414,13 @@ class AdaptiveStopping:
         self._eval_ids: dict[str, str] = {}  # model -> eval id, this attempt
         self._task_ids: dict[str, str] = {}  # model -> task id, this attempt
         self._task_name = ""  # the task's name (Inspect's EvalSpec.task)
+        self._eval_set: str | None = None  # the attempt's eval set (EvalSpec.eval_set_id)
+        #: eval id -> its fail_on_error (EvalConfig), which says when its errored runs fail it
+        self._fail_on_error: dict[str, bool | float | None] = {}
+        #: How many evals of this task the attempt's eval() call runs at once (None: not
+        #: known; :func:`~adaptive_eval.inspect.context.evals_at_once`).
+        self._at_once: int | None = None
         self._looked_back = False
-        #: Models with a log of this attempt's eval() call (found after register_s).
-        self._in_run: set[str] = set()
         #: The folder of the campaign's previous logs, when this attempt resumes it.
         self._prior_folder: str | None = None
         self._scheduled: set[tuple[str, str, int]] = set()  # runs asked for in this attempt
@@ -441,6 +464,9 @@ class AdaptiveStopping:
                 f"eval of this bridge {len(self.questions)} x {self.epochs}: one bridge decides "
                 "one task across models"
             )
+        elsewhere = resumed_elsewhere(task.task_id, task.model)
+        if elsewhere is not None:
+            raise InputError(elsewhere)
         if self.models is not None and task.model not in self.models:
             raise InputError(
                 f"model {task.model!r} is not among the bridge's models ({', '.join(self.models)})"
@@ -455,6 +481,9 @@ class AdaptiveStopping:
         self._eval_ids[task.model] = task.eval_id
         self._task_ids[task.model] = task.task_id
         self._task_name = task.task
+        self._eval_set = task.eval_set_id
+        self._fail_on_error[task.eval_id] = task.config.fail_on_error
+        self._at_once = context.evals_at_once(task.run_id, task.task, task.config.max_tasks)
         self.score_map.check_scorers(task.scorers, task.task)
         minimum = int(self.policy.get("min_trials_per_question", 2))
         if epochs < minimum:
@@ -470,7 +499,7 @@ class AdaptiveStopping:
     async def schedule_sample(self, id: str | int, epoch: int) -> EarlyStop | None:
         from inspect_ai.util import EarlyStop
 
-        model = self._model_of_sample()
+        model = self._model_of_call()
         self._scheduled.add((model, str(id), epoch))
         book = await self._book()
         started = time.perf_counter()  # the bridge's own time, waits excluded
@@ -511,7 +540,7 @@ class AdaptiveStopping:
     async def complete_sample(
         self, id: str | int, epoch: int, scores: dict[str, SampleScore]
     ) -> None:
-        model = self._model_of_task()
+        model = self._model_of_call()
         if (model, str(id), epoch) not in self._scheduled:
             self._reused.add(model)  # handed back from a previous attempt's log
         book = await self._book()
@@ -537,7 +566,7 @@ class AdaptiveStopping:
                 self._condition().notify_all()
 
     async def complete_task(self) -> dict[str, Any]:
-        model = self._model_of_task()
+        model = self._model_of_call()
         # Every eval reports the campaign's end: wait (bounded) for the others' last rounds.
         deadline = time.monotonic() + self.wait_s
         condition = self._condition()
@@ -571,17 +600,16 @@ class AdaptiveStopping:
             )
 
     def _check_partners(self) -> None:
-        """Raise once an eval of this campaign has failed (Inspect's eval state: finished with
-        an errored sample, before its ``complete_task``): its rounds cannot come, and ending
-        the others too lets ``eval_set``'s retry resume the campaign's evals together."""
-        from inspect_ai._control.eval_state import get_eval_state
-
+        """Raise once an eval of this campaign has failed (a run of it ended with an error that
+        fails it, by its ``fail_on_error``; seen through Inspect's ``SampleEnd`` hook): its
+        rounds cannot come, and ending the others too lets ``eval_set``'s retry resume the
+        campaign's evals together."""
         if self.failed is None:
+            runs = len(self.questions or ()) * (self.epochs or 0)
             for eval_id, model in self.evals.items():
-                state = get_eval_state(eval_id)
-                if state is None or model in self.completed:
+                if model in self.completed:
                     continue
-                if state.completed_at is not None and state.errored > 0:
+                if context.eval_failed(eval_id, self._fail_on_error.get(eval_id), runs):
                     self.failed = CampaignEnded(
                         f"the eval of {model} failed before the campaign ended; its partners "
                         "end too, so that a retry (eval_set) resumes them together"
@@ -591,23 +619,10 @@ class AdaptiveStopping:
             raise self.failed
 
     # -- reading Inspect's context --------------------------------------------------------------
-    def _model_of_sample(self) -> str:
-        from inspect_ai.log._samples import sample_active
-
-        active = sample_active()
-        if active is None or active.eval_id not in self.evals:
-            return self._model_of_task()
-        return self.evals[active.eval_id]
-
-    def _model_of_task(self) -> str:
-        from inspect_ai.log._samples import sample_active
-        from inspect_ai.model._model import active_model
-
-        active = sample_active()
-        if active is not None and active.eval_id in self.evals:
-            return self.evals[active.eval_id]
-        model = active_model()
-        name = None if model is None else str(model)
+    def _model_of_call(self) -> str:
+        """The model of the eval this call belongs to: the model Inspect evaluates in the
+        call's context (``get_model()``), one of the attempt's evals."""
+        name = context.current_model()
         if name is None or name not in self.evals.values():
             raise InputError(
                 f"cannot tell which eval a call belongs to (active model {name!r}; evals: "
@@ -618,11 +633,12 @@ class AdaptiveStopping:
     async def _book(self) -> RoundBook | None:
         """The campaign's round book, built once every eval of the campaign has registered.
 
-        After ``register_s`` without them, the eval's log folder says why
-        (:meth:`_look_back`): partners with a log of this ``eval()`` call are still starting
-        (waited for, up to ``wait_s``); partners without one cannot start while this eval
-        runs (an eval retried alone by ``eval_retry``, or ``max_tasks`` below the number of
-        models), so the eval ends at once with one line, before anything is run."""
+        After ``register_s`` without them: an eval retried alone whose partners' evals are
+        over opens the campaign from their logs (:meth:`_look_back`); partners that this
+        ``eval()`` call can still start beside the started ones (:meth:`_coming`) are waited
+        for, up to ``wait_s``; partners it cannot start while this eval runs (an eval retried
+        alone by ``eval_retry``, or ``max_tasks`` below the number of models) end the eval at
+        once with one line, before anything is run."""
         if self.failed is not None:
             raise self.failed
         if self.book is not None:
@@ -641,14 +657,20 @@ class AdaptiveStopping:
                     if since >= self.register_s:
                         if not self._looked_back and await self._look_back(names):
                             break  # opened from the logs of the partners' finished evals
-                        expected = self.models or tuple(sorted(self._in_run | set(names)))
-                        absent = [m for m in expected if m not in names]
-                        if not absent:
-                            self._open(tuple(expected))
-                            break
-                        late = [m for m in absent if m not in self._in_run]
-                        if late or since >= self.wait_s:
-                            raise self._cannot_open(names, late or absent, bool(late))
+                        coming = self._coming(names)
+                        if self.models is None:
+                            if not coming:  # every eval of the call that can start has
+                                self._open(tuple(names))
+                                break
+                            if since >= self.wait_s:
+                                absent = [f"{coming} more model(s) of its eval() call"]
+                                raise self._cannot_open(names, absent, False)
+                        else:
+                            absent = [m for m in self.models if m not in names]
+                            if coming is not None and coming < len(absent):
+                                raise self._cannot_open(names, absent, True)
+                            if since >= self.wait_s:
+                                raise self._cannot_open(names, absent, False)
                 except InputError as error:
                     self.failed = error
                     raise
@@ -657,10 +679,21 @@ class AdaptiveStopping:
                 await _wait(condition, self.register_s / 4)
         return self.book
 
+    def _coming(self, started: list[str]) -> int | None:
+        """How many more evals of the campaign's task this ``eval()`` call can start beside
+        the ``started`` ones (None: not known): the call's evals of the task (Inspect's
+        ``RunStart`` hook names the task of each) that run at once (``max_tasks``)."""
+        if self._at_once is None:
+            return None
+        return max(self._at_once - len(started), 0)
+
     def _cannot_open(self, started: list[str], absent: list[str], never: bool) -> InputError:
         """One line: the evals of ``absent`` cannot (``never``: not while this eval runs) or
         did not (within ``wait_s``) start beside ``started``'s; nothing was run."""
-        resuming = bool(self._reused or self._prior_folder)
+        task_ids = [self._task_ids[m] for m in started if m in self._task_ids]
+        resuming = bool(
+            self._reused or self._prior_folder or any(map(context.ran_before, task_ids))
+        )
         folder = self._prior_folder or "LOG_DIR"
         who = f"the eval of {', '.join(started)}"
         if never and resuming:
@@ -687,10 +720,12 @@ class AdaptiveStopping:
         )
 
     async def _look_back(self, started: list[str]) -> bool:
-        """Read the eval's log folder (:func:`~adaptive_eval.inspect.resume.prior_logs`):
-        which partners have a log of this ``eval()`` call (``_in_run``: they are starting),
-        and, for an eval retried alone whose partners' evals are all over, open the campaign
-        from their logs (its models and every run Inspect kept; returns True).
+        """For an eval retried alone whose partners' evals are all over, open the campaign from
+        their logs (its models and every run Inspect kept; returns True), read from the folder
+        of the eval's earlier attempts where this process can know it
+        (:func:`~adaptive_eval.inspect.context.log_folder`: an eval set's folder, or that of
+        a log of the same task that ended here) by
+        :func:`~adaptive_eval.inspect.resume.prior_logs`.
 
         An eval retried alone while a partner's eval is not over is refused by :meth:`_book`
         (nothing run): ``eval_retry`` runs that partner only after this eval ends, so this eval
@@ -698,29 +733,27 @@ class AdaptiveStopping:
         still need ahead of the plan (192 runs where the campaign used 144), and its log kept
         a record that was not the campaign's end. The evals resume together with
         :func:`~adaptive_eval.inspect.resume.retry`."""
-        from inspect_ai._control.eval_state import get_eval_state
-
         self._looked_back = True
         if not started:
             return False
         model = started[0]
-        state = get_eval_state(self._eval_ids[model])
-        location = state.log_location if state is not None else ""
-        lookback = await prior_logs(
-            location,
+        folder = context.log_folder(self._eval_set, self._task_ids[model])
+        if folder is None:
+            return False
+        prior = await prior_logs(
+            folder,
             self._task_ids[model],
             self._eval_ids[model],
             self._run or "",
             self._task_name,
         )
-        prior = lookback.prior
-        self._in_run = set(lookback.in_run)
-        models = tuple(self.models or sorted(set(prior) | self._in_run | set(started)))
+        models = tuple(self.models or sorted(set(prior) | set(started)))
         partners = [m for m in models if m not in started]
         if prior:
-            self._prior_folder = str(Path(location.removeprefix("file://")).parent)
-        if not partners or any(m in self._in_run for m in partners):
-            return False  # every eval started, or the partners of this call are starting
+            self._prior_folder = folder
+        coming = self._coming(started)
+        if not partners or coming is None or coming > 0:
+            return False  # every eval started, or the partners of this call may be starting
         for name, log in prior.items():
             if name in models and (log.samples != self.questions or log.epochs != self.epochs):
                 raise InputError(

@@ -5,6 +5,10 @@ For examples, tests and benchmarks of the bridge without a model server: epoch `
 (without one Inspect fetches a tokenizer from the internet to count the tokens). Score it with
 ``replay_task``'s scorer (the answer is the grade) and the bridge's default score map.
 
+A model is not told which sample and epoch it answers; ``replay_task``'s solver
+(:func:`recorded_run`) writes them into the sample's store (``TaskState.store``), which the
+model reads with Inspect's public ``inspect_ai.util.store()`` (:func:`current_run`).
+
     import adaptive_eval.inspect.replay  # registers the provider
     eval(replay_task(path), model=["replay/m1", "replay/m2"], model_args={"path": path})
 """
@@ -17,7 +21,6 @@ from typing import Any
 import numpy as np
 from inspect_ai import Task
 from inspect_ai.dataset import Sample
-from inspect_ai.log._samples import sample_active
 from inspect_ai.model import (
     ChatMessage,
     GenerateConfig,
@@ -27,11 +30,13 @@ from inspect_ai.model import (
     modelapi,
 )
 from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer
-from inspect_ai.solver import TaskState, generate
+from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import ToolChoice, ToolInfo
-from inspect_ai.util import EarlyStopping
+from inspect_ai.util import EarlyStopping, store
 
 _FILES: dict[str, tuple[dict[str, int], dict[str, int], np.ndarray]] = {}
+#: The store key under which :func:`recorded_run` keeps the run's sample id and epoch.
+RUN_KEY = "adaptive_eval_replay_run"
 
 
 def recorded(path: str | Path) -> tuple[dict[str, int], dict[str, int], np.ndarray]:
@@ -81,10 +86,8 @@ class ReplayAPI(ModelAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        active = sample_active()
-        if active is None or active.sample.id is None:
-            raise RuntimeError("replay models answer inside an Inspect sample only")
-        outcome = int(self.outcomes[self.columns[str(active.sample.id)], active.epoch - 1])
+        sample, epoch = current_run()
+        outcome = int(self.outcomes[self.columns[sample], epoch - 1])
         output = ModelOutput.from_content(self.model_name, "C" if outcome == 1 else "I")
         output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
         return output
@@ -94,6 +97,26 @@ class ReplayAPI(ModelAPI):
 def replay() -> type[ModelAPI]:
     """The ``replay`` provider (Inspect's registered-factory form)."""
     return ReplayAPI
+
+
+def current_run() -> tuple[str, int]:
+    """The (sample id, epoch) being answered, as :func:`recorded_run` stored them."""
+    run = store().get(RUN_KEY)
+    if run is None:
+        raise RuntimeError("replay models answer inside replay_task's solver (recorded_run) only")
+    sample, epoch = run
+    return str(sample), int(epoch)
+
+
+@solver
+def recorded_run() -> Solver:
+    """Generate, telling the replay model which run it answers (the sample's store)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        state.store.set(RUN_KEY, [str(state.sample_id), int(state.epoch)])
+        return await generate(state)
+
+    return solve
 
 
 @scorer(metrics=[accuracy()])
@@ -113,11 +136,20 @@ def replay_task(
     _, columns, outcomes = recorded(path)
     return Task(
         dataset=[Sample(id=q, input=f"question {q}", target="C") for q in columns],
-        solver=generate(),
+        solver=recorded_run(),
         scorer=graded_answer(),
         epochs=epochs or int(outcomes.shape[2]),
         early_stopping=early_stopping,
     )
 
 
-__all__ = ["ReplayAPI", "graded_answer", "recorded", "replay", "replay_task"]
+__all__ = [
+    "RUN_KEY",
+    "ReplayAPI",
+    "current_run",
+    "graded_answer",
+    "recorded",
+    "recorded_run",
+    "replay",
+    "replay_task",
+]

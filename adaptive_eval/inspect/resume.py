@@ -3,24 +3,27 @@ campaign of an eval retried alone, recovered from the logs of its previous attem
 
 A campaign's rounds need every model's trials, so its evals must resume together, as
 ``eval_set``'s own retry resumes them (``retry_immediate=False``). :func:`retry` does that from
-the logs, as ``eval_retry`` is given them: one ``eval()`` of every log's task and model
-(Inspect's ``PreviousTask``, as ``eval_set`` builds them), so each eval reuses the runs its log
-kept and samples only what the campaign's plan still wants.
+the logs with Inspect's public ``eval_set``, given the logs' task and models in their log folder:
+``eval_set`` pairs each log with its task and model (``task_identifier``), recovers a log left
+``started`` by a crash, and runs the evals that did not succeed together, in one ``eval()``,
+each reusing the runs its log kept, so that the bridge samples only what the campaign's plan
+still wants.
 
-``inspect_ai.eval_retry(logs)`` retries logs one at a time (0.3.285, ``_eval/eval.py``: "eval
-them in turn", one ``eval_async`` per log, with a ``PreviousTask`` carrying the old log). The
+``inspect_ai.eval_retry(logs)`` retries logs one at a time (one ``eval_async`` per log). The
 retried eval keeps its ``task_id`` and gets a new ``run_id``; the evals of the first
 ``eval(task, model=[...])`` call share that call's ``run_id``. So the campaign's logs are the
 connected logs of one log folder: the retried eval's ``task_id`` leads to the runs it was part
 of, those runs to their other models' ``task_id``\\ s, and so on (a retry of a retry). For each
 model the newest of its logs holds the runs Inspect keeps: a sample without error or
-invalidation (``eval_log_sample_source``'s ``classify``), with its scores. Inspect hands the
-retried eval's own kept runs back through ``complete_sample`` (``run_sample``'s reuse path);
-the partners' are read here.
+invalidation, with its scores. Inspect hands the retried eval's own kept runs back through
+``complete_sample``; the partners' are read here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,32 +43,19 @@ class PriorLog:
     runs: tuple[tuple[str, int, dict[str, Any]], ...] = field(default=())
 
 
-@dataclass(frozen=True)
-class Lookback:
-    """What an eval's log folder says about its campaign when the eval starts without its
-    partners: the newest previous log of each model (``prior``), and the models with a log of
-    the eval's own ``eval()`` call (``in_run``: Inspect creates the logs of a call's evals
-    before the first starts, where they all can run at once)."""
-
-    prior: dict[str, PriorLog]
-    in_run: frozenset[str]
-
-
 async def prior_logs(
-    log_location: str, task_id: str, eval_id: str, run_id: str = "", task: str = ""
-) -> Lookback:
-    """The newest previous log of each model of the campaign that the eval (``task_id``,
-    ``eval_id`` of the call ``run_id``, task ``task``, writing ``log_location``) belongs to
-    (empty unless it is a retry), and the models with a log of this call."""
-    from inspect_ai.log import list_eval_logs_async, read_eval_log_async
+    folder: str, task_id: str, eval_id: str, run_id: str = "", task: str = ""
+) -> dict[str, PriorLog]:
+    """The newest previous log in ``folder`` of each model of the campaign that the eval
+    (``task_id``, ``eval_id`` of the call ``run_id``, task ``task``) belongs to (empty unless
+    it is a retry); the logs of the call ``run_id`` itself are not previous ones."""
+    from inspect_ai.log import read_eval_log_async
     from inspect_ai.scorer import SampleScore
 
-    if not log_location:
-        return Lookback({}, frozenset())
-    folder = str(Path(log_location.removeprefix("file://")).parent)
+    if not folder:
+        return {}
     headers = []
-    in_run: set[str] = set()
-    for info in await list_eval_logs_async(folder, recursive=False):
+    for info in await _list_logs(folder):
         try:
             log = await read_eval_log_async(info, header_only=True)
         except Exception:  # a log being written, or not a log: not a previous attempt
@@ -73,8 +63,8 @@ async def prior_logs(
         if task and log.eval.task != task:
             continue  # another task's eval (of this call or another)
         if run_id and log.eval.run_id == run_id:
-            in_run.add(log.eval.model)
-        elif log.eval.eval_id != eval_id:
+            continue  # an eval of this call
+        if log.eval.eval_id != eval_id:
             headers.append((info, log))
     tasks, runs = {task_id}, set()
     grew = True
@@ -103,7 +93,7 @@ async def prior_logs(
                 {k: SampleScore(score=v, sample_id=s.id, scorer=k) for k, v in s.scores.items()},
             )
             for s in log.samples or []
-            if s.error is None and s.invalidation is None and s.scores
+            if s.error is None and getattr(s, "invalidation", None) is None and s.scores
         )
         found[model] = PriorLog(
             model,
@@ -113,7 +103,19 @@ async def prior_logs(
             int(header.eval.config.epochs or 1),
             kept,
         )
-    return Lookback(found, frozenset(in_run))
+    return found
+
+
+async def _list_logs(folder: str) -> list[Any]:
+    """The logs of a folder (not its subfolders): ``list_eval_logs_async`` where the release
+    has it (0.3.252 and later), else ``list_eval_logs``, whose listing does not wait on the
+    event loop in those releases."""
+    import inspect_ai.log
+
+    listing = getattr(inspect_ai.log, "list_eval_logs_async", None)
+    if listing is not None:
+        return list(await listing(folder, recursive=False))
+    return list(inspect_ai.log.list_eval_logs(folder, recursive=False))
 
 
 def _newer(info: Any, log: Any, than_info: Any, than_log: Any) -> bool:
@@ -176,74 +178,170 @@ def newest_logs(logs: Any) -> list[tuple[Any, Any]]:
 
 
 def retry(logs: Any, **options: Any) -> list[Any]:
-    """Resume a campaign's evals together from their logs, in one ``eval()`` (as ``eval_set``'s
-    retry does): ``logs`` is the campaign's log folder or what ``eval_retry`` takes; the newest
-    log of each model is resumed (a still-``started`` log, after a ``kill -9``, is recovered
-    first, as ``eval_retry`` recovers it). Each eval reuses the runs its log kept; the bridge
-    rebuilds its rounds from them and samples only what the plan still wants, and every eval's
-    log ends with the campaign's final record. ``options`` go to ``inspect_ai.eval``
-    (``display``, ``max_samples``, ``log_dir``: by default the first log's folder). The task must
-    be re-creatable from Inspect's registry, as for ``eval_retry``."""
-    from inspect_ai import Epochs
-    from inspect_ai import eval as inspect_eval
-    from inspect_ai._eval.evalset import _recover_crashed_log
-    from inspect_ai._eval.task.task import PreviousTask
+    """Resume a campaign's evals together from their logs (as ``eval_set``'s retry does, with
+    Inspect's public ``eval_set``): ``logs`` is the campaign's log folder or what ``eval_retry``
+    takes; the newest log of each model is resumed (a still-``started`` log, after a ``kill
+    -9``, is recovered first). The evals that did not succeed run together in one ``eval()``;
+    each reuses the runs its log kept, the bridge rebuilds its rounds from them (and from the
+    logs of evals that did succeed) and samples only what the plan still wants, and every
+    eval's log ends with the campaign's final record. ``options`` go to ``eval_set``
+    (``display``, ``max_samples``, ``retry_attempts``: by default none); the logs stay in their
+    folder (``eval_set``'s ``log_dir``). The task must be re-creatable from Inspect's
+    registry, as for ``eval_retry``. Returns the newest log of each model (headers without
+    the samples, as ``eval_set`` returns them: ``read_eval_log(log.location)`` reads one)."""
+    import dataclasses
+    import inspect as python_inspect
+
+    from inspect_ai import Epochs, eval_set
     from inspect_ai.model import get_model
+    from inspect_ai.solver import SolverSpec
 
     from adaptive_eval.base.errors import InputError
 
-    previous = []
-    configs = set()
-    folders = []
-    for header, info in newest_logs(logs):
-        folders.append(str(Path(_local(str(info.name))).parent))
-        header, info = _recover_crashed_log(header, info)
+    newest = newest_logs(logs)
+    folders = sorted({str(Path(_local(str(info.name))).parent) for _, info in newest})
+    if len(folders) > 1:
+        raise InputError(
+            f"retry: the logs are in {len(folders)} folders ({', '.join(folders)}); a "
+            "campaign's logs are the log folder of its eval() call"
+        )
+    folder = folders[0]
+    wanted = options.pop("log_dir", None)
+    if wanted is not None and _local(str(wanted)) != folder:
+        raise InputError(
+            f"retry: log_dir={wanted!r}: the logs are resumed where they are ({folder!r}), "
+            "where eval_set finds the runs they kept"
+        )
+    tasks, solvers, configs, limits = set(), set(), set(), set()
+    models = []
+    max_samples = None
+    spec: Any = None
+    generate: dict[str, Any] = {}
+    for header, _ in newest:
         spec = header.eval
         name = spec.task_registry_name or spec.task
         if spec.task_file:
             if not Path(spec.task_file).exists():
-                raise InputError(f"{info.name}: its task file {spec.task_file} is not there")
+                raise InputError(f"{header.location}: its task file {spec.task_file} is not there")
             task = f"{spec.task_file}@{name}"
         else:
             task = name
-        model = get_model(
-            model=spec.model,
-            config=spec.model_generate_config,
-            base_url=spec.model_base_url,
-            **spec.model_args,
-        )
-        previous.append(
-            PreviousTask(
-                id=spec.task_id,
-                task=task,
-                task_args=spec.task_args_passed,
-                model=model,
-                model_roles=None,
-                sandbox=spec.sandbox,
-                log=header,
-                log_info=info,
+        tasks.add((task, _frozen(spec.task_args_passed)))
+        solvers.add((spec.solver, _frozen(spec.solver_args or {})))
+        models.append(
+            get_model(
+                model=spec.model,
+                config=spec.model_generate_config,
+                base_url=spec.model_base_url,
+                **spec.model_args,
             )
         )
         config = spec.config
         reducer = tuple(config.epochs_reducer) if config.epochs_reducer else None
         configs.add((config.epochs, reducer, config.limit))
+        generate = header.plan.config.model_dump(exclude_none=True)
+        limits.add((*((key, getattr(config, key, None)) for key in _LIMITS), _frozen(generate)))
         max_samples = config.max_samples
-    if len(configs) > 1:
+    if len(tasks) > 1 or len(solvers) > 1 or len(configs) > 1 or len(limits) > 1:
         raise InputError(
-            "retry: the logs' evals ran different epochs or sample limits; retry the logs of "
-            "one campaign"
+            "retry: the logs' evals ran different tasks, task arguments, solvers, epochs, "
+            "sample limits or generation settings; retry the logs of one campaign"
         )
+    ((task, _),) = tasks
     ((epochs, reducer, limit),) = configs
+    set_limits = [(key, getattr(spec.config, key, None)) for key in _LIMITS]
     defaults: dict[str, Any] = {
-        "log_dir": folders[0],
-        "max_tasks": len(previous),  # the evals of a campaign run together
+        "max_tasks": len(models),  # the evals of a campaign run together
         "limit": limit,
         "max_samples": max_samples,
+        "retry_attempts": 0,  # one attempt, as eval() makes
+        "retry_cleanup": False,  # every log of every attempt stays
+        "log_dir_allow_dirty": True,  # the folder may hold other tasks' logs
+        **{key: value for key, value in set_limits if value is not None},
+        **generate,
     }
+    if "retry_immediate" in python_inspect.signature(eval_set).parameters:
+        defaults["retry_immediate"] = False  # retry failed evals together (none here)
     if epochs:
         defaults["epochs"] = Epochs(epochs, list(reducer) if reducer else None)
-    logs_out: list[Any] = inspect_eval(tasks=previous, model=None, **{**defaults, **options})
-    return logs_out
+    if spec.solver:  # a solver given to eval() (eval_retry passes it on too)
+        args: dict[str, Any] = {"args": spec.solver_args or {}}
+        if "args_passed" in {f.name for f in dataclasses.fields(SolverSpec)}:
+            args["args_passed"] = getattr(spec, "solver_args_passed", None) or {}
+        defaults["solver"] = SolverSpec(spec.solver, **args)
+    with _where(spec.task_file), resuming({str(h.eval.task_id) for h, _ in newest}):
+        _, logs_out = eval_set(
+            tasks=task,
+            task_args=spec.task_args_passed,
+            model=models,
+            log_dir=folder,
+            **{**defaults, **options},
+        )
+    return list(logs_out)
 
 
-__all__ = ["Lookback", "PriorLog", "newest_logs", "prior_logs", "retry"]
+@contextlib.contextmanager
+def _where(task_file: str | None) -> Iterator[None]:
+    """Run from a folder where Inspect names the task file as the logs name it. It names a
+    task's file relative to the working folder when the file is under it, else by its
+    absolute path, and ``eval_set`` pairs a log with its task by that name (its
+    ``task_identifier``): a log that names the file absolutely is resumed from a folder that
+    is not above the file (a relative name is resolved from here, as ``eval_retry`` does)."""
+    if not task_file or not Path(task_file).is_absolute():
+        yield
+        return
+    if not Path(task_file).is_relative_to(Path.cwd()):
+        yield
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="adaptive-eval-retry-") as away,
+        contextlib.chdir(away),
+    ):
+        yield
+
+
+#: The task ids of the logs :func:`retry` resumes, while it runs (None: not in a retry).
+_RESUMING: set[str] | None = None
+
+
+@contextlib.contextmanager
+def resuming(task_ids: set[str]) -> Iterator[None]:
+    """While :func:`retry` runs, the task ids its evals must have: ``eval_set`` keeps a log's
+    task id when it resumes the log, and gives a task it could not pair with its log a new
+    one (it would run that eval from scratch; the bridge refuses it, see
+    :func:`resumed_elsewhere`)."""
+    global _RESUMING
+    _RESUMING = set(task_ids)
+    try:
+        yield
+    finally:
+        _RESUMING = None
+
+
+def resumed_elsewhere(task_id: str, model: str) -> str | None:
+    """One line when :func:`retry` is running and an eval did not resume one of its logs
+    (None: it did, or no retry runs)."""
+    if _RESUMING is None or task_id in _RESUMING:
+        return None
+    return (
+        f"retry: eval_set did not pair the eval of {model} with its log (its task, task "
+        "arguments, model arguments, generation settings or limits differ from the logged "
+        "ones), so it would run the eval from scratch; nothing was run. Run retry from the "
+        "folder the campaign's eval() ran in, with the same task code"
+    )
+
+
+#: The limits of a log's config that ``eval_set`` compares (part of its ``task_identifier``).
+_LIMITS = ("message_limit", "token_limit", "time_limit", "working_limit")
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable copy of a JSON-like value (dicts and lists of the logs' headers)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+__all__ = ["PriorLog", "newest_logs", "prior_logs", "resumed_elsewhere", "resuming", "retry"]
