@@ -151,6 +151,8 @@ def judge(run: dict[str, Any]) -> dict[str, Any]:
         seen = made[-1] if made else None
         out[str(share)] = {
             "fresh": fresh,
+            # The issue's measure: some forecast made at or after this share of the final.
+            "after": any(p["trials_used"] >= share * final for p in run["points"]),
             "seen": seen is not None,
             "within_20": seen is not None and abs(seen["trials"]["p50"] / final - 1) <= 0.2,
             "inside": seen is not None
@@ -172,6 +174,7 @@ def summarise(family: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     for share in SHARES:
         at = [j[str(share)] for j in judged]
         row[f"fresh_{share}"] = float(np.mean([a["fresh"] for a in at]))
+        row[f"after_{share}"] = float(np.mean([a["after"] for a in at]))
         row[f"within_{share}"] = float(np.mean([a["within_20"] for a in at]))
         row[f"inside_{share}"] = float(np.mean([a["inside"] for a in at]))
     firsts = [j["first_after_s"] for j in judged if j["first_after_s"] is not None]
@@ -185,21 +188,41 @@ def summarise(family: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| family | runs | run (median s) | forecasts (median) | first forecast after round 1 "
-        "(median s) | fresh at 10/25/50/75% | seen at 25%: p50 within 20% | seen at 25%: range "
-        "holds the final | at 50%: within 20%, holds |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---|",
+        "| family | runs (side by side) | run (median s) | forecasts (median) | first forecast "
+        "after round 1 (median s) | a forecast at or after 10/25/50/75% | fresh there (within "
+        "10 points) | seen at 25%: p50 within 20% | seen at 25%: range holds the final | at 50%: "
+        "within 20%, holds |",
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---|",
     ]
     for r in rows:
+        after = "/".join(f"{100 * r[f'after_{s}']:.0f}" for s in SHARES)
         fresh = "/".join(f"{100 * r[f'fresh_{s}']:.0f}" for s in SHARES)
         first = "n/a" if r["first_after_s_median"] is None else f"{r['first_after_s_median']:.1f}"
+        side = f" ({r['parallel']})" if r.get("parallel") else ""
         lines.append(
-            f"| {r['family']} | {r['runs']} | {r['wall_s_median']:.0f} | "
-            f"{r['forecasts_median']:.0f} | {first} | {fresh}% | {100 * r['within_0.25']:.0f}% | "
+            f"| {r['family']} | {r['runs']}{side} | {r['wall_s_median']:.0f} | "
+            f"{r['forecasts_median']:.0f} | {first} | {after}% | {fresh}% | "
+            f"{100 * r['within_0.25']:.0f}% | "
             f"{100 * r['inside_0.25']:.0f}% | {100 * r['within_0.5']:.0f}%, "
             f"{100 * r['inside_0.5']:.0f}% |"
         )
     return "\n".join(lines) + "\n"
+
+
+def resummarised(files: list[str]) -> list[dict[str, Any]]:
+    """Each family's row judged again from the runs the files hold, one row per family and
+    number of runs side by side (a later file's runs of both replace an earlier's)."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for named in files:
+        path, _, parallel = named.partition("@")
+        saved = json.loads(Path(path).read_text())
+        recorded = {row["family"]: row for row in saved["rows"]}
+        for family in dict.fromkeys(run["family"] for run in saved["runs"]):
+            row = summarise(family, [r for r in saved["runs"] if r["family"] == family])
+            row["parallel"] = recorded.get(family, {}).get("parallel") or int(parallel or 0)
+            rows.pop((family, row["parallel"]), None)
+            rows[(family, row["parallel"])] = row
+    return list(rows.values())
 
 
 def busy() -> subprocess.Popen[bytes]:
@@ -219,7 +242,17 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--only", default=None, help="families whose name holds one of these")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-live-runs")
+    parser.add_argument(
+        "--summarise",
+        nargs="+",
+        metavar="RUNS_JSON[@PARALLEL]",
+        help="instead: the table of runs already made (each file's runs.json, with the number "
+        "of runs it had side by side where the file does not say)",
+    )
     args = parser.parse_args()
+    if args.summarise:
+        print(markdown(resummarised(args.summarise)))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "runs.json"
     saved = json.loads(store.read_text()) if store.exists() else {"rows": [], "runs": []}
@@ -245,6 +278,7 @@ def main() -> None:
                 rows[case.name] = summarise(case.name, runs)
                 rows[case.name]["per_trial_s"] = per_trial
                 rows[case.name]["load"] = args.load
+                rows[case.name]["parallel"] = args.parallel
                 print(
                     markdown([rows[case.name]]).splitlines()[-1],
                     f"({time.monotonic() - started:.0f} s)",
