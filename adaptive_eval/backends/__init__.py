@@ -11,7 +11,7 @@ house asks of it by name in its registration (:class:`adaptive_eval.config.regis
 from adaptive_eval.backends import vllm  # noqa: F401 (registers)
 
 # isort: split
-from adaptive_eval.backends import openai, replay, simulated  # noqa: F401 (registers)
+from adaptive_eval.backends import external, openai, replay, simulated  # noqa: F401 (registers)
 from adaptive_eval.backends.base import BackendContext, BackendPlan, Worker
 
-__all__ = ["BackendContext", "BackendPlan", "Worker", "replay", "simulated"]
+__all__ = ["BackendContext", "BackendPlan", "Worker", "external", "replay", "simulated"]

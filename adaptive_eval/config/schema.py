@@ -138,7 +138,9 @@ class ModelEntry(_Strict):
     ``simulated`` and ``replay`` entries expand to every model in their file (or ``select``).
     """
 
-    backend: str = Field(description="Registered backend name: simulated, replay, vllm, openai.")
+    backend: str = Field(
+        description="Registered backend name: simulated, replay, vllm, openai, external."
+    )
     path: str | None = Field(None, description="Scenario/replay npz file or model directory.")
     key: str | None = Field(None, description="Array name in a replay npz (default 'outcomes').")
     name: str | None = Field(None, description="Display name (single-model backends).")

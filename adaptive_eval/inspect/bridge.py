@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -302,7 +301,9 @@ def adaptive_stopping(
     seconds of each other, sorted). A bridge of the same ``name`` that has not finished is
     returned again (``eval_retry`` builds the task once per log). ``live_forecast``: the
     simulations of the forecast of the rest of the campaign, made beside it as rounds come in
-    (:mod:`adaptive_eval.forecast.live`; the log's ``live_forecast``; 0: none). Bad input is one
+    (:mod:`adaptive_eval.forecast.live`; the log's ``live_forecast``; 0: none). ``folder``: where
+    the config the campaign is built from is also written (``campaign.yaml``, of ``external``
+    models: ``adaptive-eval validate`` prints its plan; default none). Bad input is one
     :class:`~adaptive_eval.base.errors.InputError` line here, before any sample runs.
     """
     check_inspect_version()
@@ -798,8 +799,7 @@ class AdaptiveStopping:
         self.spec = CampaignSpec(
             self.name, models, self.questions, self.epochs, self.weights, self.policy, self.goal
         )
-        folder = self.folder or Path(tempfile.mkdtemp(prefix="adaptive-eval-inspect-"))
-        campaign, self.judge = self.spec.build(folder)
+        campaign, self.judge = self.spec.build(self.folder)
         self._index = {name: i for i, name in enumerate(models)}
         self.book = RoundBook(campaign)
         self._opened_at = time.monotonic()

@@ -1,12 +1,13 @@
 """The campaign an Inspect eval is decided by: the project's own config, built by its own builder.
 
-The bridge writes a campaign folder (``campaign.yaml`` and ``trials.npz``, a ``replay`` of the
-(L, M, epochs) outcome tensor: placeholders while the eval runs, the recorded trials afterwards)
-and builds it with :func:`~adaptive_eval.campaign.build.build_campaign` (and
+While the evals run, the campaign is built from the eval's models, samples and epochs as values
+(an ``external`` entry: :mod:`adaptive_eval.backends.external`, no file written or read) with
+:func:`~adaptive_eval.campaign.build.build_campaign` (and
 :func:`~adaptive_eval.campaign.checkpoint.compare_campaign` for a candidate), exactly as
 ``adaptive-eval run`` / ``compare`` build a campaign from a config. So the rules, their checks
-and their error messages are the project's, and ``adaptive-eval report`` of the Inspect logs runs
-the same config on the recorded trials.
+and their error messages are the project's. ``adaptive-eval report`` of the Inspect logs writes
+the same campaign as a ``replay`` of the recorded trials (``campaign.yaml``, ``trials.npz``) and
+runs it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
 from adaptive_eval.config.schema import (
     MAX_TRIALS_PER_QUESTION,
     CampaignConfig,
-    load_config,
     parse_config,
 )
 
 GOALS = ("rank", "compare")
+#: What an error of the campaign's own config names as its source (dropped from the message).
+INTERNAL = "<adaptive_stopping>"
 #: Allocators whose plans give a model the same trials on every sample: Inspect runs a
 #: sample's epochs in order, so a plan must ask for whole epochs of a model.
 EPOCH_ALLOCATORS = ("pairwise", "uniform")
@@ -87,8 +89,9 @@ class CampaignSpec:
     policy: Mapping[str, Any] = field(default_factory=dict)
     goal: Goal = Goal()
 
-    def config(self) -> dict[str, Any]:
-        """The campaign's YAML as a dict (``trials.npz`` beside it)."""
+    def config(self, recorded: bool = False) -> dict[str, Any]:
+        """The campaign's config as a dict: of ``external`` models while the evals sample them,
+        or (``recorded``) a ``replay`` of ``trials.npz`` beside it."""
         policy = {**BRIDGE_POLICY, **dict(self.policy)}
         if "max_trials_per_question" in policy:
             raise InputError(
@@ -105,20 +108,23 @@ class CampaignSpec:
         return {
             "name": self.name,
             "seed": 0,
-            "models": [{"backend": "replay", "path": "trials.npz", "key": "outcomes"}],
+            "models": [self._entry(recorded)],
             "rubric": {"weights": list(self.weights)},
             "policy": policy,
             "baseline": {"fixed_n": self.epochs},  # the task's epochs, every sample
             "execution": {"dispatch": "inline", "workers": 1},
         }
 
-    def write(self, folder: Path, outcomes: np.ndarray | None = None) -> Path:
-        """Write ``campaign.yaml`` and ``trials.npz`` (``outcomes`` (L, M, epochs), zeros while
-        the eval runs) into ``folder``; returns the config's path."""
+    def _entry(self, recorded: bool) -> dict[str, Any]:
+        if recorded:
+            return {"backend": "replay", "path": "trials.npz", "key": "outcomes"}
+        options = {"models": list(self.models), "questions": list(self.questions)}
+        return {"backend": "external", "options": {**options, "trials": self.epochs}}
+
+    def write(self, folder: Path, outcomes: np.ndarray) -> Path:
+        """Write ``campaign.yaml`` and ``trials.npz`` (the recorded ``outcomes`` (L, M,
+        epochs)) into ``folder``; returns the config's path."""
         folder.mkdir(parents=True, exist_ok=True)
-        shape = (len(self.models), len(self.questions), self.epochs)
-        if outcomes is None:
-            outcomes = np.zeros(shape, dtype=np.int8)
         np.savez(
             folder / "trials.npz",
             outcomes=outcomes.astype(np.int8),
@@ -126,18 +132,22 @@ class CampaignSpec:
             questions=np.array(self.questions),
         )
         path = folder / "campaign.yaml"
-        path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        path.write_text(yaml.safe_dump(self.config(recorded=True), sort_keys=False))
         return path
 
-    def build(self, folder: Path) -> tuple[Campaign, Judge | None]:
-        """The campaign as ``run`` (or ``compare``) builds it from the written config. An
+    def build(self, folder: Path | None = None) -> tuple[Campaign, Judge | None]:
+        """The campaign as ``run`` (or ``compare``) builds it from a config, from the values
+        (``folder``: its config also written there as ``campaign.yaml``, for the record). An
         error names the field and value as the CLI does, in its message (Inspect shows an
-        error's ``message``), and the bridge, not the config file it wrote for itself."""
-        path = folder / "campaign.yaml"
+        error's ``message``), and the bridge, not a config of its own."""
+        values = self.config()
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "campaign.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
         try:
-            return build(load_config(self.write(folder)), self.goal)
+            return build(parse_config(values, source=INTERNAL), self.goal)
         except InputError as error:
-            raise named(error, self.name, str(path.resolve())) from None
+            raise named(error, self.name, INTERNAL) from None
 
 
 def check_policy(name: str, policy: Mapping[str, Any]) -> None:
@@ -149,9 +159,9 @@ def check_policy(name: str, policy: Mapping[str, Any]) -> None:
         name, ("model-a", "model-b"), ("sample",), MAX_TRIALS_PER_QUESTION, (0.0, 1.0), policy
     )
     try:
-        parse_config(spec.config(), source="<policy>")
+        parse_config(spec.config(), source=INTERNAL)
     except InputError as error:
-        raise named(error, name, "<policy>") from None
+        raise named(error, name, INTERNAL) from None
 
 
 def named(error: InputError, name: str, internal: str) -> InputError:
@@ -166,9 +176,9 @@ def named(error: InputError, name: str, internal: str) -> InputError:
 
 
 def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
-    """``build_campaign`` (and ``compare_campaign``) on the config. The replay's scores are not
+    """``build_campaign`` (and ``compare_campaign``) on the config. A replay's scores are not
     known to the campaign (Inspect's are not before it runs: ``compare``'s check of a vacuous
-    margin against known scores has nothing to read, here as in the live bridge)."""
+    margin against known scores has nothing to read, in the report as in the live bridge)."""
     campaign = build_campaign(config)
     unknown = tuple(dataclasses.replace(plan, known_scores=None) for plan in campaign.plans)
     campaign = dataclasses.replace(campaign, plans=unknown)
