@@ -125,3 +125,19 @@ def test_a_typed_config_passes_through() -> None:
     config = api.config(SMALL)
     assert api.config(config) is config
     assert api.campaign(config).num_models == 11
+
+
+def test_without_budget_is_a_typed_change_equal_to_the_campaign_built_without_one() -> None:
+    """Issue 49, item 1: the forecast's campaign without a budget is a change to the built
+    campaign, not a config patched and built again; it decides as the unbudgeted build does."""
+    from adaptive_eval.config.settings import BudgetSettings
+
+    budgeted = api.campaign({**SMALL, "budget": {"trials": 900, "tokens": 10**9}})
+    variant = budgeted.without_budget()
+    built = api.campaign(SMALL)
+    assert [rule.name for rule in budgeted.stopping.rules] == ["pairs_settled", "budget"]
+    assert [rule.name for rule in variant.stopping.rules] == ["pairs_settled"]
+    assert variant.settings.budget == BudgetSettings(None, None, None) == built.settings.budget
+    assert variant.fingerprint == built.fingerprint == budgeted.fingerprint
+    assert variant.decision_core().limits == built.decision_core().limits
+    assert budgeted.settings.budget.trials == 900  # the campaign it came from is unchanged

@@ -8,15 +8,16 @@ a :class:`Campaign` reads the config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.config.settings import CampaignSettings
+from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.decide.contracts import (
     Allocator,
+    AnyOf,
     PairRule,
     PairSelector,
     StoppingRule,
@@ -67,6 +68,15 @@ class Campaign:
     @property
     def num_categories(self) -> int:
         return len(self.weights)
+
+    def without_budget(self) -> Campaign:
+        """This campaign with no trial, token or wall-clock budget (a forecast applies the
+        budget to its paths afterwards): the ``budget`` stopping rule and the limits gone, all
+        else (identity included: a budget never decides a trial) as built."""
+        rules = self.stopping.rules if isinstance(self.stopping, AnyOf) else (self.stopping,)
+        kept = AnyOf(*(rule for rule in rules if rule.name != "budget"))
+        settings = replace(self.settings, budget=BudgetSettings(None, None, None))
+        return replace(self, settings=settings, stopping=kept)
 
     def decision_core(self) -> DecisionCore:
         """The campaign's decision rules as one core (:mod:`adaptive_eval.decide.core`)."""

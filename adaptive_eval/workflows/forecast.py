@@ -95,12 +95,6 @@ class ForecastRequest:
             raise InputError("--margin is compare's: give --candidate NAME too", field="--margin")
 
 
-def without_budget(config: CampaignConfig) -> CampaignConfig:
-    """``config`` with no trial, token or wall-clock budget (the forecast applies it)."""
-    empty = type(config.budget)()
-    return config.model_copy(update={"budget": empty})
-
-
 def run_forecast(
     config: CampaignConfig,
     request: ForecastRequest,
@@ -115,13 +109,14 @@ def run_forecast(
         config = _check_pilot(config, pilot, source)
     if request.out is not None and pilot is None:
         config = with_recorded_pilot(config, request.out)
-    campaign = _campaign(config, request)[0]
+    built = build_campaign(config)
+    campaign = _steered(built, request)[0]
     if pilot is not None:
         assert request.out is not None
         grow = _growth(campaign, request.seed) if request.auto else None
         _sample_pilot(config, campaign, request.out, pilot, console, quiet, grow)
     evidence = gather_evidence(campaign, request)
-    unbudgeted, judge = _campaign(without_budget(config), request)
+    unbudgeted, judge = _steered(built.without_budget(), request)
     found = forecast(
         unbudgeted,
         evidence,
@@ -152,9 +147,8 @@ def _on_gpu(campaign: Campaign) -> bool:
     return any(float(plan.actor_options.get("num_gpus", 0) or 0) > 0 for plan in campaign.plans)
 
 
-def _campaign(config: CampaignConfig, request: ForecastRequest) -> tuple[Campaign, Judge | None]:
+def _steered(campaign: Campaign, request: ForecastRequest) -> tuple[Campaign, Judge | None]:
     """The campaign ``run`` (or ``compare --candidate``) would execute, and compare's judge."""
-    campaign = build_campaign(config)
     if request.candidate is None:
         return campaign, None
     return compare_campaign(campaign, request.candidate, request.margin)
@@ -383,7 +377,7 @@ def short_forecast(config: CampaignConfig, campaign: Campaign) -> list[str]:
     if evidence.source == "prior":  # a prior guess is not worth validate's seconds
         return [f"  forecast: no recorded trial of these models yet; run {hint}"]
     found = forecast(
-        build_campaign(without_budget(config)),
+        campaign.without_budget(),
         evidence,
         campaign.settings.budget,
         simulations=VALIDATE_SIMULATIONS,
