@@ -23,8 +23,15 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.campaign import Goal
+from adaptive_eval.inspect.context import inspect_version, release
 from adaptive_eval.inspect.replay import ReplayAPI, current_run, replay_task
 from adaptive_eval.inspect.resume import newest_logs
+
+#: Whether Inspect's eval_set reuses every run a crashed log kept: on 0.3.154 a retry re-ran
+#: some of them in 2 of 6 tries (up to 37 of a model's 48 runs; the campaign's decisions,
+#: trials and logs still the uninterrupted run's, the runs made twice counted once); seen
+#: reusing all of them on 0.3.241, 0.3.251 and 0.3.285 (docs/inspect.md, "Version range").
+REUSES_KEPT_RUNS = inspect_version() >= release("0.3.241")
 
 _spec = importlib.util.spec_from_file_location(
     "inspect_bridge_helpers_resume", Path(__file__).with_name("test_inspect_bridge.py")
@@ -182,11 +189,16 @@ def test_eval_retry_is_refused_and_retry_resumes_the_campaign_from_the_logs(
         runs = [s for s in full[model].samples or [] if s.scores]
         assert len(runs) == int(sim.trials[i].sum()), model
         name = model.split("/")[1]
-        made = sum(n for (m, _, _), n in CALLS.items() if m == name)
-        # the runs made, both attempts: the campaign's, the failed one and those in flight
-        assert made - int(sim.trials[i].sum()) <= 8, (model, made)
+        # the retry made what the plan still wanted beyond the first log's runs, and at most
+        # the runs in flight (max_samples) more; what the first attempt lost at the failure is
+        # Inspect's (releases differ: every model's samples run at once before 0.3.241)
+        retried_runs = sum(n - ran_before[key] for key, n in CALLS.items() if key[0] == name)
+        wanted = int(sim.trials[i].sum()) - kept[model]
+        assert wanted <= retried_runs, (model, retried_runs, wanted)
+        if REUSES_KEPT_RUNS:
+            assert retried_runs <= wanted + 8, (model, retried_runs, wanted)
     # nothing Inspect kept ran again: a run made twice was not in its eval's first log
-    for log in first:
+    for log in first if REUSES_KEPT_RUNS else []:
         model = log.eval.model.split("/")[1]
         logged = {(str(s.id), s.epoch) for s in log.samples or [] if s.scores}
         for sample, epoch in logged:

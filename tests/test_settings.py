@@ -36,7 +36,8 @@ ABOVE_OR_BUILDER = (
 )
 # inspect/ is a workflow (scripts/check_layers.py places it there): it builds a campaign from a
 # config, as run and compare do.
-ABOVE_FOLDERS = ("workflows", "_testing", "inspect")
+# api/ is a front end beside the command line (the Python API takes a config's values).
+ABOVE_FOLDERS = ("workflows", "_testing", "inspect", "api")
 
 
 def below_the_builder() -> list[Path]:
