@@ -193,7 +193,9 @@ def test_a_finished_run_missing_an_output_names_it_and_the_command_that_writes_i
     capsys.readouterr()
     handlers = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
     try:
-        interrupts.install(str(run_dir))  # as main() does for run and compare
+        # as main() does for run and compare, from when the run above started (a loaded
+        # machine took over a second from its summary.json to here: no finish, by the clock)
+        interrupts.install(str(run_dir), started)
         line = interrupts.stop_line(signal.SIGTERM)
         assert "after the run had finished" in line and "report.html was not written" in line
         assert f"`adaptive-eval report {run_dir}` writes them" in line

@@ -180,16 +180,17 @@ def first_signal(signum: int, frame: Any) -> None:
 _installed: set[int] = set()
 
 
-def install(run_folder: str | None = None) -> dict[int, Any] | None:
+def install(run_folder: str | None = None, started: float | None = None) -> dict[int, Any] | None:
     """Make :func:`first_signal` the handler of the stop signals; returns the handlers it
     replaced (None off the main thread). A signal the caller ignores stays ignored (a caller
     that ignores Ctrl-C keeps ignoring it). ``run_folder``: the folder of the one run the
-    command writes (run, compare), whose summary.json, once written and finished, makes a stop
-    no resume."""
+    command writes (run, compare), whose summary.json, once written (since ``started``, a
+    ``time.time()``; default now) and finished, makes a stop no resume."""
     _finished.clear()  # a new command: nothing of it has finished
     _left_out.clear()
     _received.clear()
-    _run_folder[:] = [(run_folder, time.time())] if run_folder else []
+    since = time.time() if started is None else started
+    _run_folder[:] = [(run_folder, since)] if run_folder else []
     if threading.current_thread() is not threading.main_thread():
         return None
     previous: dict[int, Any] = {}
