@@ -25,9 +25,10 @@ from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.batch import BatchSettings, split_integer_rows
+from adaptive_eval.decide.contracts import without_budget
 from adaptive_eval.decide.core import DecisionCore
 from adaptive_eval.decide.state import RunState
-from adaptive_eval.forecast.batched import BatchCore, continue_runs, without_budget
+from adaptive_eval.forecast.batched import BatchCore, continue_runs
 from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core, thaw_core
 from adaptive_eval.forecast.simulate import Truth, replay_sampler, run_core
 from adaptive_eval.stats.allocation import allocation_program, allocation_program_rows

@@ -17,11 +17,11 @@ from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.decide.contracts import (
     Allocator,
-    AnyOf,
     PairRule,
     PairSelector,
     StoppingRule,
     adjacent_pairs,
+    without_budget,
 )
 from adaptive_eval.decide.core import DecisionCore, Limits
 from adaptive_eval.decide.state import ViewSettings
@@ -73,10 +73,8 @@ class Campaign:
         """This campaign with no trial, token or wall-clock budget (a forecast applies the
         budget to its paths afterwards): the ``budget`` stopping rule and the limits gone, all
         else (identity included: a budget never decides a trial) as built."""
-        rules = self.stopping.rules if isinstance(self.stopping, AnyOf) else (self.stopping,)
-        kept = AnyOf(*(rule for rule in rules if rule.name != "budget"))
         settings = replace(self.settings, budget=BudgetSettings(None, None, None))
-        return replace(self, settings=settings, stopping=kept)
+        return replace(self, settings=settings, stopping=without_budget(self.stopping))
 
     def decision_core(self) -> DecisionCore:
         """The campaign's decision rules as one core (:mod:`adaptive_eval.decide.core`)."""

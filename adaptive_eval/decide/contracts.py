@@ -405,6 +405,14 @@ def any_of(*rules: StoppingRule) -> StoppingRule:
     return AnyOf(*rules)
 
 
+def without_budget(stopping: StoppingRule) -> StoppingRule:
+    """The campaign's stopping rules less the ``budget`` rule (a forecast applies the budget to
+    its paths afterwards)."""
+    if isinstance(stopping, AnyOf):
+        return AnyOf(*(rule for rule in stopping.rules if rule.name != "budget"))
+    return stopping
+
+
 def all_of(*rules: StoppingRule) -> StoppingRule:
     return AllOf(*rules)
 

@@ -33,7 +33,7 @@ from adaptive_eval.decide.batch import (
     BatchView,
     cap_to_room,
 )
-from adaptive_eval.decide.contracts import AnyOf, StoppingRule, adjacent_pairs
+from adaptive_eval.decide.contracts import StoppingRule, adjacent_pairs
 from adaptive_eval.decide.core import LATCHED_STOPS, DecisionCore, Limits
 from adaptive_eval.decide.state import RunState
 from policies.batched import (
@@ -203,11 +203,3 @@ def _plan_ahead(
         if planned.any():
             rows.add_plans(plans, planned)
             view = replace(view, planned=rows.planned)
-
-
-def without_budget(stopping: StoppingRule) -> StoppingRule:
-    """The campaign's stopping rules less the ``budget`` rule (the forecast applies it)."""
-    if isinstance(stopping, AnyOf):
-        kept = [rule for rule in stopping.rules if rule.name != "budget"]
-        return AnyOf(*kept)
-    return stopping

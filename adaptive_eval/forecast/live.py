@@ -32,10 +32,10 @@ import numpy as np
 from adaptive_eval.base.accounting import budget_short_sentence
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.batch import BatchSettings
-from adaptive_eval.decide.contracts import CampaignView
+from adaptive_eval.decide.contracts import CampaignView, without_budget
 from adaptive_eval.decide.core import DecisionCore, RoundDecision
 from adaptive_eval.decide.state import RoundCosts, RunState
-from adaptive_eval.forecast.batched import BatchCore, Continuations, continue_runs, without_budget
+from adaptive_eval.forecast.batched import BatchCore, Continuations, continue_runs
 from adaptive_eval.forecast.campaign import Range
 from adaptive_eval.forecast.predictive import Predictive
 from adaptive_eval.forecast.simulate import Costing, Truth, run_core
