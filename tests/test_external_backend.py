@@ -68,3 +68,16 @@ def test_run_refuses_external_models_before_anything_starts(tmp_path: Path) -> N
         len(done.stderr.strip().splitlines()) <= 2
     )  # one line (and where the log is), no traceback
     assert not (tmp_path / "run" / "trials.sqlite").exists()
+
+
+def test_an_integer_of_5000_digits_from_python_is_one_line() -> None:
+    sys.set_int_max_str_digits(0)
+    big = int("9" * 5000)
+    sys.set_int_max_str_digits(4300)
+    options = {"models": ["a"], "questions": ["q"], "trials": big}
+    for values in (
+        {**VALUES, "models": [{"backend": "external", "options": options}]},
+        {**VALUES, "seed": big},
+    ):
+        with pytest.raises(api.InputError, match="an integer of about 5,000 digits"):
+            api.campaign(values)

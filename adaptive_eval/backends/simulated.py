@@ -41,7 +41,7 @@ from adaptive_eval.backends.base import (
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import Batch, BatchResult
 from adaptive_eval.config.registry import backends
-from adaptive_eval.config.schema import LatencyModel, ModelEntry, file_sha256
+from adaptive_eval.config.schema import LatencyModel, ModelEntry, file_sha256, shown_value
 from adaptive_eval.inputs.npz import NpzFile
 
 PROB_TOLERANCE = 1e-6
@@ -241,10 +241,17 @@ def parse_options(model: type[OptionsT], entry: ModelEntry, context: BackendCont
         first = error.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
         raise InputError(
-            f"{first['msg']} (got {first.get('input')!r})",
+            f"{first['msg']} (got {_repr(first.get('input'))})",
             source=context.source,
             field=f"{context.field}.options.{key}",
         ) from None
+
+
+def _repr(value: object) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # an integer past Python's printable digits
+        return shown_value(value)
 
 
 @backends.register("simulated")

@@ -46,7 +46,7 @@ from adaptive_eval.config.settings import (
     RunRecord,
     SamplingSettings,
 )
-from adaptive_eval.inputs.bounded import check, not_a_device
+from adaptive_eval.inputs.bounded import MAX_INT_DIGITS, check, not_a_device
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -705,15 +705,27 @@ def _location(loc: tuple[int | str, ...]) -> str:
 MAX_VALUE_SHOWN = 120
 
 
+def shown_value(value: Any) -> str:
+    """``value`` for an error line: as JSON, a mapping as ``{...}``, a long one cut to
+    :data:`MAX_VALUE_SHOWN` characters, an integer past Python's printable digits by its size
+    (a 5,000-digit one given from Python raised ValueError while its error was worded)."""
+    if isinstance(value, dict):
+        return "{...}"
+    try:
+        shown = json.dumps(value, default=str)
+    except ValueError:
+        return f"an integer of about {int(value).bit_length() * 0.30103:,.0f} digits"
+    if len(shown) > MAX_VALUE_SHOWN:  # a value is named, not printed whole
+        shown = f"{shown[:MAX_VALUE_SHOWN]}... ({len(shown):,} characters)"
+    return shown
+
+
 def _raise_validation(error: ValidationError, source: str) -> None:
     """One line naming every invalid field with its value (not only the first)."""
     found = []
     for item in error.errors():
         field = _location(tuple(item["loc"])) or "<root>"
-        value = item.get("input")
-        shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
-        if len(shown) > MAX_VALUE_SHOWN:  # a value is named, not printed whole
-            shown = f"{shown[:MAX_VALUE_SHOWN]}... ({len(shown):,} characters)"
+        shown = shown_value(item.get("input"))
         if item["type"] == "extra_forbidden":
             found.append((field, f"unknown key (value {shown})"))
         else:
@@ -730,6 +742,7 @@ def parse_config(data: Any, source: str = "<memory>") -> CampaignConfig:
         raise InputError(
             f"a campaign config must be a mapping, got {type(data).__name__}", source=source
         )
+    _refuse_nul(data, source)  # and integers too long to print (values given from Python)
     try:
         return CampaignConfig.model_validate({**data, "source": source})
     except ValidationError as error:
@@ -843,7 +856,6 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Campaig
         )
     for override in overrides or []:
         _apply_override(data, override, source)
-    _refuse_nul(data, source)
     remember(data)
     return parse_config(data, source=str(Path(path).resolve()))
 
@@ -855,6 +867,14 @@ def _refuse_nul(data: Any, source: str, at: tuple[str | int, ...] = ()) -> None:
         if "\0" in data:
             raise InputError(
                 f"{data[:60]!r} holds a NUL character", source=source, field=_location(at)
+            )
+    elif isinstance(data, int) and not isinstance(data, bool):
+        if data.bit_length() > MAX_INT_DIGITS * 3.33:  # past MAX_INT_DIGITS decimal digits
+            raise InputError(
+                f"an integer of about {data.bit_length() * 0.30103:,.0f} digits; no setting "
+                f"takes more than {MAX_INT_DIGITS}",
+                source=source,
+                field=_location(at),
             )
     elif isinstance(data, dict):
         for key, value in data.items():
