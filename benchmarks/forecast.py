@@ -211,17 +211,22 @@ def auto_pilot(
     """``forecast --pilot auto`` on a tape: the pilot of AUTO_START, then on through the
     campaign's own rounds while :func:`next_target` asks for more. Returns the pilot's evidence,
     the campaign's core and state there (the run continues them), and how many looks it took."""
-    core = campaign.decision_core()
-    state = RunState(campaign.prior, campaign.weights)
+    core = campaign.decision.decision_core()
+    state = RunState(campaign.decision.prior, campaign.decision.weights)
     pilot = _PilotOnTape(core, AUTO_START)
     k = campaign.num_categories
-    truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.weights)
+    truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights)
     costing = None if tokens is None else recorded_costing(tokens)
-    args = (campaign.view_settings(), truth, np.random.default_rng(0), replay_sampler(tape, k))
+    args = (
+        campaign.decision.view_settings(),
+        truth,
+        np.random.default_rng(0),
+        replay_sampler(tape, k),
+    )
     run_core(pilot, state, *args, costing=costing)  # type: ignore[arg-type]
     looks = 1
     while True:
-        look = next_target(campaign, core, state, seed)
+        look = next_target(campaign.decision, core, state, seed)
         if look.target is None:
             break
         pilot.extend(look.target)
@@ -236,7 +241,7 @@ def run_replicate(task: tuple[Case, int, int, int | str, int | None]) -> dict[st
     pilot = AUTO_START if asked == "auto" else int(asked)
     config = _config(case.config, pilot)
     campaign = build_campaign(_config(case.forecast_config or case.config, pilot))
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     rng = np.random.default_rng([case.seed, rep])
     arrays, tokens_mean = _arrays(case)
     tokens = None
@@ -273,8 +278,8 @@ def run_replicate(task: tuple[Case, int, int, int | str, int | None]) -> dict[st
         real = run_core(
             core,
             state,
-            campaign.view_settings(),
-            Truth(probs, campaign.weights),
+            campaign.decision.view_settings(),
+            Truth(probs, campaign.decision.weights),
             rng,
             replay_sampler(tape, campaign.num_categories),
             costing=None if tokens is None else recorded_costing(tokens),
@@ -282,8 +287,8 @@ def run_replicate(task: tuple[Case, int, int, int | str, int | None]) -> dict[st
         )
     else:
         real = simulate_campaign(
-            build_campaign(config),
-            Truth(probs, campaign.weights),
+            build_campaign(config).decision,
+            Truth(probs, campaign.decision.weights),
             rng,
             replay_sampler(tape, campaign.num_categories),
             costing=None if tokens is None else recorded_costing(tokens),
@@ -523,7 +528,7 @@ def run_verdict(task: VerdictTask) -> dict[str, Any]:
     """One compare campaign: the verdict forecast from its pilot, and the realised run(s)."""
     config = _config(task.config, task.pilot)
     campaign, judge = compare_campaign(build_campaign(config), "cand", task.margin)
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     with np.load(task.scenario) as data:
         probs = np.asarray(data["probs"], dtype=np.float64)
     rng = np.random.default_rng([71, task.index])
@@ -556,8 +561,8 @@ def run_verdict(task: VerdictTask) -> dict[str, Any]:
             )
         fresh, own_judge = compare_campaign(build_campaign(steered), "cand", task.margin)
         real = simulate_campaign(
-            fresh,
-            Truth(probs, campaign.weights),
+            fresh.decision,
+            Truth(probs, campaign.decision.weights),
             np.random.default_rng(0),
             replay_sampler(tape, campaign.num_categories),
         )
@@ -877,7 +882,7 @@ def chosen(
 
 def _shape(case: Case, pilot: int | str) -> str:
     campaign = build_campaign(_config(case.config, AUTO_START if pilot == "auto" else int(pilot)))
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     return f"{campaign.num_models} x {campaign.num_questions}, {cap}"
 
 

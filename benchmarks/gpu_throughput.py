@@ -336,6 +336,7 @@ def idle_fraction(batches: dict[int, tuple[float, float]]) -> tuple[float, float
 
 
 def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.store import TrialStore
     from adaptive_eval.workflows.run import run_campaign
@@ -347,7 +348,9 @@ def campaign_phase(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         shutil.rmtree(run_dir)
     started = time.perf_counter()
     try:
-        summary = run_campaign(load_config(args.out / f"config-{mode}.yaml"), run_dir, quiet=True)
+        summary = run_campaign(
+            build_campaign(load_config(args.out / f"config-{mode}.yaml")), run_dir, quiet=True
+        )
     finally:
         import ray
 

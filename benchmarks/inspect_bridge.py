@@ -107,7 +107,7 @@ def run_own(path: Path, meta: dict[str, Any], folder: Path) -> dict[str, Any]:
     )
     config = load_config(spec.write(folder / "campaign", outcomes))
     campaign, _ = build(config, Goal())
-    summary = run_campaign(config, folder / "run", quiet=True, campaign=campaign)
+    summary = run_campaign(campaign, folder / "run", quiet=True)
     return {
         "decisions": sorted(
             (p.a, p.b, str(p.decision)) for p in summary.pairs if p.decision != "undecided"
@@ -170,7 +170,7 @@ def own_verdict(case_name: str, confidence: float, rep: int, truths: int) -> tup
         campaign, judge = spec.build(Path(tmp))
     truth = Truth(np.full((*outcomes.shape[:2], 2), 0.5), np.array([0.0, 1.0]))
     result = simulate_campaign(
-        campaign,
+        campaign.decision,
         truth,
         np.random.default_rng(0),
         sampler=replay_sampler(outcomes.astype(np.int64), 2),

@@ -103,9 +103,11 @@ def _run(
     """The campaign served ``tape``; with ``stop_at``, halted after the first round whose trials
     reach it (the state and core there)."""
     state = RunState(
-        campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
+        campaign.decision.prior,
+        campaign.decision.weights,
+        bayes_prior=campaign.decision.policy.bayes_prior,
     )
-    core = campaign.decision_core()
+    core = campaign.decision.decision_core()
 
     def watch(view: CampaignView, outcome: RoundDecision) -> None:
         if stop_at is not None and view.trials_used >= stop_at:
@@ -113,13 +115,13 @@ def _run(
 
     truth = Truth(
         np.full((*tape.shape[:2], campaign.num_categories), 1 / campaign.num_categories),
-        campaign.weights,
+        campaign.decision.weights,
     )
     with contextlib.suppress(_Reached):
         run_core(
             core,
             state,
-            campaign.view_settings(),
+            campaign.decision.view_settings(),
             truth,
             np.random.default_rng(0),
             replay_sampler(tape, campaign.num_categories),
@@ -132,7 +134,7 @@ def _run(
 def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, Any]:
     case, rep, simulations, shares = task
     campaign = build_campaign(load_config(case.config))
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     rng = np.random.default_rng([case.seed, rep, 3])
     tape, tokens = _tape(case, cap, rng)
     final_state, _ = _run(campaign, tape, tokens, None)
@@ -147,7 +149,7 @@ def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, An
             continue
         snapshot = Snapshot.of(core, state, seed=rep, simulations=simulations)
         started = time.perf_counter()
-        found = forecast_rest(campaign, snapshot, PREDICTIVE)
+        found = forecast_rest(campaign.decision, snapshot, PREDICTIVE)
         out["at"][str(share)] = {
             "trials_used": state.trials_used,
             "trials": found.trials.record(),
@@ -156,7 +158,7 @@ def run_replicate(task: tuple[Any, int, int, tuple[float, ...]]) -> dict[str, An
         }
         truth = _truth(case, tape)
         if truth is not None:  # the oracle: the true category probabilities, no predictive
-            known = forecast_rest(campaign, snapshot, truths=[truth] * simulations)
+            known = forecast_rest(campaign.decision, snapshot, truths=[truth] * simulations)
             out["at"][str(share)]["oracle"] = known.trials.record()
     return out
 
@@ -280,19 +282,19 @@ def speed(repeats: int, folder: Path) -> dict[str, Any]:
         ("50 x 500", _forecast.scale_case(folder, 50, 500, 80)),
     ):
         campaign = build_campaign(load_config(case.config))
-        cap = campaign.settings.policy.max_trials_per_question
+        cap = campaign.decision.policy.max_trials_per_question
         tape, tokens = _tape(case, cap, np.random.default_rng([case.seed, 0, 3]))
         state, core = _run(campaign, tape, tokens, 1)  # halted after round 1
-        settings = campaign.view_settings()
-        for rule in campaign.pair_rules:
-            batched = batched_pair_rule(rule, campaign.capacity)
+        settings = campaign.decision.view_settings()
+        for rule in campaign.decision.pair_rules:
+            batched = batched_pair_rule(rule, campaign.decision.capacity)
             if batched is not None:
                 list(batched.warm(settings.confidence, settings.error_control))
         snapshot = Snapshot.of(core, state, simulations=LIVE_SIMULATIONS)
         seconds = []
         for _ in range(repeats):
             started = time.process_time()
-            forecast_rest(campaign, snapshot)
+            forecast_rest(campaign.decision, snapshot)
             seconds.append(time.process_time() - started)
         found[name] = {"round_1_trials": state.trials_used, "cpu_s": seconds}
         print(f"{name}: {', '.join(f'{x:.2f}' for x in seconds)} s", flush=True)

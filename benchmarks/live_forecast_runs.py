@@ -77,7 +77,9 @@ def typical_trials(config: str, runs: int = 2) -> float:
         with np.load(_scenario(config)) as data:
             probs = np.asarray(data["probs"], dtype=np.float64)
         result = simulate_campaign(
-            campaign, Truth(probs, campaign.weights), np.random.default_rng([seed, 99])
+            campaign.decision,
+            Truth(probs, campaign.decision.weights),
+            np.random.default_rng([seed, 99]),
         )
         totals.append(result.total_trials)
     return float(np.mean(totals))

@@ -74,8 +74,8 @@ def run_config(data: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], float]:
     execution = config.execution
     init_ray(None, None)
     dispatcher = Dispatcher(
-        campaign.plans,
-        campaign.offsets,
+        campaign.run.plans,
+        campaign.run.offsets,
         in_flight_per_worker=execution.in_flight_per_worker,
         max_batch_retries=execution.max_batch_retries,
     )

@@ -75,13 +75,16 @@ def ledger_digest(run_dir: Path) -> str:
 
 def run_one(args: argparse.Namespace, feed: bool) -> dict[str, Any]:
     from adaptive_eval.base.summary_schema import record
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import parse_config
     from adaptive_eval.workflows.run import run_campaign
 
     with tempfile.TemporaryDirectory() as name:
         run_dir = Path(name) / "run"
         started = time.perf_counter()
-        summary = record(run_campaign(parse_config(config(args, feed)), run_dir, quiet=True))
+        summary = record(
+            run_campaign(build_campaign(parse_config(config(args, feed))), run_dir, quiet=True)
+        )
         seconds = time.perf_counter() - started
         digest = ledger_digest(run_dir)
     dispatch = summary["dispatch"]

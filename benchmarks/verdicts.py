@@ -203,7 +203,7 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
     rng = np.random.default_rng(rep)
     if case.kind == "ranking":
         campaign = build_campaign(config)
-        result = simulate_campaign(campaign, truth, rng)
+        result = simulate_campaign(campaign.decision, truth, rng)
         (decision,) = result.decisions
         verdict = (
             "a>b"
@@ -213,7 +213,7 @@ def run_one(case: Case, config: Any, truth: Truth, rep: int) -> tuple[str, float
         return verdict, float(result.trials[0].mean())
     margin = MARGIN if case.kind == "gate" else None
     campaign, judge = compare_campaign(build_campaign(config), "candidate", margin)
-    result = simulate_campaign(campaign, truth, rng)
+    result = simulate_campaign(campaign.decision, truth, rng)
     (found,) = judge(result.decisions)
     return found.decision, float(result.trials[0].mean())
 

@@ -143,7 +143,7 @@ def run_inline(config: CampaignConfig, run_dir: Path, **dispatch: Any) -> Contro
     :class:`UnrulyInlineDispatcher` (``shuffle_seed``, ``crash_after``, ``batches_per_poll``)."""
     campaign = build_campaign(config)
     store, _, _ = open_run_dir(campaign, run_dir)
-    dispatcher = UnrulyInlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+    dispatcher = UnrulyInlineDispatcher(campaign.run.plans, campaign.run.offsets, **dispatch)
     controller = Controller(campaign, store, dispatcher, NullLog())
     try:
         controller.run()

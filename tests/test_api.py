@@ -135,9 +135,28 @@ def test_without_budget_is_a_typed_change_equal_to_the_campaign_built_without_on
     budgeted = api.campaign({**SMALL, "budget": {"trials": 900, "tokens": 10**9}})
     variant = budgeted.without_budget()
     built = api.campaign(SMALL)
-    assert [rule.name for rule in budgeted.stopping.rules] == ["pairs_settled", "budget"]
-    assert [rule.name for rule in variant.stopping.rules] == ["pairs_settled"]
-    assert variant.settings.budget == BudgetSettings(None, None, None) == built.settings.budget
-    assert variant.fingerprint == built.fingerprint == budgeted.fingerprint
-    assert variant.decision_core().limits == built.decision_core().limits
-    assert budgeted.settings.budget.trials == 900  # the campaign it came from is unchanged
+    assert [rule.name for rule in budgeted.decision.stopping.rules] == ["pairs_settled", "budget"]
+    assert [rule.name for rule in variant.decision.stopping.rules] == ["pairs_settled"]
+    assert variant.run.settings.budget == BudgetSettings(None, None, None)
+    assert variant.run.settings.budget == built.run.settings.budget
+    assert variant.run.fingerprint == built.run.fingerprint == budgeted.run.fingerprint
+    assert variant.decision.limits == built.decision.limits
+    assert budgeted.run.settings.budget.trials == 900  # the campaign it came from is unchanged
+
+
+def test_a_pilot_is_a_typed_change_equal_to_the_campaign_built_with_its_minimum() -> None:
+    """Issue 49, item 1: a pilot's trials raise the built campaign's minimum as a typed change
+    (no config patched and built again); its identity, fingerprint and the run folder's
+    config.yaml are those of the config that asked for that minimum, and a minimum already as
+    high is left alone."""
+    raised = api.campaign(SMALL).with_min_trials(7)
+    asked = api.campaign(
+        {**SMALL, "policy": {**SMALL.get("policy", {}), "min_trials_per_question": 7}}
+    )
+    assert raised.decision.policy == asked.decision.policy == raised.run.settings.policy
+    assert raised.decision.view_settings().min_trials == 7
+    assert raised.run.identity == asked.run.identity
+    assert raised.run.fingerprint == asked.run.fingerprint
+    assert raised.run.settings.run_record == asked.run.settings.run_record
+    assert raised.run.fingerprint != api.campaign(SMALL).run.fingerprint
+    assert asked.with_min_trials(3) is asked  # never lowered

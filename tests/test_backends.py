@@ -77,12 +77,12 @@ def test_replay_fixed_n_larger_than_recorded_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="fixed_n=20 exceeds the 10 trials"):
         campaign_for(tmp_path, {"backend": "replay", "path": "r.npz"})
     campaign = campaign_for(tmp_path, {"backend": "replay", "path": "r.npz"}, baseline={})
-    assert campaign.fixed_n == 10 and list(campaign.capacity) == [10, 10]
+    assert campaign.run.fixed_n == 10 and list(campaign.decision.capacity) == [10, 10]
 
 
 def make_worker(campaign, model: int = 0):
-    index, plan = campaign.plan_of(model)
-    return plan.make_worker(campaign.offsets[index])()
+    index, plan = campaign.run.plan_of(model)
+    return plan.make_worker(campaign.run.offsets[index])()
 
 
 def test_replay_serves_recorded_trials_in_order_and_refuses_more(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ def test_simulated_engine_runs_queued_batches_together(tmp_path: Path) -> None:
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.6]))
     latency = {"engine_seqs": 4, "per_token_s": 0.001, "tokens_median": 100}
     campaign = campaign_for(tmp_path, {"backend": "simulated", "path": "s.npz", "latency": latency})
-    plan = campaign.plans[0]
+    plan = campaign.run.plans[0]
     assert plan.actor_concurrency == 3  # in_flight_per_worker (2) + 1: the batches share it
     worker = make_worker(campaign)
     batches = [Batch(i, 0, 0, (WorkItem(0, i, 0, 4),)) for i in range(2)]

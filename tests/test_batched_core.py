@@ -71,19 +71,19 @@ def _snapshot(campaign: Campaign, tape: np.ndarray, share: float) -> tuple[Decis
     k = campaign.num_categories
 
     def run(stop_at: int | None) -> tuple[DecisionCore, RunState]:
-        state = RunState(campaign.prior, campaign.weights)
-        core = campaign.decision_core()
+        state = RunState(campaign.decision.prior, campaign.decision.weights)
+        core = campaign.decision.decision_core()
 
         def watch(view: Any, outcome: Any) -> None:
             if stop_at is not None and view.trials_used >= stop_at:
                 raise _Reached
 
-        truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.weights)
+        truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights)
         with contextlib.suppress(_Reached):
             run_core(
                 core,
                 state,
-                campaign.view_settings(),
+                campaign.decision.view_settings(),
                 truth,
                 np.random.default_rng(0),
                 replay_sampler(tape, k),
@@ -116,8 +116,8 @@ def _both(
         run_core(
             single,
             run,
-            campaign.view_settings(),
-            Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.weights),
+            campaign.decision.view_settings(),
+            Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights),
             np.random.default_rng(0),
             replay_sampler(tape, k),
             watch,
@@ -125,7 +125,7 @@ def _both(
         )
         one_by_one.append((run.trials_used, settled))
     start = thaw_core(frozen)
-    batch = BatchCore.of(start, campaign.capacity, without_budget(start.stopping))
+    batch = BatchCore.of(start, campaign.decision.capacity, without_budget(start.stopping))
     assert batch is not None
     cumulative = [
         np.concatenate(
@@ -148,7 +148,9 @@ def _both(
             )
         return drawn
 
-    settings = BatchSettings.of(campaign.view_settings(), campaign.prior, campaign.weights)
+    settings = BatchSettings.of(
+        campaign.decision.view_settings(), campaign.decision.prior, campaign.decision.weights
+    )
     runs = continue_runs(
         batch, start, state, settings, len(tapes), sample, lambda plan: (None, None, None)
     )
@@ -187,7 +189,7 @@ def test_continuations_together_equal_the_core_one_by_one(
     assert scores is not None
     campaign = _campaign(tmp_path, _binary(scores, 10), [0.0, 1.0], **policy)
     rng = np.random.default_rng([len(scores), int(share * 10)])
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     core, state = _snapshot(campaign, _tape(_binary(scores, 10), cap, rng), share)
     if core.stop is not None:
         pytest.skip("the campaign stopped before the share")  # pragma: no cover - seeded
@@ -202,7 +204,7 @@ def test_a_categorical_rubric_continues_alike(tmp_path: Path) -> None:
     probs[:, :, 2] *= np.array([0.5, 0.8, 1.0, 1.4])[:, None]
     probs /= probs.sum(axis=2, keepdims=True)
     campaign = _campaign(tmp_path, probs, [0.0, 0.5, 1.0])
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     core, state = _snapshot(campaign, _tape(probs, cap, rng), 0.0)
     tapes = [_tape(probs, cap, rng) for _ in range(6)]
     one_by_one, together = _both(campaign, core, state, tapes)
@@ -220,8 +222,8 @@ def test_models_with_different_caps_continue_alike(tmp_path: Path) -> None:
     data = base_config(str(scenario))
     data["models"].append({"backend": "replay", "path": str(recorded), "key": "outcomes"})
     campaign = build_campaign(load_config(write_config(tmp_path / "c.yaml", data)))
-    assert len(set(campaign.capacity.tolist())) == 2
-    cap = int(campaign.capacity.max())
+    assert len(set(campaign.decision.capacity.tolist())) == 2
+    cap = int(campaign.decision.capacity.max())
     core, state = _snapshot(campaign, _tape(probs, cap, rng), 0.0)
     tapes = [_tape(probs, cap, rng) for _ in range(6)]
     one_by_one, together = _both(campaign, core, state, tapes)
@@ -234,14 +236,14 @@ def test_rules_without_a_batched_form_are_forecast_one_by_one(tmp_path: Path) ->
     anytime = _campaign(tmp_path, probs, [0.0, 1.0], pair_rules=["anytime"])
     width = _campaign(tmp_path, probs, [0.0, 1.0], stopping=[{"name": "ci_width", "width": 0.2}])
     for campaign, batched in ((plain, True), (anytime, False), (width, False)):
-        core = campaign.decision_core()
-        found = BatchCore.of(core, campaign.capacity, without_budget(core.stopping))
+        core = campaign.decision.decision_core()
+        found = BatchCore.of(core, campaign.decision.capacity, without_budget(core.stopping))
         assert (found is not None) is batched
         core, state = _snapshot(campaign, _tape(probs, 40, np.random.default_rng(2)), 0.0)
         snapshot = Snapshot(
             state.applied_rounds, freeze_core(core), pickle.dumps(state), 1.0, 0.01, 0, 8
         )
-        forecast = forecast_rest(campaign, snapshot)
+        forecast = forecast_rest(campaign.decision, snapshot)
         assert state.trials_used <= forecast.trials.p10 <= forecast.trials.p50
         assert forecast.trials.p50 <= forecast.trials.p90
 

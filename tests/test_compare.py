@@ -13,6 +13,7 @@ import pytest
 from helpers import TEST_SET, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.config.schema import CompareConfig
 from adaptive_eval.store import RunLock, StoreError, TrialStore
@@ -59,7 +60,7 @@ def _config(tmp_path: Path, candidate: np.ndarray, **policy: Any) -> Path:
 
 
 def _compare(path: Path, run_dir: Path) -> dict[str, Any]:
-    summary = summary_dict(run_compare(load(path), "cand", run_dir))
+    summary = summary_dict(run_compare(build_campaign(load(path)), "cand", run_dir))
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk["comparison"] == summary["comparison"]
     return dict(summary["comparison"])
@@ -85,7 +86,9 @@ def test_a_worse_candidate_is_a_regression(
     result = _compare(path, tmp_path / "run")
     assert "worse" in _decisions(result).values()  # the gate stops at its first regression
     assert result["exit_code"] == 3
-    every = summary_dict(run_compare(load(path), "cand", tmp_path / "all", settle_all=True))
+    every = summary_dict(
+        run_compare(build_campaign(load(path)), "cand", tmp_path / "all", settle_all=True)
+    )
     assert _decisions(every["comparison"]) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "worse")
 
 
@@ -150,7 +153,7 @@ def test_compare_takes_the_run_folder_lock(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with RunLock(run_dir), pytest.raises(StoreError, match="in use by pid"):
-        run_compare(load(path), "cand", run_dir)
+        run_compare(build_campaign(load(path)), "cand", run_dir)
 
 
 def test_compare_keeps_the_workers_output_and_says_when_they_start(
@@ -159,7 +162,13 @@ def test_compare_keeps_the_workers_output_and_says_when_they_start(
     _, success = incumbents
     path = _config(tmp_path, np.clip(success[2] + 0.2, 0, 0.99))
     console = io.StringIO()
-    run_compare(load(path, [TEST_SET]), "cand", tmp_path / "run", console=console, quiet=False)
+    run_compare(
+        build_campaign(load(path, [TEST_SET])),
+        "cand",
+        tmp_path / "run",
+        console=console,
+        quiet=False,
+    )
     assert (tmp_path / "run" / "ray.log").exists()
     assert "starting the workers (dispatch mode 'test_inline')" in console.getvalue()
     assert no_ray == [{"quiet": False, "ray_address": None}]
@@ -220,7 +229,9 @@ def test_an_unchanged_candidate_passes_non_inferiority_early(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, success[2])  # the best incumbent, unchanged
-    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN))
+    summary = summary_dict(
+        run_compare(build_campaign(load(path)), "cand", tmp_path / "run", margin=MARGIN)
+    )
     result = summary["comparison"]
     assert result["margin"] == MARGIN
     assert _decisions(result) == dict.fromkeys(["inc-30", "inc-50", "inc-70"], "pass")
@@ -234,7 +245,9 @@ def test_a_candidate_worse_by_twice_the_margin_fails(
 ) -> None:
     _, success = incumbents
     path = _config(tmp_path, np.clip(success[2] - 2 * MARGIN, 0.01, 1))
-    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", margin=MARGIN))
+    summary = summary_dict(
+        run_compare(build_campaign(load(path)), "cand", tmp_path / "run", margin=MARGIN)
+    )
     result = summary["comparison"]
     assert _decisions(result)["inc-70"] == "fail"
     assert result["exit_code"] == 3
@@ -250,7 +263,7 @@ def test_margin_from_the_config_and_a_bad_margin(
     _, success = incumbents
     path = _config(tmp_path, success[2])
     config = load(path).model_copy(update={"compare": CompareConfig(margin=MARGIN)})
-    summary = summary_dict(run_compare(config, "cand", tmp_path / "run"))
+    summary = summary_dict(run_compare(build_campaign(config), "cand", tmp_path / "run"))
     assert summary["comparison"]["margin"] == MARGIN
     args = ["compare", str(path), "--candidate", "cand", "--out", str(tmp_path / "x")]
     assert main([*args, "--margin", "-0.1"]) == 2
@@ -266,8 +279,10 @@ def test_the_gate_stops_at_the_first_regression_and_settle_all_keeps_the_old_beh
     3 early; sampling on to settle the tie (to the cap) cost trials for nothing."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    stopped = summary_dict(run_compare(load(path), "cand", tmp_path / "run"))
-    settled = summary_dict(run_compare(load(path), "cand", tmp_path / "all", settle_all=True))
+    stopped = summary_dict(run_compare(build_campaign(load(path)), "cand", tmp_path / "run"))
+    settled = summary_dict(
+        run_compare(build_campaign(load(path)), "cand", tmp_path / "all", settle_all=True)
+    )
     first, every = stopped["comparison"], settled["comparison"]
     assert first["exit_code"] == every["exit_code"] == 3
     assert _decisions(first)["inc-70"] == _decisions(every)["inc-70"] == "worse"
@@ -298,7 +313,9 @@ def test_each_verdict_says_its_trials_at_the_decision_and_at_the_end(
     existed then)."""
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
-    summary = summary_dict(run_compare(load(path), "cand", tmp_path / "run", settle_all=True))
+    summary = summary_dict(
+        run_compare(build_campaign(load(path)), "cand", tmp_path / "run", settle_all=True)
+    )
     worse = next(v for v in summary["comparison"]["verdicts"] if v["incumbent"] == "inc-70")
     plans = _rounds(tmp_path / "run")
     cand, inc = 0, 3  # model indices: the candidate's entry first, then inc-30, inc-50, inc-70
@@ -329,7 +346,7 @@ def test_the_verdict_leads_the_compare_pages_and_quiet_prints_only_it(
     _, success = incumbents
     path = _config(tmp_path, success[1], rope=0.005)
     run_dir = tmp_path / "run"
-    run_compare(load(path), "cand", run_dir)
+    run_compare(build_campaign(load(path)), "cand", run_dir)
     page = (run_dir / "report.html").read_text()
     lead = re.sub("<[^>]+>", "", "<p" + page.split("<p id='headline'", 1)[1].split("</p>")[0])
     assert "Verdict: exit 3, a regression: cand is" in lead and "worse than inc-70" in lead

@@ -50,8 +50,8 @@ baseline:
     path.write_text(text)
     campaign = build_campaign(load_config(path))
     assert campaign.names == ("model-0", "model-1", "model-2")
-    assert campaign.fixed_n == 80
-    assert list(campaign.capacity) == [400, 400, 400]
+    assert campaign.run.fixed_n == 80
+    assert list(campaign.decision.capacity) == [400, 400, 400]
 
 
 def test_unknown_key_names_file_field_and_value(tmp_path: Path, scenario: Path) -> None:

@@ -45,7 +45,7 @@ def test_workflows_contract_config_validates(tmp_path: Path) -> None:
     data = yaml.safe_load(block.group(1))
     write_scenario(tmp_path / "scenario.npz", mimic_success([0.2, 0.8]))
     campaign = build_campaign(parse_config(data, source=str(tmp_path / "c.yaml")))
-    assert campaign.settings.policy.rope == 0.02 and campaign.fixed_n == 80
+    assert campaign.decision.policy.rope == 0.02 and campaign.run.fixed_n == 80
 
 
 def test_cli_commands() -> None:

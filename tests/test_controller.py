@@ -177,7 +177,7 @@ def test_duplicate_batch_is_not_counted_twice(tmp_path: Path, config_path: Path)
 
     campaign = build_campaign(load(config_path))
     store, _, _ = open_run_dir(campaign, tmp_path / "run")
-    worker = campaign.plans[0].make_worker(0)()
+    worker = campaign.run.plans[0].make_worker(0)()
     result = worker.run(Batch(1, 0, 0, (WorkItem(0, 0, 0, 4),)))
     assert store.record(result, keep_text=False) == 4
     assert store.record(result, keep_text=False) == 0
@@ -200,11 +200,11 @@ def test_a_batch_delivered_twice_counts_once(tmp_path: Path, config_path: Path) 
             sent.extend(batches)
             super().submit(batches)
 
-    dispatcher = Watched(campaign.plans, campaign.offsets)
+    dispatcher = Watched(campaign.run.plans, campaign.run.offsets)
     controller = Controller(campaign, store, dispatcher, NullLog())
     controller.resume()
     batch = sent[0]
-    result = campaign.plans[0].make_worker(0)().run(batch)
+    result = campaign.run.plans[0].make_worker(0)().run(batch)
     planned = controller.rounds[batch.round].missing
     controller.record([result, result])
     controller.record([result])
@@ -289,7 +289,9 @@ def test_incomplete_batches_are_detected_not_waited_on_forever(
 
     campaign = build_campaign(load(config_path))
     store, _, _ = open_run_dir(campaign, tmp_path / "run")
-    controller = Controller(campaign, store, Lossy(campaign.plans, campaign.offsets), NullLog())
+    controller = Controller(
+        campaign, store, Lossy(campaign.run.plans, campaign.run.offsets), NullLog()
+    )
     with pytest.raises(BackendError, match="trials do not match"):
         controller.run()
     store.close()

@@ -174,7 +174,7 @@ def test_a_cost_aware_allocation_weighs_the_same_costs_in_both_loops(tmp_path: P
     def simulated(costing: Any) -> Any:
         campaign = build_campaign(load_config(config))
         rng = np.random.default_rng(0)
-        return simulate_campaign(campaign, truth, rng, sampler, costing=costing)
+        return simulate_campaign(campaign.decision, truth, rng, sampler, costing=costing)
 
     priced = simulated(recorded_costing(tokens))
     store = TrialStore(tmp_path / "run", readonly=True)

@@ -94,7 +94,7 @@ def test_exported_npz_feeds_replay_and_the_prior(run_dir: Path, tmp_path: Path) 
     with_prior = base_config("s.npz")
     with_prior["policy"]["prior"] = {"path": str(out), "max_trials": 2}
     campaign = build_campaign(load(write_config(tmp_path / "prior.yaml", with_prior)))
-    assert "2 prior trials per question from export.npz" in campaign.prior_note
+    assert "2 prior trials per question from export.npz" in campaign.decision.prior_note
 
 
 def test_export_refuses_a_folder_without_a_run(tmp_path: Path) -> None:

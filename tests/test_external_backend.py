@@ -32,8 +32,8 @@ def test_a_campaign_of_external_models_builds_from_values() -> None:
     campaign = api.campaign(VALUES)
     assert campaign.names == ("a", "b")
     assert campaign.question_ids == ("q1", "q2")
-    assert campaign.capacity.tolist() == [6, 6]
-    assert campaign.identity["files"] == [{}]  # no file is read
+    assert campaign.decision.capacity.tolist() == [6, 6]
+    assert campaign.run.identity["files"] == [{}]  # no file is read
 
 
 @pytest.mark.parametrize(

@@ -90,11 +90,11 @@ def test_evidence_refuses_trials_that_are_not_each_cells_first() -> None:
 def test_a_forecast_from_every_trial_of_the_run_is_the_run_itself(tmp_path: Path) -> None:
     campaign = build_campaign(load(_config(tmp_path)))
     scenario = np.load(tmp_path / "s.npz")
-    cap = campaign.settings.policy.max_trials_per_question
+    cap = campaign.decision.policy.max_trials_per_question
     tape = _tape(scenario["probs"], cap, seed=3)
     real = simulate_campaign(
-        build_campaign(load(_config(tmp_path))),
-        Truth(scenario["probs"], campaign.weights),
+        build_campaign(load(_config(tmp_path))).decision,
+        Truth(scenario["probs"], campaign.decision.weights),
         np.random.default_rng(0),
         replay_sampler(tape, 2),
     )
@@ -121,7 +121,11 @@ def test_a_cost_aware_forecast_from_every_trial_is_the_run_itself(tmp_path: Path
         campaign = build_campaign(config)
         rng = np.random.default_rng(0)
         return simulate_campaign(
-            campaign, Truth(probs, campaign.weights), rng, replay_sampler(tape, 2), costing=costing
+            campaign.decision,
+            Truth(probs, campaign.decision.weights),
+            rng,
+            replay_sampler(tape, 2),
+            costing=costing,
         )
 
     priced, blind = realised(recorded_costing(tokens)), realised(None)
@@ -164,8 +168,8 @@ def test_forecast_ranges_bracket_the_runs_they_forecast(tmp_path: Path) -> None:
             campaign, _evidence(tape[..., :4]), NO_BUDGET, simulations=20, seed=seed, processes=1
         )
         real = simulate_campaign(
-            build_campaign(config),
-            Truth(probs, campaign.weights),
+            build_campaign(config).decision,
+            Truth(probs, campaign.decision.weights),
             np.random.default_rng(seed),
             replay_sampler(tape, 2),
         )
@@ -605,8 +609,8 @@ def test_an_automatic_pilot_asks_for_twice_the_trials_within_its_share_of_the_fo
         tmp_path / "twelve.yaml", base_config(str(scenario), max_trials_per_question=200)
     )
     campaign = build_campaign(load(config))
-    core = campaign.decision_core()
-    state = RunState(campaign.prior, campaign.weights)
+    core = campaign.decision.decision_core()
+    state = RunState(campaign.decision.prior, campaign.decision.weights)
 
     class Halt(Exception):
         pass
@@ -619,12 +623,12 @@ def test_an_automatic_pilot_asks_for_twice_the_trials_within_its_share_of_the_fo
         run_core(
             core,
             state,
-            campaign.view_settings(),
-            Truth(probs, campaign.weights),
+            campaign.decision.view_settings(),
+            Truth(probs, campaign.decision.weights),
             np.random.default_rng(0),
             watch=watch,
         )
-    look = next_target(campaign, core, state)
+    look = next_target(campaign.decision, core, state)
     assert look.resolution is not None and not look.resolution.resolved
     assert look.forecast_total is not None
     assert look.target == min(2 * state.trials_used, int(AUTO_SHARE * look.forecast_total))

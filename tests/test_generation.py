@@ -96,7 +96,7 @@ def test_missing_chat_template_is_refused(tmp_path: Path) -> None:
     # A template file given in the options is enough.
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     campaign = build(tmp_path, [vllm_entry(model, chat_template=str(tmp_path / "t.jinja"))])
-    assert "chat_template" in campaign.plans[0].files
+    assert "chat_template" in campaign.run.plans[0].files
     error = input_error(tmp_path, [vllm_entry(model, chat_template="absent.jinja")])
     assert error.field == "models[0].options.chat_template" and "cannot read" in str(error)
 

@@ -158,7 +158,9 @@ def test_console_shows_one_status_line_and_details_go_to_events(
 ) -> None:
     config = load(scenario_config, ["output.progress=true", TEST_SET])
     console = _Terminal()
-    summary = summary_dict(runner.run_campaign(config, tmp_path / "run", console=console))
+    summary = summary_dict(
+        runner.run_campaign(build_campaign(config), tmp_path / "run", console=console)
+    )
     text = console.getvalue()
     assert "pair_decision" not in text and "campaign_start" not in text
     assert "undecided pairs" in text
@@ -178,7 +180,7 @@ def test_quiet_is_quiet(
 ) -> None:
     console = _Terminal()
     runner.run_campaign(
-        load(scenario_config, ["output.progress=true", TEST_SET]),
+        build_campaign(load(scenario_config, ["output.progress=true", TEST_SET])),
         tmp_path / "run",
         console=console,
         quiet=True,
@@ -192,7 +194,9 @@ def test_report_keeps_dispatch_and_resumed(
 ) -> None:
     ran = summary_dict(
         runner.run_campaign(
-            load(scenario_config, [TEST_SET]), tmp_path / "run", console=io.StringIO()
+            build_campaign(load(scenario_config, [TEST_SET])),
+            tmp_path / "run",
+            console=io.StringIO(),
         )
     )
     assert main(["report", str(tmp_path / "run"), "--json"]) == 0
@@ -402,12 +406,18 @@ def test_running_a_finished_run_again_keeps_its_dispatch_and_an_extension_adds_t
     block (workers 2, batches 309 -> 0); an extension's block held only its own leg."""
     run_dir = tmp_path / "run"
     capped = load(scenario_config, ["budget.trials=300", TEST_SET])
-    first = summary_dict(runner.run_campaign(capped, run_dir, console=io.StringIO()))
+    first = summary_dict(
+        runner.run_campaign(build_campaign(capped), run_dir, console=io.StringIO())
+    )
     assert first["dispatch"]["batches"] > 0 and first["dispatch"]["workers"] > 0
-    again = summary_dict(runner.run_campaign(capped, run_dir, console=io.StringIO()))
+    again = summary_dict(
+        runner.run_campaign(build_campaign(capped), run_dir, console=io.StringIO())
+    )
     assert again["dispatch"] == first["dispatch"]
     extended = summary_dict(
-        runner.run_campaign(load(scenario_config, [TEST_SET]), run_dir, console=io.StringIO())
+        runner.run_campaign(
+            build_campaign(load(scenario_config, [TEST_SET])), run_dir, console=io.StringIO()
+        )
     )
     with sqlite3.connect(f"file:{run_dir / 'trials.sqlite'}?mode=ro", uri=True) as conn:
         batches = conn.execute("SELECT COUNT(DISTINCT batch_id) FROM trials").fetchone()[0]

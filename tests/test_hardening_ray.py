@@ -12,6 +12,7 @@ from helpers import base_config, mimic_success, write_scenario
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.config.schema import parse_config
 from adaptive_eval.inputs.datasets import ARITH20, load_dataset
@@ -60,7 +61,9 @@ def test_failures_deaths_and_restarts_are_logged_as_they_happen(
     # The first request after the crash fails with HTTP 500 and no request-level retry.
     with FlakyServer(script=[500], answers=ANSWERS) as server:
         data["models"][0]["options"]["base_url"] = server.url
-        summary = summary_dict(run_campaign(parse_config(data), run_dir, quiet=True))
+        summary = summary_dict(
+            run_campaign(build_campaign(parse_config(data)), run_dir, quiet=True)
+        )
     assert summary["trials_used"] == 6
     events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
     by_kind: dict[str, list[dict]] = {}
@@ -97,7 +100,7 @@ def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_l
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
     data = base_config(str(tmp_path / "s.npz"), max_trials_per_question=4)
     run_dir = tmp_path / "run"
-    run_campaign(parse_config(data), run_dir, quiet=True)
+    run_campaign(build_campaign(parse_config(data)), run_dir, quiet=True)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
     assert "campaign_done" in [e["event"] for e in events]
     niced = [e for e in events if e["event"] == "workers_niced"]

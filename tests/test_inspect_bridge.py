@@ -80,7 +80,7 @@ def own_loop(path: Path, meta: dict[str, Any], folder: Path, goal: Goal) -> Any:
     campaign, _ = spec.build(folder)
     truth = Truth(np.full((*outcomes.shape[:2], 2), 0.5), np.asarray(meta["weights"]))
     return simulate_campaign(
-        campaign, truth, np.random.default_rng(0), sampler=replay_sampler(outcomes, 2)
+        campaign.decision, truth, np.random.default_rng(0), sampler=replay_sampler(outcomes, 2)
     )
 
 

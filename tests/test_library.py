@@ -38,7 +38,7 @@ def run(config: CampaignConfig, run_dir: Path) -> tuple[Controller, int, int]:
     campaign = build_campaign(config)
     store, campaign_id, _ = open_run_dir(campaign, run_dir)
     Spy.sampled = 0
-    port = attach(campaign, store, Spy(campaign.plans, campaign.offsets), campaign_id)
+    port = attach(campaign, store, Spy(campaign.run.plans, campaign.run.offsets), campaign_id)
     try:
         controller = Controller(campaign, store, port, NullLog())
         controller.run()
@@ -112,7 +112,9 @@ def test_the_library_path_is_not_part_of_the_run_identity(
     tmp_path: Path, config_path: Path
 ) -> None:
     campaign = build_campaign(load(config_path))
-    assert campaign.fingerprint == build_campaign(load(config_path, ["library=null"])).fingerprint
+    assert (
+        campaign.run.fingerprint == build_campaign(load(config_path, ["library=null"])).fingerprint
+    )
 
 
 @pytest.mark.slow

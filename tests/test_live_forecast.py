@@ -168,9 +168,11 @@ def test_wall_time_counts_start_up_once_then_the_steady_rate() -> None:
 def _continue(campaign: Any, probs: np.ndarray, stop_round: int | None) -> tuple[Any, RunState]:
     """The campaign run on ``probs`` (seeded), halted after round ``stop_round``."""
     state = RunState(
-        campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
+        campaign.decision.prior,
+        campaign.decision.weights,
+        bayes_prior=campaign.decision.policy.bayes_prior,
     )
-    core = campaign.decision_core()
+    core = campaign.decision.decision_core()
 
     class Halt(Exception):
         pass
@@ -183,8 +185,8 @@ def _continue(campaign: Any, probs: np.ndarray, stop_round: int | None) -> tuple
         run_core(
             core,
             state,
-            campaign.view_settings(),
-            Truth(probs, campaign.weights),
+            campaign.decision.view_settings(),
+            Truth(probs, campaign.decision.weights),
             np.random.default_rng(5),
             watch=watch,
         )
@@ -211,14 +213,14 @@ def test_the_live_forecast_converges_on_the_run_it_forecasts(tmp_path: Path) -> 
     for stop_round, kept in ((max(rounds // 4, 1), early), (rounds - 1, late)):
         core, state = _continue(campaign, probs, stop_round)
         snapshot = Snapshot(stop_round, freeze_core(core), pickle.dumps(state), 1.0, 0.01, 0, 20)
-        found = forecast_rest(campaign, snapshot)
+        found = forecast_rest(campaign.decision, snapshot)
         kept.append(found)
         assert found.trials_used == state.trials_used
         assert found.trials_to_go.p10 >= 0 and found.trials.p50 >= state.trials_used
         assert found.wall_s_to_go is not None
         assert found.wall_s_to_go.p50 == pytest.approx(found.trials_to_go.p50 * 0.01)
     # One round before the stop, what is left is a round or two: the forecast is almost sure.
-    assert abs(late[0].trials.p50 - total) <= 2 * campaign.settings.policy.round_trials
+    assert abs(late[0].trials.p50 - total) <= 2 * campaign.decision.policy.round_trials
     assert late[0].trials.p90 - late[0].trials.p10 <= early[0].trials.p90 - early[0].trials.p10
 
 
@@ -229,7 +231,7 @@ def test_a_budget_that_will_leave_pairs_unsettled_says_what_would_settle_them(
     campaign = build_campaign(load_config(config))
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
     found = forecast_rest(
-        campaign, Snapshot(2, freeze_core(core), pickle.dumps(state), 0.0, None, 0, 20)
+        campaign.decision, Snapshot(2, freeze_core(core), pickle.dumps(state), 0.0, None, 0, 20)
     )
     assert found.budget_trials == 600
     assert found.budget_short is not None and found.budget_short >= 1
@@ -319,7 +321,7 @@ def test_the_background_process_answers_without_the_loop_waiting(tmp_path: Path)
 
     campaign = build_campaign(load_config(_config(tmp_path)))
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
-    forecaster = LiveForecaster(campaign, simulations=5)
+    forecaster = LiveForecaster(campaign.decision, simulations=5)
     try:
         forecaster.start()  # forked now, or (threads run: pytest-xdist's) spawned when asked
         found, failed = forecaster.after_round(core, state, 10.0, 0.01)
@@ -393,9 +395,9 @@ def test_a_resumed_run_keeps_the_live_forecasts_of_its_earlier_legs(tmp_path: Pa
 
     def leg(**dispatch: Any) -> int:
         store, _, _ = open_run_dir(campaign, run_dir)
-        dispatcher = UnrulyInlineDispatcher(campaign.plans, campaign.offsets, **dispatch)
+        dispatcher = UnrulyInlineDispatcher(campaign.run.plans, campaign.run.offsets, **dispatch)
         controller = Controller(campaign, store, dispatcher, NullLog())
-        controller.live = LiveForecaster(campaign, simulations=3, inline=True)
+        controller.live = LiveForecaster(campaign.decision, simulations=3, inline=True)
         try:
             controller.run()
         finally:
@@ -422,7 +424,7 @@ def test_closing_stops_a_forecast_still_computing(tmp_path: Path) -> None:
 
     campaign = build_campaign(load_config(_config(tmp_path)))
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
-    forecaster = LiveForecaster(campaign, simulations=100_000)  # far longer than this test
+    forecaster = LiveForecaster(campaign.decision, simulations=100_000)  # far longer than this test
     forecaster.start()
     assert forecaster.after_round(core, state, 10.0) == (None, None)
     assert forecaster.process is not None and forecaster._pending is not None
@@ -505,7 +507,7 @@ def test_no_forecast_process_outlives_a_killed_run(tmp_path: Path) -> None:
 def _forecaster_at(tmp_path: Path, **kwargs: Any) -> tuple[Any, Any, Any, LiveForecaster]:
     campaign = build_campaign(load_config(_config(tmp_path)))
     core, state = _continue(campaign, _probs(SCORES, 12), stop_round=2)
-    return campaign, core, state, LiveForecaster(campaign, **kwargs)
+    return campaign, core, state, LiveForecaster(campaign.decision, **kwargs)
 
 
 def test_the_first_forecast_at_once_then_as_the_run_moves_on(tmp_path: Path) -> None:
@@ -623,5 +625,5 @@ def test_compare_campaigns_and_their_cores_can_be_sent_to_the_forecast_process(
         steered, _ = compare_campaign(campaign, campaign.names[1], margin)
         copy = pickle.loads(pickle.dumps(steered))
         assert copy.names == steered.names
-        core = steered.decision_core()
+        core = steered.decision.decision_core()
         assert thaw_core(freeze_core(core)).pairs == core.pairs

@@ -30,7 +30,9 @@ QUESTIONS = 12
 def inline(config: CampaignConfig, run_dir: Path) -> Summary:
     campaign = build_campaign(config)
     store, campaign_id, _ = open_run_dir(campaign, run_dir)
-    port = attach(campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), campaign_id)
+    port = attach(
+        campaign, store, InlineDispatcher(campaign.run.plans, campaign.run.offsets), campaign_id
+    )
     try:
         Controller(campaign, store, port, NullLog()).run()
     finally:

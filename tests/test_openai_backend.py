@@ -279,7 +279,9 @@ def test_crashed_worker_batch_is_rerun_once(tmp_path: Path, ray_local: None) -> 
         }
         # One retry is enough: the dispatcher waits for the restarted actor before re-sending.
         data["execution"]["max_batch_retries"] = 1
-        summary = summary_dict(run_campaign(parse_config(data), tmp_path / "run", quiet=True))
+        summary = summary_dict(
+            run_campaign(build_campaign(parse_config(data)), tmp_path / "run", quiet=True)
+        )
     assert (tmp_path / "crash.marker").exists()
     store = TrialStore(tmp_path / "run", readonly=True)
     trials = list(store.trials())

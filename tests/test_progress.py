@@ -261,7 +261,9 @@ def test_the_first_slow_policy_step_is_warm_up_not_a_warning(
     store, _, _ = open_run_dir(campaign, tmp_path / "run")
     log = NullLog()
     try:
-        Controller(campaign, store, InlineDispatcher(campaign.plans, campaign.offsets), log).run()
+        Controller(
+            campaign, store, InlineDispatcher(campaign.run.plans, campaign.run.offsets), log
+        ).run()
     finally:
         store.close()
     warmups = [kw["phase"] for level, event, kw in log.events if event == "policy_warmup"]

@@ -53,7 +53,7 @@ def test_building_a_campaign_reads_its_prior_once(
     reads = _reads(monkeypatch)
     campaign = build_campaign(load(_config(earlier)))
     assert len(reads) == 1, reads
-    assert campaign.pair_rules[0].prior_scores.keys() == {"a", "b", "c"}
+    assert campaign.decision.pair_rules[0].prior_scores.keys() == {"a", "b", "c"}
 
 
 def test_a_prior_that_does_not_fit_is_still_refused_naming_the_rule(

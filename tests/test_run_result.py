@@ -167,7 +167,9 @@ def test_summary_json_dispatch_block_is_the_stores_record(tmp_path: Path) -> Non
     written = json.loads((run_dir / "summary.json").read_text())["dispatch"]
     assert written == recorded
     campaign = build_campaign(load(config))
-    order = list(record(dispatch_summary(InlineDispatcher(campaign.plans, campaign.offsets))))
+    order = list(
+        record(dispatch_summary(InlineDispatcher(campaign.run.plans, campaign.run.offsets)))
+    )
     assert list(written) == order
     assert main(["report", str(run_dir), "--json"]) == 0
     reread = json.loads((run_dir / "summary.json").read_text())["dispatch"]

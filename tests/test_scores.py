@@ -436,9 +436,9 @@ def test_a_width_campaigns_default_baseline_is_the_fixed_n_of_its_width(
     del data["baseline"]
     config = load(write_config(tmp_path / "c.yaml", data))
     campaign = build_campaign(config)
-    need = width_fixed_n(config, campaign.interval_design, campaign.num_questions, 4)
+    need = width_fixed_n(config, campaign.decision.interval_design, campaign.num_questions, 4)
     assert need is not None and 80 < need <= 400
-    assert campaign.fixed_n == need and campaign.fixed_n_note is None
+    assert campaign.run.fixed_n == need and campaign.run.fixed_n_note is None
     done = run_inline(config, tmp_path / "run")
     saved = done.savings()
     assert saved.baseline_trials == need * 4 * campaign.num_questions

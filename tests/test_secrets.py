@@ -146,14 +146,14 @@ def test_a_store_whose_identity_holds_a_credential_resumes_and_forgets_it(
     config = load_config(write_config(tmp_path / "c.yaml", base_config("s.npz")))
     run_inline(config, tmp_path / "run")
     campaign = build_campaign(config)
-    old = json.loads(json.dumps(campaign.identity))
+    old = json.loads(json.dumps(campaign.run.identity))
     old["config"]["models"][0]["options"] = {"api_key": KEY}
     store = TrialStore(tmp_path / "run")
     store.set_meta(identity=old, fingerprint=fingerprint_of(old))
     store.close()
     store, _, resumed = rundir.open_run_dir(campaign, tmp_path / "run")
     try:
-        assert resumed and store.get_meta("fingerprint") == campaign.fingerprint
+        assert resumed and store.get_meta("fingerprint") == campaign.run.fingerprint
     finally:
         store.close()
     assert _files_holding(tmp_path / "run", (KEY,)) == []

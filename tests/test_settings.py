@@ -150,10 +150,10 @@ def test_a_campaign_holds_its_settings(tmp_path: Path) -> None:
     config = load_config(ROOT / "configs" / "demo.yaml", ["library=lib", "budget.trials=500"])
     campaign = build_campaign(config)
     assert not hasattr(campaign, "config")
-    assert campaign.settings == config.settle()
-    assert campaign.settings.library == config.resolve_path("lib")
-    assert campaign.settings.budget.trials == 500 and campaign.settings.budget.is_set
-    assert campaign.settings.generation.grader is None
+    assert campaign.run.settings == config.settle()
+    assert campaign.run.settings.library == config.resolve_path("lib")
+    assert campaign.run.settings.budget.trials == 500 and campaign.run.settings.budget.is_set
+    assert campaign.run.settings.generation.grader is None
 
 
 def test_grader_and_compare_and_credentials_are_settled() -> None:

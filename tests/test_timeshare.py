@@ -12,6 +12,7 @@ from helpers import load, mimic_success, timeshare_config, write_config, write_s
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.workflows.run import run_campaign
 
 ledger = partial(read_ledger, columns="model, question, trial, category")
@@ -24,14 +25,14 @@ def test_three_models_time_share_one_slot(tmp_path: Path, ray_local: None) -> No
     )
     shared = summary_dict(
         run_campaign(
-            load(write_config(tmp_path / "shared.yaml", timeshare_config(0.1, 1))),
+            build_campaign(load(write_config(tmp_path / "shared.yaml", timeshare_config(0.1, 1)))),
             tmp_path / "shared",
             quiet=True,
         )
     )
     dedicated = summary_dict(
         run_campaign(
-            load(write_config(tmp_path / "own.yaml", timeshare_config(0.0, None))),
+            build_campaign(load(write_config(tmp_path / "own.yaml", timeshare_config(0.0, None)))),
             tmp_path / "own",
             quiet=True,
         )

@@ -331,10 +331,10 @@ def test_a_dispatched_slot_runs_several_batches_of_its_model_at_once(
     campaign = build_campaign(
         load(write_config(tmp_path / "c.yaml", engine_timeshare_config(tmp_path, 1, 3)))
     )
-    assert all(plan.actor_concurrency == 4 for plan in campaign.plans)
+    assert all(plan.actor_concurrency == 4 for plan in campaign.run.plans)
     dispatcher = Dispatcher(
-        campaign.plans,
-        campaign.offsets,
+        campaign.run.plans,
+        campaign.run.offsets,
         in_flight_per_worker=3,
         max_batch_retries=0,
         shared_slots=1,
@@ -388,18 +388,27 @@ ledger = partial(read_ledger, columns="model, question, trial, category, tokens"
 def test_time_sharing_with_the_feed_records_the_trials_of_dedicated_workers(
     tmp_path: Path, ray_local: None
 ) -> None:
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.workflows.run import run_campaign
 
     shared = summary_dict(
         run_campaign(
-            load(write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))),
+            build_campaign(
+                load(
+                    write_config(tmp_path / "shared.yaml", engine_timeshare_config(tmp_path, 1, 3))
+                )
+            ),
             tmp_path / "shared",
             quiet=True,
         )
     )
     dedicated = summary_dict(
         run_campaign(
-            load(write_config(tmp_path / "own.yaml", engine_timeshare_config(tmp_path, None, 3))),
+            build_campaign(
+                load(
+                    write_config(tmp_path / "own.yaml", engine_timeshare_config(tmp_path, None, 3))
+                )
+            ),
             tmp_path / "own",
             quiet=True,
         )

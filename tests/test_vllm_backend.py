@@ -100,7 +100,9 @@ def campaign_run(
 
     run_dir = tmp_path_factory.mktemp("run")
     before = set(Path(tempfile.gettempdir()).glob("adaptive-eval-vllm-*"))
-    summary = summary_dict(run_campaign(parse_config(campaign_data(models)), run_dir, quiet=True))
+    summary = summary_dict(
+        run_campaign(build_campaign(parse_config(campaign_data(models))), run_dir, quiet=True)
+    )
     # Issue 22, vLLM item 5: the run closed its engines, and with them the folders that hold
     # their rendezvous files (vLLM's /tmp/vllm_dist_* were left after every run).
     left = set(Path(tempfile.gettempdir()).glob("adaptive-eval-vllm-*")) - before
@@ -256,7 +258,9 @@ def test_batch_of_a_crashed_engine_worker_is_rerun(
         "max_trials_per_question": 2,
         "round_trials": 2 * QUESTIONS,
     }
-    summary = summary_dict(run_campaign(parse_config(data), tmp_path / "run", quiet=True))
+    summary = summary_dict(
+        run_campaign(build_campaign(parse_config(data)), tmp_path / "run", quiet=True)
+    )
     trials = stored_trials(tmp_path / "run")
     assert (tmp_path / "crash.marker").exists()
     assert sorted((t.question, t.trial) for t in trials) == [
@@ -335,7 +339,9 @@ def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
     }
     data["sampling"]["ignore_eos"] = True  # every request runs MAX_TOKENS steps
     data["execution"].update(batch_size=2, in_flight_per_worker=3)
-    summary = summary_dict(run_campaign(parse_config(data), tmp_path / "run", quiet=True))
+    summary = summary_dict(
+        run_campaign(build_campaign(parse_config(data)), tmp_path / "run", quiet=True)
+    )
     inside = json.loads(marker.read_text())
     assert len(inside) >= 2, inside
     trials = stored_trials(tmp_path / "run")
@@ -368,7 +374,9 @@ def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
     }
     data["sampling"]["ignore_eos"] = True  # every request runs MAX_TOKENS steps
     data["execution"].update(batch_size=2, in_flight_per_worker=3, gpu_slots=1)
-    summary = summary_dict(run_campaign(parse_config(data), tmp_path / "run", quiet=True))
+    summary = summary_dict(
+        run_campaign(build_campaign(parse_config(data)), tmp_path / "run", quiet=True)
+    )
     inside = json.loads(marker.read_text())
     assert len(inside) >= 2, inside  # several batches of the slot in its engine at once
     trials = stored_trials(tmp_path / "run")

@@ -76,11 +76,10 @@ def campaign(values: Values) -> Campaign:
 def run(values: Values, out: str | Path, *, console: IO[str] | None = None) -> Summary:
     """Run (or resume) the campaign in the run folder ``out`` to its stop, as ``adaptive-eval
     run`` does; the summary it wrote. ``console`` receives the progress lines (default none)."""
-    from adaptive_eval.workflows.run import run_campaign, with_recorded_pilot
+    from adaptive_eval.workflows.run import run_campaign
 
-    folder = Path(out)
-    checked = with_recorded_pilot(config(values), folder)
-    return run_campaign(checked, folder, console=console, quiet=console is None)
+    built = campaign(values)
+    return run_campaign(built, Path(out), console=console, quiet=console is None)
 
 
 def compare(
@@ -95,14 +94,11 @@ def compare(
     """Compare ``candidate`` against the campaign's other models, as ``adaptive-eval compare``
     does; the verdicts are the summary's ``comparison`` (its ``exit_code`` is the command's)."""
     from adaptive_eval.workflows.compare import run_compare
-    from adaptive_eval.workflows.run import with_recorded_pilot
 
-    folder = Path(out)
-    checked = with_recorded_pilot(config(values), folder)
     return run_compare(
-        checked,
+        campaign(values),
         candidate,
-        folder,
+        Path(out),
         margin=margin,
         settle_all=settle_all,
         console=console,
@@ -140,7 +136,7 @@ def forecast(
         candidate=candidate,
         margin=margin,
     )
-    return run_forecast(config(values), request)
+    return run_forecast(campaign(values), request)
 
 
 def read(out: str | Path) -> Summary:

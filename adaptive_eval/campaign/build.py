@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.summary_schema import DecisionRules, PluginRecord
-from adaptive_eval.campaign.campaign import Campaign
+from adaptive_eval.campaign.campaign import Campaign, RunSpec, fingerprint_of
 from adaptive_eval.campaign.checks import check_goals, check_plans
 from adaptive_eval.campaign.parts import (
     DEFAULT_PAIR_RULE,
@@ -33,7 +33,9 @@ from adaptive_eval.config import registry
 from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.config.schema import CampaignConfig, plugin_spec
 from adaptive_eval.decide.contracts import PairRule
+from adaptive_eval.decide.core import Limits
 from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.stats.intervals import LOOKS, IntervalDesign
 
 __all__ = [
@@ -142,26 +144,38 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         "prior": prior_hash,
         "decision_rules": DECISION_RULES,
     }
-    return Campaign(
-        settings,
-        tuple(plans),
-        offsets,
+    limits = Limits(
+        round_trials=settings.policy.round_trials,
+        rounds_in_flight=settings.execution.rounds_in_flight,
+        max_trials_per_question=max_trials,
+        trial_budget=settings.budget.trials,
+    )
+    decision = DecisionSpec(
         names,
         question_ids,
         weights,
         capacity,
         prior,
         prior_note,
+        settings.policy,
+        limits,
         rules,
         stopping,
         allocator,
         design,
+        settings.rubric_span,
+    )
+    run = RunSpec(
+        settings,
+        tuple(plans),
+        offsets,
         fixed_n,
         fingerprint_of(identity),
         identity,
         warnings,
         fixed_n_note,
     )
+    return Campaign(decision, run)
 
 
 def rule_priors_by_content(
@@ -208,22 +222,18 @@ def describe_stopping(config: CampaignConfig) -> str:
     return rules + (f"; and the budget ({', '.join(limits)})" if limits else "")
 
 
-def fingerprint_of(identity: dict[str, Any]) -> str:
-    """The run fingerprint: sha256 of the identity's canonical JSON."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-
-
 def describe_rules(campaign: Campaign) -> DecisionRules:
     """What the pair rules guarantee, for summary.json and report.md."""
-    policy = campaign.settings.policy
+    decision = campaign.decision
+    policy = decision.policy
     alpha = 1 - policy.confidence
     pair_alpha = (
         alpha / max(1, campaign.num_models - 1) if policy.error_control == "ranking" else alpha
     )
-    names = [getattr(rule, "name", type(rule).__name__) for rule in campaign.pair_rules]
+    names = [getattr(rule, "name", type(rule).__name__) for rule in decision.pair_rules]
     uncontrolled = [
         name
-        for name, rule in zip(names, campaign.pair_rules, strict=True)
+        for name, rule in zip(names, decision.pair_rules, strict=True)
         if not rule.error_controlled
     ]
     warning = None
@@ -261,8 +271,9 @@ def plugin_records(campaign: Campaign) -> list[PluginRecord]:
     parameters it was built with, defaults included
     (:func:`adaptive_eval.config.registry.resolved`);
     rules the campaign builds itself (compare's gate, the composite stop) are not listed."""
-    stopping = campaign.stopping
-    parts = [*campaign.pair_rules, *getattr(stopping, "rules", (stopping,)), campaign.allocator]
+    decision = campaign.decision
+    stopping = decision.stopping
+    parts = [*decision.pair_rules, *getattr(stopping, "rules", (stopping,)), decision.allocator]
     records = []
     for part in parts:
         try:

@@ -1,105 +1,120 @@
-"""The campaign a config builds: everything the controller, the run loop and the outputs need,
-resolved and validated (:func:`adaptive_eval.campaign.build.build_campaign` makes it).
+"""The campaign a config builds: its decision spec and its run spec, side by side
+(:func:`adaptive_eval.campaign.build.build_campaign` makes it; the Python API and the Inspect
+bridge build theirs from values the same way).
 
-A value only: it holds the settled config (``settings``), the backend plans and the built
-plug-ins, and hands them out as the decision core and the views' settings. No module that reads
-a :class:`Campaign` reads the config.
+:class:`~adaptive_eval.decide.spec.DecisionSpec` holds what decides the trials (models,
+questions, weights, prior, rules, limits); :class:`RunSpec` holds how they are produced and
+recorded (the settled config, the backend plans, the identity and the fixed-N baseline). The
+simulator, the forecasts and compare's gate take the decision spec alone; the controller, the
+run loop and the outputs take the campaign. A variant of a campaign (a pilot's trials, no
+budget, compare's steering) is a typed change of the two values, and where it changes which
+trials are drawn it changes the identity with it (:meth:`Campaign.with_min_trials`).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import yaml
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
-from adaptive_eval.decide.contracts import (
-    Allocator,
-    PairRule,
-    PairSelector,
-    StoppingRule,
-    adjacent_pairs,
-    without_budget,
-)
-from adaptive_eval.decide.core import DecisionCore, Limits
-from adaptive_eval.decide.state import ViewSettings
-from adaptive_eval.stats.intervals import IntervalDesign
+from adaptive_eval.decide.spec import DecisionSpec
+
+__all__ = ["Campaign", "RunSpec", "fingerprint_of"]
+
+
+def fingerprint_of(identity: dict[str, Any]) -> str:
+    """The run fingerprint: sha256 of the identity's canonical JSON."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
-class Campaign:
-    """Everything the controller needs, resolved and validated. ``settings`` is the config,
-    resolved once: nothing below the builder reads the config itself."""
+class RunSpec:
+    """How a campaign's trials are produced and recorded: ``settings`` is the config, resolved
+    once (nothing below the builder reads the config itself), ``plans`` its backend entries
+    built, ``identity`` what decides the trials (config less execution, the files' and the
+    prior's content hashes) and ``fingerprint`` its hash."""
 
     settings: CampaignSettings
     plans: tuple[BackendPlan, ...]
     offsets: tuple[int, ...]  # global index of each plan's first model
-    names: tuple[str, ...]
-    question_ids: tuple[str, ...]
-    weights: np.ndarray
-    capacity: np.ndarray  # (L,) most trials per question per model
-    prior: np.ndarray  # (L, M, K) Dirichlet prior counts n0
-    prior_note: str
-    pair_rules: tuple[PairRule, ...]
-    stopping: StoppingRule
-    allocator: Allocator
-    interval_design: IntervalDesign  # how each model's reported score interval is built
     fixed_n: int
-    fingerprint: str  # hash of ``identity``
-    identity: dict[str, Any]  # what decides the trials: config (less execution), files, prior
+    fingerprint: str
+    identity: dict[str, Any]
     #: What the config asks for that this campaign will not do (shown by validate and run).
     warnings: tuple[str, ...] = ()
     #: Why the fixed-N baseline is not the N the config asked for (a cap below it), if so.
     fixed_n_note: str | None = None
-    #: The pairs the campaign settles (the ranking's adjacent pairs; compare adds the
-    #: candidate's pairs).
-    pairs: PairSelector = adjacent_pairs
+
+    def plan_of(self, model: int) -> tuple[int, BackendPlan]:
+        """The entry serving global model ``model``: its index and plan."""
+        index = int(np.searchsorted(self.offsets, model, side="right")) - 1
+        return index, self.plans[index]
+
+    def with_identity(self, identity: dict[str, Any]) -> RunSpec:
+        """This spec under ``identity`` (and its fingerprint)."""
+        return replace(self, identity=identity, fingerprint=fingerprint_of(identity))
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A campaign: what decides its trials and how they are produced (see the module)."""
+
+    decision: DecisionSpec
+    run: RunSpec
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.decision.names
+
+    @property
+    def question_ids(self) -> tuple[str, ...]:
+        return self.decision.question_ids
 
     @property
     def num_models(self) -> int:
-        return len(self.names)
+        return self.decision.num_models
 
     @property
     def num_questions(self) -> int:
-        return len(self.question_ids)
+        return self.decision.num_questions
 
     @property
     def num_categories(self) -> int:
-        return len(self.weights)
+        return self.decision.num_categories
 
     def without_budget(self) -> Campaign:
         """This campaign with no trial, token or wall-clock budget (a forecast applies the
-        budget to its paths afterwards): the ``budget`` stopping rule and the limits gone, all
-        else (identity included: a budget never decides a trial) as built."""
-        settings = replace(self.settings, budget=BudgetSettings(None, None, None))
-        return replace(self, settings=settings, stopping=without_budget(self.stopping))
+        budget to its paths afterwards). The identity is kept: a budget never decides a
+        trial."""
+        settings = replace(self.run.settings, budget=BudgetSettings(None, None, None))
+        return Campaign(self.decision.without_budget(), replace(self.run, settings=settings))
 
-    def decision_core(self) -> DecisionCore:
-        """The campaign's decision rules as one core (:mod:`adaptive_eval.decide.core`)."""
-        settings = self.settings
-        limits = Limits(
-            round_trials=settings.policy.round_trials,
-            rounds_in_flight=settings.execution.rounds_in_flight,
-            max_trials_per_question=settings.policy.max_trials_per_question,
-            trial_budget=settings.budget.trials,
-        )
-        return DecisionCore(self.pair_rules, self.stopping, self.allocator, limits, self.pairs)
+    def with_min_trials(self, trials: int) -> Campaign:
+        """This campaign with every model sampled to at least ``trials`` per question (a pilot's
+        trials, kept by every later leg; never lowered). The minimum decides which trials are
+        drawn, so the identity, the fingerprint and the run folder's config.yaml say it, as
+        they would of a config that gave it."""
+        decision = self.decision.with_min_trials(trials)
+        if decision is self.decision:
+            return self
+        minimum = decision.policy.min_trials_per_question
+        identity = copy.deepcopy(self.run.identity)
+        identity["config"]["policy"]["min_trials_per_question"] = minimum
+        settings = self.run.settings
+        recorded = yaml.safe_load(settings.run_record.config_yaml)
+        recorded["policy"]["min_trials_per_question"] = minimum
+        record = replace(settings.run_record, config_yaml=yaml.safe_dump(recorded, sort_keys=False))
+        settings = replace(settings, policy=decision.policy, run_record=record)
+        run = replace(self.run, settings=settings).with_identity(identity)
+        return Campaign(decision, run)
 
-    def view_settings(self) -> ViewSettings:
-        """What every view of this campaign carries besides the evidence."""
-        policy = self.settings.policy
-        return ViewSettings(
-            self.names,
-            self.capacity,
-            policy.confidence,
-            policy.min_trials_per_question,
-            policy.rope,
-            policy.error_control,
-            policy.futility,
-        )
-
-    def plan_of(self, model: int) -> tuple[int, BackendPlan]:
-        index = int(np.searchsorted(self.offsets, model, side="right")) - 1
-        return index, self.plans[index]
+    def with_plans(self, plans: tuple[BackendPlan, ...]) -> Campaign:
+        """This campaign with its entries' plans replaced (one to one, the same models)."""
+        return Campaign(self.decision, replace(self.run, plans=plans))

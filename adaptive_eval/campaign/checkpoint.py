@@ -7,9 +7,9 @@ entries of their recorded trials, so only the candidate is sampled; any backend 
 pairs (candidate, incumbent) are settled, never incumbent against incumbent, and the campaign
 stops as soon as every one of them is settled (or at the budget / cap).
 
-Each pair is settled by the campaign's own pair rules (``campaign.pair_rules``, whatever the config
-chose: by default the error-controlled ``group_sequential``), asked about (candidate, incumbent)
-on the campaign's view. Only models still in an undecided pair with
+Each pair is settled by the campaign's own pair rules (``campaign.decision.pair_rules``,
+whatever the config chose: by default the error-controlled ``group_sequential``), asked about
+(candidate, incumbent) on the campaign's view. Only models still in an undecided pair with
 the candidate (and the candidate) get trials.
 
 With a non-inferiority ``margin`` (``--margin``, or ``compare.margin`` in the config) each
@@ -42,7 +42,6 @@ import numpy as np
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import CompareVerdict, Comparison
 from adaptive_eval.base.types import PairDecision, Stop, StopReason, Verdict
-from adaptive_eval.campaign.build import fingerprint_of
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.parts import budget_rule
 from adaptive_eval.decide.contracts import (
@@ -242,7 +241,7 @@ def compare_campaign(
     models, and the judge of its comparisons. ``margin`` (else ``compare.margin``) asks for
     non-inferiority; ``settle_all`` (else ``compare.settle_all``) samples on after a
     regression."""
-    settings = campaign.settings
+    settings = campaign.run.settings
     source = settings.source
     if candidate not in campaign.names:
         raise InputError(
@@ -265,13 +264,13 @@ def compare_campaign(
     index = campaign.names.index(candidate)
     if margin is not None:
         _check_margin_matters(campaign, index, margin)
-    per_comparison = tuple(_per_comparison(rule) for rule in campaign.pair_rules)
+    per_comparison = tuple(_per_comparison(rule) for rule in campaign.decision.pair_rules)
     judge = Judge(per_comparison, index, margin)
     rules: tuple[PairRule, ...] = per_comparison
     if margin is not None:
         # The candidate's pairs get the gate's verdicts; the others (the ranking the pages
         # show) the campaign's rules.
-        rules = (NonInferiority(index, margin, look_schedule(campaign.pair_rules)), *rules)
+        rules = (NonInferiority(index, margin, look_schedule(campaign.decision.pair_rules)), *rules)
     if settle_all is None:
         settle_all = settings.compare is not None and settings.compare.settle_all
     stopping: list[StoppingRule] = [CandidatePlaced(judge, settle_all)]
@@ -281,17 +280,11 @@ def compare_campaign(
     steering: dict[str, Any] = {"candidate": candidate}
     if margin is not None:
         steering["margin"] = margin
-    identity = {**campaign.identity, "compare": steering}
-    fingerprint = fingerprint_of(identity)
-    steered = dataclasses.replace(
-        campaign,
-        pair_rules=rules,
-        pairs=compare_pairs(index),
-        stopping=any_of(*stopping),
-        allocator=NeededOnly(),
-        identity=identity,
-        fingerprint=fingerprint,
+    decision = campaign.decision.steered(
+        rules, compare_pairs(index), any_of(*stopping), NeededOnly()
     )
+    run = campaign.run.with_identity({**campaign.run.identity, "compare": steering})
+    steered = Campaign(decision, run)
     return steered, judge
 
 
@@ -299,12 +292,12 @@ def vacuous_against(campaign: Campaign, candidate: int, margin: float) -> list[t
     """Incumbents (name, score) a candidate scoring the lowest weight on every question would
     pass against: their score, where the backend knows it (simulated, replay), is within the
     margin of the floor."""
-    floor = float(campaign.weights.min())
+    floor = float(campaign.decision.weights.min())
     found = []
-    for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
+    for plan, offset in zip(campaign.run.plans, campaign.run.offsets, strict=True):
         if plan.known_scores is None:
             continue
-        scores = plan.known_scores(campaign.weights)
+        scores = plan.known_scores(campaign.decision.weights)
         for local, name in enumerate(plan.models):
             if offset + local != candidate and float(scores[local]) - floor <= margin:
                 found.append((name, float(scores[local])))
@@ -317,13 +310,13 @@ def _check_margin_matters(campaign: Campaign, candidate: int, margin: float) -> 
     found = vacuous_against(campaign, candidate, margin)
     if found:
         name, score = min(found, key=lambda item: item[1])
-        floor = float(campaign.weights.min())
+        floor = float(campaign.decision.weights.min())
         raise InputError(
             f"--margin {margin:g} makes the gate vacuous against {name} (score {score:.4f}): "
             f"a candidate scoring {floor:g} on every question would be within the margin and "
             f"pass; give a margin below {score - floor:.4f} (the largest drop you would ship "
             "unnoticed, typically 0.01-0.05)",
-            source=campaign.settings.source,
+            source=campaign.run.settings.source,
         )
 
 

@@ -30,13 +30,13 @@ VALIDATE_PROBE_S = 3.0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.outputs.report import render_console
-    from adaptive_eval.workflows.run import run_campaign, with_recorded_pilot
+    from adaptive_eval.workflows.run import run_campaign
 
-    # A pilot in the folder raised min_trials_per_question for the whole run (pilot.json).
-    config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
-    summary = run_campaign(config, Path(args.out), quiet=args.quiet)
+    campaign = build_campaign(load_config(args.config, args.set))
+    summary = run_campaign(campaign, Path(args.out), quiet=args.quiet)
     _mark_finished(summary, args.out)
     print(_result_text(summary, args, render_console))
     library = summary.provenance.library
@@ -79,10 +79,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     campaign = build_campaign(config)
     check_before_sampling(campaign)
     check_local_placement(campaign, planned_only=True)  # a run that could never start
-    settings = campaign.settings
+    settings = campaign.run.settings
     policy = settings.policy
     lines = [f"campaign {settings.name!r} (seed {settings.seed}) is valid", ""]
-    for plan, offset in zip(campaign.plans, campaign.offsets, strict=True):
+    for plan, offset in zip(campaign.run.plans, campaign.run.offsets, strict=True):
         lines.append(
             f"  [{offset}..{offset + len(plan.models) - 1}] {plan.describe}; "
             f"{plan.workers} worker(s)"
@@ -90,29 +90,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     lines += [
         f"  models ({campaign.num_models}): {', '.join(campaign.names)}",
         f"  questions: {campaign.num_questions}; categories C+1 = {campaign.num_categories}, "
-        f"weights {[float(w) for w in campaign.weights]}",
-        f"  prior: {campaign.prior_note}",
+        f"weights {[float(w) for w in campaign.decision.weights]}",
+        f"  prior: {campaign.decision.prior_note}",
         f"  trials per question: min {policy.min_trials_per_question}, max "
-        f"{int(campaign.capacity.max())}"
+        f"{int(campaign.decision.capacity.max())}"
         + (
             " (capped by recorded trials)"
-            if campaign.capacity.min() < policy.max_trials_per_question
+            if campaign.decision.capacity.min() < policy.max_trials_per_question
             else ""
         ),
-        f"  policy: allocation {campaign.allocator.name}; confidence {policy.confidence}; "
+        f"  policy: allocation {campaign.decision.allocator.name}; confidence {policy.confidence}; "
         f"rope {policy.rope}",
         f"  stops on: {_stopping_text(config, describe_stopping(config))}",
         _score_line(campaign),
         f"  Bayes@N (reported beside the score): {policy.bayes_prior} prior",
         f"  budget: {_budget_text(settings.budget)}",
         *_library_lines(settings.library),
-        f"  worst case: {int(campaign.capacity.sum()) * campaign.num_questions} trials",
-        f"  fixed-N baseline: N = {campaign.fixed_n} -> "
-        f"{campaign.num_models * campaign.num_questions * campaign.fixed_n} trials"
-        + (f" ({campaign.fixed_n_note})" if campaign.fixed_n_note else ""),
+        f"  worst case: {int(campaign.decision.capacity.sum()) * campaign.num_questions} trials",
+        f"  fixed-N baseline: N = {campaign.run.fixed_n} -> "
+        f"{campaign.num_models * campaign.num_questions * campaign.run.fixed_n} trials"
+        + (f" ({campaign.run.fixed_n_note})" if campaign.run.fixed_n_note else ""),
     ]
-    lines += short_forecast(config, campaign)
-    lines += [f"  warning: {settings.source}: {warning}" for warning in campaign.warnings]
+    lines += short_forecast(campaign)
+    lines += [f"  warning: {settings.source}: {warning}" for warning in campaign.run.warnings]
     try:
         check_engines(campaign)
     except InputError as error:  # valid config; `run` refuses it on this machine
@@ -213,11 +213,11 @@ def _score_line(campaign: Campaign) -> str:
     """validate's line on the score interval: the width goal and the most trials it can take."""
     from adaptive_eval.stats.intervals import trials_for_width
 
-    design = campaign.interval_design
+    design = campaign.decision.interval_design
     num_models = campaign.num_models
     if design.half_width is None:
         return f"  score interval: {design.guarantee(num_models)}"
-    span = campaign.settings.rubric_span
+    span = campaign.run.settings.rubric_span
     worst = int(
         trials_for_width(np.array((span / 2) ** 2), campaign.num_questions, design, num_models)
     )
@@ -226,7 +226,7 @@ def _score_line(campaign: Campaign) -> str:
         f"  width goal: every score within +-{design.half_width:g} at "
         f"{100 * design.confidence:g}% ({who}), a repeated confidence interval (c = "
         f"{design.final_boundary(num_models):.3f} at the horizon); at most {worst} trials per "
-        f"question for any model (cap {int(campaign.capacity.min())})"
+        f"question for any model (cap {int(campaign.decision.capacity.min())})"
     )
 
 
@@ -370,13 +370,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from adaptive_eval.base.summary_schema import json_text
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.workflows.compare import render, run_compare
-    from adaptive_eval.workflows.run import with_recorded_pilot
 
-    config = with_recorded_pilot(load_config(args.config, args.set), Path(args.out))
     summary = run_compare(
-        config,
+        build_campaign(load_config(args.config, args.set)),
         args.candidate,
         Path(args.out),
         margin=args.margin,
@@ -394,6 +393,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.forecast.pilot import AUTO_START
     from adaptive_eval.workflows.forecast import ForecastRequest, render, run_forecast
@@ -411,7 +411,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
         candidate=args.candidate,
         margin=args.margin,
     )
-    found = run_forecast(config, request, quiet=args.quiet)
+    found = run_forecast(build_campaign(config), request, quiet=args.quiet)
     print(json.dumps(found.record(), indent=2) if args.json else render(found, out))
     return 0
 

@@ -1,10 +1,10 @@
 """A campaign's settings: its config resolved once, into frozen typed values (issue 27).
 
 :func:`adaptive_eval.campaign.build.build_campaign` resolves the validated config (its ``settle()``,
-:mod:`adaptive_eval.config.schema`) into one :class:`CampaignSettings`, held by the
-:class:`~adaptive_eval.campaign.campaign.Campaign` as ``campaign.settings``. Every module below the
-builder reads these (the controller, the run loop, the run folder, the outputs) and the backends
-get theirs in the :class:`~adaptive_eval.backends.base.BackendContext`; none of them reads the
+:mod:`adaptive_eval.config.schema`) into one :class:`CampaignSettings`, held by the campaign's
+run spec (``campaign.run.settings``). Every module below the builder reads these (the
+controller, the run loop, the run folder, the outputs) and the backends get theirs in the
+:class:`~adaptive_eval.backends.base.BackendContext`; none of them reads the
 config. Paths are absolute (resolved against the config's folder); defaults are filled in. The
 config schema (its field descriptions, bounds and defaults) stays the reference for what each
 value means; these types only carry the values, each field under its schema field's name and type:

@@ -91,19 +91,17 @@ class Controller(DecidedByCore):
         record_events: bool = True,  # False: a re-read of a recorded run writes no event
     ) -> None:
         self.campaign = campaign
-        self.execution = campaign.settings.execution  # rounds in flight, batch size
+        self.execution = campaign.run.settings.execution  # rounds in flight, batch size
         self.store = store
         self.dispatcher = dispatcher
         self.log = log
         self.on_progress = on_progress
-        self.state = RunState(
-            campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
-        )
+        self.state = campaign.decision.empty_state()
         self.rounds: dict[int, _Round] = {}
         #: What decides (pairs, stop, plans): the campaign's rules, the same core the
         #: simulator and the benchmarks run. The controller only feeds it and records.
-        self.core: RoundCore = campaign.decision_core()
-        self.settings = campaign.view_settings()
+        self.core: RoundCore = campaign.decision.decision_core()
+        self.settings = campaign.decision.view_settings()
         self.started = time.monotonic()
         self.elapsed_before = float(store.get_meta("elapsed_s") or 0.0)
         self.record_events = record_events
@@ -160,7 +158,7 @@ class Controller(DecidedByCore):
         results = [r for r in results if r.round in self.rounds]
         for result in results:
             self._check_complete(result)
-        counts = self.store.record_many(results, self.campaign.settings.output.keep_completions)
+        counts = self.store.record_many(results, self.campaign.run.settings.output.keep_completions)
         for result, added in zip(results, counts, strict=True):
             if added != len(result.trials):
                 self.log.warning(
@@ -331,7 +329,7 @@ class Controller(DecidedByCore):
             state.tokens_sum,
             state.tokens_count,
             state.gpu_s_sum,
-            self.campaign.fixed_n,
+            self.campaign.run.fixed_n,
         )
 
     def _compute(self) -> dict[str, Any]:

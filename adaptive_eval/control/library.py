@@ -49,8 +49,8 @@ SHOWN = 16
 
 def cell_descriptions(campaign: Campaign) -> list[dict[str, Any]]:
     """Per model: what decides its trials (the question id is added per cell)."""
-    config = campaign.identity["config"]
-    files = campaign.identity["files"]
+    config = campaign.run.identity["config"]
+    files = campaign.run.identity["files"]
     shared = {
         "seed": config["seed"],
         "sampling": config.get("sampling"),
@@ -60,7 +60,7 @@ def cell_descriptions(campaign: Campaign) -> list[dict[str, Any]]:
     }
     out = []
     for model, name in enumerate(campaign.names):
-        plan, _ = campaign.plan_of(model)
+        plan, _ = campaign.run.plan_of(model)
         entry = {k: v for k, v in config["models"][plan].items() if k not in ("name", "select")}
         out.append({**shared, "model": name, "entry": entry, "files": files[plan]})
     return out
@@ -115,11 +115,11 @@ def library_trials(campaign: Campaign, most: int) -> list[tuple[int, int, int, i
     trials (index 0, 1, ... while the stored seed is the trial's own), at most ``most`` each, as
     ``(model, question, trial, category, tokens or -1, gpu_s or 0)``. Nothing is written (a
     forecast must not record identities: the run's change notes would then miss a change)."""
-    path = campaign.settings.library
+    path = campaign.run.settings.library
     if path is None or not library_path(path).exists():
         return []
     file = LibraryFile(library_path(path))
-    seed = campaign.settings.seed
+    seed = campaign.run.settings.seed
     out = []
     try:
         for model, description in enumerate(cell_descriptions(campaign)):
@@ -144,7 +144,7 @@ class TrialLibrary:
         self.path = library_path(path)
         self.file = LibraryFile(self.path)
         self.origin = origin
-        self.seed = campaign.settings.seed
+        self.seed = campaign.run.settings.seed
         self.names = campaign.names
         self.questions = campaign.question_ids
         models = cell_descriptions(campaign)
@@ -294,7 +294,7 @@ class LibraryDispatch:
 
 def attach(campaign: Campaign, store: TrialStore, inner: Any, origin: str) -> Any:
     """Wrap ``inner`` with the config's library; ``inner`` itself when there is none."""
-    path = campaign.settings.library
+    path = campaign.run.settings.library
     if path is None:
         return inner
     library = TrialLibrary(path, campaign, origin)

@@ -263,14 +263,14 @@ def check_engines(campaign: Campaign) -> None:
     (:class:`~adaptive_eval.config.registry.BackendTraits`),
     checked with ``find_spec`` before Ray starts, so a missing engine is never imported into the
     driver just to be found missing."""
-    for index, plan in enumerate(campaign.plans):
+    for index, plan in enumerate(campaign.run.plans):
         traits: BackendTraits = backends.traits(plan.backend)
         module, install = traits.module, traits.install
         if module and importlib.util.find_spec(module) is None:
             raise InputError(
                 f"the {plan.backend} backend needs the {module!r} package, which is not "
                 f"installed; {install}",
-                source=campaign.settings.source,
+                source=campaign.run.settings.source,
                 field=f"models[{index}].backend",
             )
 
@@ -283,7 +283,7 @@ def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> 
     by the dispatcher against what it reports. ``planned_only`` checks the local cluster the
     config plans even so (``validate``, which starts nothing).
     """
-    execution = campaign.settings.execution
+    execution = campaign.run.settings.execution
     if execution.dispatch != "ray":
         return  # no Ray cluster to place them on (inline: the workers run in this process)
     if execution.ray_address or (ray_running() and not planned_only):
@@ -292,14 +292,14 @@ def check_local_placement(campaign: Campaign, *, planned_only: bool = False) -> 
     where = "execution.num_cpus" if execution.num_cpus else "this machine's CPU count"
     requests = [
         WorkerRequest(r.label, r.count, {"CPU": r.each["CPU"]})
-        for r in worker_requests(campaign.plans, execution.gpu_slots)
+        for r in worker_requests(campaign.run.plans, execution.gpu_slots)
         if r.each.get("CPU")
     ]
     check_placement(
         requests,
         {"CPU": float(cpus)},
         cluster=f"the local Ray cluster ({where})",
-        source=campaign.settings.source,
+        source=campaign.run.settings.source,
     )
 
 

@@ -22,7 +22,7 @@ from adaptive_eval.store.library import LIBRARY_TABLES, library_path, table_name
 
 
 def check_before_sampling(campaign: Campaign) -> None:
-    settings = campaign.settings
+    settings = campaign.run.settings
     _check_credentials(settings)
     launcher(settings.execution.dispatch, source=settings.source)  # a registered dispatch mode
     if settings.library is not None:
@@ -32,7 +32,7 @@ def check_before_sampling(campaign: Campaign) -> None:
 def check_services(campaign: Campaign) -> None:
     """Every server the campaign's workers will call answers (before Ray or any worker
     starts): one line naming it otherwise, instead of minutes of retries after the start."""
-    for plan in campaign.plans:
+    for plan in campaign.run.plans:
         problem = plan.reachable() if plan.reachable is not None else None
         if problem:
             raise BackendError(problem)

@@ -66,6 +66,7 @@ from adaptive_eval.campaign.checkpoint import (
 from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts
 from adaptive_eval.forecast.evidence import CostModel, Evidence, fit_cost, score_resolution
 from adaptive_eval.forecast.predictive import Predictive, Resolution
@@ -125,7 +126,7 @@ class SimPath:
 class _Job:
     """What every simulation of one forecast shares (inherited by forked workers)."""
 
-    campaign: Campaign
+    decision: DecisionSpec
     evidence: Evidence
     predictive: Predictive  # where each simulation's truth is drawn from
     tokens: CostModel | None
@@ -148,10 +149,10 @@ def _replay_table(evidence: Evidence, num_categories: int) -> np.ndarray:
 def _simulate_one(index: int) -> SimPath:
     job = _JOB
     assert job is not None
-    campaign, evidence = job.campaign, job.evidence
+    decision, evidence = job.decision, job.evidence
     rng = np.random.default_rng([job.seed, index])
     probs = job.predictive.draw(rng)
-    num_categories = campaign.num_categories
+    num_categories = decision.num_categories
     table = _replay_table(evidence, num_categories)
     recorded = evidence.reused
     rows, cols = np.indices(recorded.shape)
@@ -167,8 +168,8 @@ def _simulate_one(index: int) -> SimPath:
 
     sampler: Sampler = draw
     costing = _costing(job, served)
-    design = campaign.interval_design
-    names = campaign.names
+    design = decision.interval_design
+    names = decision.names
     trials: list[int] = []
     sampled: list[int] = []
     tokens: list[float] = []
@@ -209,8 +210,8 @@ def _simulate_one(index: int) -> SimPath:
             sides.append(words)
             codes.append(exit_code(words))
 
-    truth = Truth(probs, campaign.weights)
-    result = simulate_campaign(campaign, truth, rng, sampler, watch, costing)
+    truth = Truth(probs, decision.weights)
+    result = simulate_campaign(decision, truth, rng, sampler, watch, costing)
     fresh = result.trials - np.minimum(result.trials, recorded)
     return SimPath(
         np.asarray(trials, dtype=np.int64),
@@ -511,9 +512,9 @@ def forecast(
     from a tie) is reported either way."""
     global _JOB
     num_categories = campaign.num_categories
-    extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
+    extra = np.rint(np.maximum(campaign.decision.prior - 1, 0)).astype(np.int64)
     counts = evidence.counts(num_categories) + extra
-    drawn = Predictive.of(counts, campaign.weights, predictive)
+    drawn = Predictive.of(counts, campaign.decision.weights, predictive)
     known_tokens = evidence.tokens >= 0
     known_gpu = evidence.gpu_s > 0
     unknown = []
@@ -539,7 +540,7 @@ def forecast(
     focus = None if candidate is None else campaign.names.index(candidate)
     if judge is not None and judge.candidate != focus:
         raise ValueError(f"the judge's candidate is not {candidate}")
-    _JOB = _Job(campaign, evidence, drawn, token_model, gpu_model, seed, focus, judge)
+    _JOB = _Job(campaign.decision, evidence, drawn, token_model, gpu_model, seed, focus, judge)
     try:
         paths = _run_all(simulations, processes)
     finally:
@@ -554,9 +555,9 @@ def forecast(
     return replace(
         found,
         candidate=candidate,
-        score_sd=score_resolution(evidence, campaign.weights),
+        score_sd=score_resolution(evidence, campaign.decision.weights),
         resolution=told,
-        degenerate=degenerate_evidence(campaign.names, counts - extra, campaign.weights),
+        degenerate=degenerate_evidence(campaign.names, counts - extra, campaign.decision.weights),
     )
 
 
@@ -655,7 +656,7 @@ def summarise(
     ``judge``, the verdict its paths reached)."""
     rng = np.random.default_rng([seed, len(paths), 7])
     per_trial = evidence.seconds_per_trial
-    ahead = campaign.settings.execution.rounds_in_flight
+    ahead = campaign.run.settings.execution.rounds_in_flight
     stops = [_at_budget(p, budget, evidence, ahead) for p in paths]
 
     def at_stop(track: str, scatter: str | None, limit: float | None) -> Range | None:
@@ -698,8 +699,8 @@ def summarise(
         reason = p.stop if r == len(p.trials) - 1 else "budget"
         stop_counts[reason] = stop_counts.get(reason, 0) + 1
     return Forecast(
-        campaign.settings.name,
-        campaign.fingerprint,
+        campaign.run.settings.name,
+        campaign.run.fingerprint,
         evidence,
         len(paths),
         seed,

@@ -34,8 +34,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.core import DecisionCore
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.live import LIVE_SIMULATIONS, LiveForecast, Snapshot, forecast_rest
 
@@ -86,7 +86,7 @@ def _die_with_parent() -> None:
         os.nice(NICE)
 
 
-def _serve(conn: Connection, parent: int, campaign: Campaign | None) -> None:
+def _serve(conn: Connection, parent: int, decision: DecisionSpec | None) -> None:
     """The forecast process: build boundary tables while idle, forecast each snapshot sent,
     answer ``("done", forecast)`` or ``("failed", message)``; end when the pipe or the parent
     does."""
@@ -94,10 +94,10 @@ def _serve(conn: Connection, parent: int, campaign: Campaign | None) -> None:
     if os.getppid() != parent:  # the parent ended before the death signal was asked for
         return
     try:
-        if campaign is None:
-            campaign = pickle.loads(conn.recv())
-        assert campaign is not None
-        warm = _warm_up(campaign)
+        if decision is None:
+            decision = pickle.loads(conn.recv())
+        assert decision is not None
+        warm = _warm_up(decision)
         idle_from = time.monotonic() + FIRST_AFTER_S
         while True:
             wait = 1.0 if warm is None else max(idle_from - time.monotonic(), 0.0)
@@ -112,32 +112,32 @@ def _serve(conn: Connection, parent: int, campaign: Campaign | None) -> None:
             if snapshot is None:
                 return
             try:
-                conn.send(("done", forecast_rest(campaign, snapshot)))
+                conn.send(("done", forecast_rest(decision, snapshot)))
             except Exception as error:
                 conn.send(("failed", _failure(error)))
     except (EOFError, OSError, KeyboardInterrupt):
         return
 
 
-def _warm_up(campaign: Campaign) -> Any:
+def _warm_up(decision: DecisionSpec) -> Any:
     """One boundary table per step, in the order the continuations will need them."""
     from policies.batched import batched_pair_rule
 
-    for rule in campaign.pair_rules:
-        batched = batched_pair_rule(rule, campaign.capacity)
+    for rule in decision.pair_rules:
+        batched = batched_pair_rule(rule, decision.capacity)
         if batched is None:
             continue
-        settings = campaign.view_settings()
+        settings = decision.view_settings()
         for _ in batched.warm(settings.confidence, settings.error_control):
             yield True
 
 
-def _forked(conn: Connection, parent: int, campaign: Campaign) -> None:
+def _forked(conn: Connection, parent: int, decision: DecisionSpec) -> None:
     """The forked child's whole life: serve, then leave without running the parent's exit
     handlers or flushing its buffers (they are the parent's)."""
     code = 0
     try:
-        _serve(conn, parent, campaign)
+        _serve(conn, parent, decision)
     except BaseException:
         code = 1
     finally:
@@ -151,14 +151,14 @@ def _spawned(conn: Connection, parent: int) -> None:
 class ForecastProcess:
     """The one background process and its pipe."""
 
-    def __init__(self, campaign: Campaign) -> None:
+    def __init__(self, decision: DecisionSpec) -> None:
         parent = os.getpid()
         ours, theirs = multiprocessing.Pipe()
         self.forked = threading.active_count() == 1 and hasattr(os, "fork")
         process: multiprocessing.process.BaseProcess
         if self.forked:
             process = multiprocessing.get_context("fork").Process(
-                target=_forked, args=(theirs, parent, campaign), daemon=True
+                target=_forked, args=(theirs, parent, decision), daemon=True
             )
         else:
             process = multiprocessing.get_context("spawn").Process(
@@ -169,7 +169,7 @@ class ForecastProcess:
         self.process = process
         self.conn = ours
         if not self.forked:
-            ours.send(pickle.dumps(campaign))
+            ours.send(pickle.dumps(decision))
 
     def send(self, snapshot: Snapshot) -> None:
         self.conn.send(snapshot)
@@ -205,13 +205,13 @@ class LiveForecaster:
 
     def __init__(
         self,
-        campaign: Campaign,
+        decision: DecisionSpec,
         *,
         simulations: int = LIVE_SIMULATIONS,
         seed: int = 0,
         inline: bool = False,
     ) -> None:
-        self.campaign = campaign
+        self.decision = decision
         self.minimum = simulations
         self.simulations = simulations
         self.seed = seed
@@ -234,7 +234,7 @@ class LiveForecaster:
 
     def _launch(self) -> str | None:
         try:
-            self.process = ForecastProcess(self.campaign)
+            self.process = ForecastProcess(self.decision)
         except Exception as error:
             return self._fail(error)
         return None
@@ -311,7 +311,7 @@ class LiveForecaster:
     ) -> tuple[LiveForecast | None, str | None]:
         """Forecast ``snapshot`` in this process."""
         try:
-            made = forecast_rest(self.campaign, snapshot)
+            made = forecast_rest(self.decision, snapshot)
         except Exception as error:
             return found, self._fail(error) or failed
         self._keep(made)

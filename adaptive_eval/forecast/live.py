@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.accounting import budget_short_sentence
-from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.batch import BatchSettings
 from adaptive_eval.decide.contracts import CampaignView, without_budget
 from adaptive_eval.decide.core import DecisionCore, RoundDecision
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts, RunState
 from adaptive_eval.forecast.batched import BatchCore, Continuations, continue_runs
 from adaptive_eval.forecast.campaign import Range
@@ -181,7 +181,7 @@ def thaw_core(frozen: bytes) -> DecisionCore:
 
 
 def forecast_rest(
-    campaign: Campaign,
+    decision: DecisionSpec,
     snapshot: Snapshot,
     predictive: str = "spacing",
     truths: list[np.ndarray] | None = None,
@@ -193,24 +193,24 @@ def forecast_rest(
     state: RunState = pickle.loads(snapshot.state)
     core = thaw_core(snapshot.core)
     if truths is None:
-        counts = state.counts + np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
-        drawn = Predictive.of(counts, campaign.weights, predictive)
+        counts = state.counts + np.rint(np.maximum(decision.prior - 1, 0)).astype(np.int64)
+        drawn = Predictive.of(counts, decision.weights, predictive)
         truths = [
             drawn.draw(np.random.default_rng([snapshot.seed, snapshot.round, index]))
             for index in range(snapshot.simulations)
         ]
     stopping = without_budget(core.stopping)
-    batch = BatchCore.of(core, campaign.capacity, stopping)
+    batch = BatchCore.of(core, decision.capacity, stopping)
     if batch is not None:
-        runs = _together(campaign, batch, core, state, truths, snapshot)
+        runs = _together(decision, batch, core, state, truths, snapshot)
     else:
-        runs = _one_by_one(campaign, snapshot, state, truths)
+        runs = _one_by_one(decision, snapshot, state, truths)
     settled_now = sum(d.settled for d in core.decisions)
-    return _summarise(campaign, snapshot, state, runs, settled_now, started)
+    return _summarise(decision, snapshot, state, runs, settled_now, started)
 
 
 def _together(
-    campaign: Campaign,
+    decision: DecisionSpec,
     batch: BatchCore,
     core: DecisionCore,
     state: RunState,
@@ -220,7 +220,7 @@ def _together(
     """The continuations advanced together (:func:`continue_runs`)."""
     probs = np.stack(truths)
     rng = np.random.default_rng([snapshot.seed, snapshot.round, len(truths)])
-    settings = BatchSettings.of(campaign.view_settings(), campaign.prior, campaign.weights)
+    settings = BatchSettings.of(decision.view_settings(), decision.prior, decision.weights)
     unit_tokens, unit_gpu, has_tokens = _unit_costs(state)
 
     def sample(plan: np.ndarray, ids: np.ndarray, before: np.ndarray) -> np.ndarray:
@@ -248,7 +248,7 @@ def _together(
 
 
 def _one_by_one(
-    campaign: Campaign, snapshot: Snapshot, state: RunState, truths: list[np.ndarray]
+    decision: DecisionSpec, snapshot: Snapshot, state: RunState, truths: list[np.ndarray]
 ) -> Continuations:
     """Each continuation by the core itself (:func:`run_core`): plug-ins with no batched form."""
     costing = _run_costs(state)
@@ -269,8 +269,8 @@ def _one_by_one(
         run_core(
             core,
             run,
-            campaign.view_settings(),
-            Truth(probs, campaign.weights),
+            decision.view_settings(),
+            Truth(probs, decision.weights),
             rng,
             watch=watch,
             costing=costing,
@@ -284,14 +284,14 @@ def _one_by_one(
 
 
 def _summarise(
-    campaign: Campaign,
+    decision: DecisionSpec,
     snapshot: Snapshot,
     state: RunState,
     runs: Continuations,
     settled_now: int,
     started: float,
 ) -> LiveForecast:
-    budget = campaign.settings.budget.trials
+    budget = decision.limits.trial_budget
     used = state.trials_used
     settle, short, needed = [], [], []
     for final, path in zip(runs.trials.tolist(), runs.paths, strict=True):

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.core import DecisionCore
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.live import Snapshot, forecast_rest
 from adaptive_eval.forecast.predictive import Predictive, Resolution
@@ -54,30 +54,32 @@ class Growth:
         )
 
 
-def resolution_of(state: RunState, campaign: Campaign) -> Resolution | None:
+def resolution_of(state: RunState, decision: DecisionSpec) -> Resolution | None:
     """What the evidence of ``state`` tells of the models' spacing (``None``: too few models
     to say, or a model without a trial)."""
-    extra = np.rint(np.maximum(campaign.prior - 1, 0)).astype(np.int64)
+    extra = np.rint(np.maximum(decision.prior - 1, 0)).astype(np.int64)
     counts = state.counts + extra
-    fitted = Predictive.of(counts, campaign.weights, "spacing").fitted
+    fitted = Predictive.of(counts, decision.weights, "spacing").fitted
     recorded = state.trials[state.trials > 0]
     if fitted is None or not len(recorded):
         return None
     return Resolution.of(fitted, float(np.median(recorded)))
 
 
-def next_target(campaign: Campaign, core: DecisionCore, state: RunState, seed: int = 0) -> Growth:
+def next_target(
+    decision: DecisionSpec, core: DecisionCore, state: RunState, seed: int = 0
+) -> Growth:
     """The automatic pilot's next look (see the module)."""
     trials = state.trials_used
     if core.stop is not None:
         return Growth(trials, None, None, None, "the campaign stopped within the pilot")
-    told = resolution_of(state, campaign)
+    told = resolution_of(state, decision)
     if told is None:
         return Growth(trials, None, None, None, "too few models to measure their spacing")
     if told.resolved:
         return Growth(trials, told, None, None, "it tells a typical gap from a tie")
     snapshot = Snapshot.of(core, state, seed=seed, simulations=GROWTH_SIMULATIONS)
-    total = forecast_rest(campaign, snapshot).trials.p50
+    total = forecast_rest(decision, snapshot).trials.p50
     limit = int(AUTO_SHARE * total)
     if trials >= limit:
         return Growth(

@@ -17,9 +17,9 @@ from functools import cached_property
 import numpy as np
 
 from adaptive_eval.base.types import PairDecision, Stop, Verdict
-from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
+from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts, RunState, ViewSettings
 
 
@@ -178,7 +178,7 @@ def simulate(
 
 
 def simulate_campaign(
-    campaign: Campaign,
+    decision: DecisionSpec,
     truth: Truth,
     rng: np.random.Generator,
     sampler: Sampler | None = None,
@@ -186,18 +186,16 @@ def simulate_campaign(
     costing: Costing | None = None,
 ) -> SimResult:
     """One campaign to its stop exactly as built for users: the campaign's own decision core
-    (:meth:`~adaptive_eval.campaign.campaign.Campaign.decision_core`: its pair rules, stopping
+    (:meth:`~adaptive_eval.decide.spec.DecisionSpec.decision_core`: its pair rules, stopping
     rules, allocator, limits and budget), prior and view settings, with outcomes drawn from
     ``truth`` (or served by ``sampler``) instead of its backends, each round priced by ``costing``
     where given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
     Build a fresh campaign for each independent run (its sequential rules keep state)."""
-    state = RunState(
-        campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
-    )
+    state = decision.empty_state()
     return run_core(
-        campaign.decision_core(),
+        decision.decision_core(),
         state,
-        campaign.view_settings(),
+        decision.view_settings(),
         truth,
         rng,
         sampler,

@@ -804,7 +804,7 @@ class AdaptiveStopping:
         self.book = RoundBook(campaign)
         self._opened_at = time.monotonic()
         if self.live_simulations > 0:
-            self.live = LiveForecaster(campaign, simulations=self.live_simulations)
+            self.live = LiveForecaster(campaign.decision, simulations=self.live_simulations)
             self.live.start()
 
     def _timed(self, started: float, value: EarlyStop | None) -> EarlyStop | None:

@@ -180,8 +180,8 @@ def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
     known to the campaign (Inspect's are not before it runs: ``compare``'s check of a vacuous
     margin against known scores has nothing to read, in the report as in the live bridge)."""
     campaign = build_campaign(config)
-    unknown = tuple(dataclasses.replace(plan, known_scores=None) for plan in campaign.plans)
-    campaign = dataclasses.replace(campaign, plans=unknown)
+    unknown = tuple(dataclasses.replace(plan, known_scores=None) for plan in campaign.run.plans)
+    campaign = campaign.with_plans(unknown)
     if goal.kind == "rank":
         return campaign, None
     assert goal.candidate is not None  # Goal.check

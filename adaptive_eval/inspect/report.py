@@ -165,7 +165,7 @@ def report_inspect(log_dir: Path, out_dir: Path | None = None) -> InspectReport:
     if judge is not None and goal.candidate is not None:
         finish = comparison_finish(goal.candidate, judge)
     run_dir = out / "run"
-    summary = run_campaign(config, run_dir, quiet=True, campaign=campaign, finish=finish)
+    summary = run_campaign(campaign, run_dir, quiet=True, finish=finish)
     _check_same_trials(summary, run_dir, used, models)
     code = summary.comparison.exit_code if summary.comparison is not None else 0
     return InspectReport(summary, run_dir, code, runs)

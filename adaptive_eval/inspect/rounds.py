@@ -24,7 +24,6 @@ import numpy as np
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import DecidedByCore, DecisionCore
-from adaptive_eval.decide.state import RunState
 
 
 class Fate(enum.Enum):
@@ -47,11 +46,9 @@ class RoundBook(DecidedByCore):
 
     def __init__(self, campaign: Campaign) -> None:
         self.campaign = campaign
-        self.core: DecisionCore = campaign.decision_core()
-        self.settings = campaign.view_settings()
-        self.state = RunState(
-            campaign.prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior
-        )
+        self.core: DecisionCore = campaign.decision.decision_core()
+        self.settings = campaign.decision.view_settings()
+        self.state = campaign.decision.empty_state()
         self.num_categories = campaign.num_categories
         self.results: dict[tuple[int, int, int], int] = {}
         self._starts: list[np.ndarray] = []  # first trial index of each round's cells

@@ -68,9 +68,9 @@ class Progress:
         """Trials the campaign can reach at most: every cell up to its cap (what it planned,
         where that is more), within the trial budget."""
         planned = controller.state.planned
-        cap = np.broadcast_to(controller.campaign.capacity[:, None], planned.shape)
+        cap = np.broadcast_to(controller.campaign.decision.capacity[:, None], planned.shape)
         bound = int(np.maximum(planned, cap).sum())
-        budget = controller.campaign.settings.budget.trials
+        budget = controller.campaign.run.settings.budget.trials
         return bound if budget is None else min(bound, max(budget, int(planned.sum())))
 
     def __call__(self, controller: Controller) -> None:
@@ -78,7 +78,7 @@ class Progress:
             return
         now = self.clock()
         self.done = max(self.done, controller.store.count_trials())
-        self.baseline = controller.campaign.fixed_n * controller.state.planned.size
+        self.baseline = controller.campaign.run.fixed_n * controller.state.planned.size
         bound = self.bound(controller)
         self.total = max(bound if self.total is None else min(self.total, bound), self.done)
         undecided = sum(not d.settled for d in controller.decisions)

@@ -236,7 +236,7 @@ def check_out_folder(run_dir: Path, field: str = "--out") -> None:
 def _open_run_dir(
     campaign: Campaign, run_dir: Path, leg: bool = True
 ) -> tuple[TrialStore, str, bool]:
-    settings = campaign.settings
+    settings = campaign.run.settings
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -248,7 +248,7 @@ def _open_run_dir(
             source=str(run_dir),
         )
     store = TrialStore(run_dir, fsync=settings.output.fsync)
-    identity = campaign.identity
+    identity = campaign.run.identity
     try:
         stored = store.get_meta("fingerprint")
     except StoreError:
@@ -264,7 +264,7 @@ def _open_run_dir(
     if stored is None:
         campaign_id = f"{settings.name}-{uuid.uuid4().hex[:8]}"
         store.set_meta(
-            fingerprint=campaign.fingerprint,
+            fingerprint=campaign.run.fingerprint,
             identity=identity,
             campaign_id=campaign_id,
             models=list(campaign.names),
@@ -275,11 +275,15 @@ def _open_run_dir(
         return store, campaign_id, False
     recorded = store.get_meta("identity")
     changes = identity_changes(recorded, identity, leg)
-    if stored != campaign.fingerprint and not changes:
+    if stored != campaign.run.fingerprint and not changes:
         # A server's card reported now or then (never lost to a /models that failed once).
         _, kept, _ = reconcile_servers(recorded, identity)
         store.set_meta(fingerprint=fingerprint_of(kept), identity=kept)
-    elif stored != campaign.fingerprint and not leg and all(c.startswith("files") for c in changes):
+    elif (
+        stored != campaign.run.fingerprint
+        and not leg
+        and all(c.startswith("files") for c in changes)
+    ):
         listed = "; ".join(changes[:MAX_CHANGES_SHOWN])
         store.notes.append(
             (
@@ -288,7 +292,7 @@ def _open_run_dir(
                 "reads the trials it recorded and states the inputs it recorded",
             )
         )
-    elif stored != campaign.fingerprint:
+    elif stored != campaign.run.fingerprint:
         store.close()
         shown = changes[:MAX_CHANGES_SHOWN]
         if len(changes) > len(shown):
@@ -318,13 +322,13 @@ def _recover(campaign: Campaign, run_dir: Path) -> str:
     path = run_dir / TrialStore.FILENAME
     found = salvage(path)
     stored = found.meta.get("identity")
-    if not isinstance(stored, dict) or identity_changes(stored, campaign.identity):
+    if not isinstance(stored, dict) or identity_changes(stored, campaign.run.identity):
         raise StoreError(
             "is damaged and its recorded campaign cannot be read or is another one; restore "
             "trials.sqlite from a backup, or start afresh with a new --out",
             source=str(path),
         )
-    recover(run_dir, campaign.settings.output.fsync, found)
+    recover(run_dir, campaign.run.settings.output.fsync, found)
     return f"{path}: the store was damaged; {found.describe()}. The damaged file is kept beside it"
 
 

@@ -98,7 +98,7 @@ def _run_opened(
     pilot: int | None,
     grow: Grow | None,
 ) -> Summary | None:
-    settings = campaign.settings
+    settings = campaign.run.settings
     lines = ConsoleLines(terminal)
     # The console shows warnings (errors only with --quiet); everything goes to events.jsonl.
     log, handle = open_event_log(run_dir, campaign_id, "error" if quiet else "warning", lines)
@@ -110,7 +110,7 @@ def _run_opened(
     store.on_event = on_event
     for kind, note in store.notes:
         log.warning(kind, message=note)
-    for warning in campaign.warnings:
+    for warning in campaign.run.warnings:
         log.warning("config_ignored", message=f"{settings.source}: {warning}")
     try:
         execution = settings.execution
@@ -121,15 +121,15 @@ def _run_opened(
             models=len(campaign.names),
             questions=campaign.num_questions,
             categories=campaign.num_categories,
-            fixed_n=campaign.fixed_n,
-            prior=campaign.prior_note,
+            fixed_n=campaign.run.fixed_n,
+            prior=campaign.decision.prior_note,
             ray_log=str(run_dir / RAY_LOG),
         )
 
         launch = launcher(execution.dispatch, source=settings.source)
         request = LaunchRequest(
-            campaign.plans,
-            campaign.offsets,
+            campaign.run.plans,
+            campaign.run.offsets,
             execution,
             quiet=quiet,
             ray_log=run_dir / RAY_LOG,
@@ -150,7 +150,9 @@ def _run_opened(
         controller = Controller(campaign, store, port, log, on_progress=progress)
         if pilot is None and settings.output.live_forecast > 0:
             controller.live = LiveForecaster(
-                campaign, simulations=settings.output.live_forecast, seed=settings.seed or 0
+                campaign.decision,
+                simulations=settings.output.live_forecast,
+                seed=settings.seed or 0,
             )
             controller.live.start()  # before Ray's threads: a warm fork
         finished = True

@@ -192,7 +192,7 @@ def build_summary(
     mu, sigma = view.posterior()
     trials = np.asarray(view.trials)
     with np.errstate(invalid="ignore", divide="ignore"):
-        weighted = (view.counts @ campaign.weights).sum(axis=1) / trials.sum(axis=1)
+        weighted = (view.counts @ campaign.decision.weights).sum(axis=1) / trials.sum(axis=1)
     facts = run.facts
     known = {
         "resumed": facts.resumed,
@@ -206,29 +206,29 @@ def build_summary(
         "live_forecast": live_forecast,
     }
     document = summarize(
-        name=campaign.settings.name,
+        name=campaign.run.settings.name,
         campaign_id=run.campaign_id,
         names=campaign.names,
         trials=trials,
         weighted_mean=np.nan_to_num(weighted),
-        confidence=campaign.settings.policy.confidence,
+        confidence=campaign.decision.policy.confidence,
         decisions=adjacent_only(run.decisions, view),
         stop=run.stop,
         savings=run.savings,
-        prior_note=campaign.prior_note,
+        prior_note=campaign.decision.prior_note,
         score_se=view.theta_se,
-        intervals=view.score_intervals(campaign.interval_design),
-        design=campaign.interval_design,
+        intervals=view.score_intervals(campaign.decision.interval_design),
+        design=campaign.decision.interval_design,
         bayes_mu=mu,
         bayes_sigma=sigma,
         bayes_prior=view.bayes_prior,
         extra={key: value for key, value in known.items() if value is not None},
-        weight_range=(float(campaign.weights.min()), float(campaign.weights.max())),
+        weight_range=(float(min(campaign.decision.weights)), float(max(campaign.decision.weights))),
         decision_rules=describe_rules(campaign),
     )
     _mark_open_boundaries(document, campaign, run)
-    if campaign.fixed_n_note is not None:
-        document["baseline"]["note"] = campaign.fixed_n_note
+    if campaign.run.fixed_n_note is not None:
+        document["baseline"]["note"] = campaign.run.fixed_n_note
     return Summary.model_validate(document)
 
 
@@ -254,5 +254,5 @@ def _mark_open_boundaries(summary: dict[str, Any], campaign: Campaign, run: Fini
         if pair["decision"] == "undecided" and pair.get("boundary") is None:
             a, b = index[pair["a"]], index[pair["b"]]
             pair["boundary_at_cap"] = boundary_at_cap(
-                campaign.pair_rules, run.view, a, b, run.core.memory
+                campaign.decision.pair_rules, run.view, a, b, run.core.memory
             )

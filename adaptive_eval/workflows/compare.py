@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import IO
 
 from adaptive_eval.base.summary_schema import Comparison, Summary
-from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign, comparison
-from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.outputs.headline import trials_text
 from adaptive_eval.outputs.presentation import COMPARE_EXIT_MEANING
@@ -41,7 +39,7 @@ def comparison_finish(candidate: str, judge: Judge) -> Finish:
 
 
 def run_compare(
-    config: CampaignConfig,
+    campaign: Campaign,
     candidate: str,
     run_dir: Path,
     *,
@@ -52,15 +50,9 @@ def run_compare(
 ) -> Summary:
     """Run (or resume) the comparison in ``run_dir`` as ``run`` runs a campaign (lock, ray.log,
     progress, the config's dispatch mode); write summary.json and the reports."""
-    campaign, judge = compare_campaign(build_campaign(config), candidate, margin, settle_all)
-    return run_campaign(
-        config,
-        run_dir,
-        console=console,
-        quiet=quiet,
-        campaign=campaign,
-        finish=comparison_finish(candidate, judge),
-    )
+    steered, judge = compare_campaign(campaign, candidate, margin, settle_all)
+    finish = comparison_finish(candidate, judge)
+    return run_campaign(steered, run_dir, console=console, quiet=quiet, finish=finish)
 
 
 def render(result: Comparison) -> str:

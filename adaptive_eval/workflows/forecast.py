@@ -30,10 +30,8 @@ import numpy as np
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.files import atomic_write
-from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import Judge, compare_campaign
-from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.library import library_trials
 from adaptive_eval.control.pilot import MIN_PILOT, Grow
@@ -55,7 +53,6 @@ from adaptive_eval.workflows.run import (
     PILOT_FILE,
     pilot_trials,
     sample,
-    with_pilot,
     with_recorded_pilot,
 )
 
@@ -96,31 +93,30 @@ class ForecastRequest:
 
 
 def run_forecast(
-    config: CampaignConfig,
+    built: Campaign,
     request: ForecastRequest,
     *,
     console: IO[str] | None = None,
     quiet: bool = True,
 ) -> Forecast:
-    """Gather the evidence (sampling a pilot if asked), forecast, write ``forecast.json``."""
-    source = config.source
+    """Gather the evidence for the campaign ``built`` (sampling a pilot if asked), forecast,
+    write ``forecast.json``."""
     pilot = request.pilot
     if pilot is not None:
-        config = _check_pilot(config, pilot, source)
-    if request.out is not None and pilot is None:
-        config = with_recorded_pilot(config, request.out)
-    built = build_campaign(config)
+        built = _with_pilot(built, pilot)
+    elif request.out is not None:
+        built = with_recorded_pilot(built, request.out)
     campaign = _steered(built, request)[0]
     if pilot is not None:
         assert request.out is not None
         grow = _growth(campaign, request.seed) if request.auto else None
-        _sample_pilot(config, campaign, request.out, pilot, console, quiet, grow)
+        _sample_pilot(campaign, request.out, pilot, console, quiet, grow)
     evidence = gather_evidence(campaign, request)
     unbudgeted, judge = _steered(built.without_budget(), request)
     found = forecast(
         unbudgeted,
         evidence,
-        campaign.settings.budget,
+        campaign.run.settings.budget,
         simulations=request.simulations
         or default_simulations(campaign.num_models * campaign.num_questions),
         seed=request.seed,
@@ -144,7 +140,7 @@ def run_forecast(
 
 def _on_gpu(campaign: Campaign) -> bool:
     """Whether any of the campaign's workers asks for a GPU."""
-    return any(float(plan.actor_options.get("num_gpus", 0) or 0) > 0 for plan in campaign.plans)
+    return any(float(plan.actor_options.get("num_gpus", 0) or 0) > 0 for plan in campaign.run.plans)
 
 
 def _steered(campaign: Campaign, request: ForecastRequest) -> tuple[Campaign, Judge | None]:
@@ -154,24 +150,25 @@ def _steered(campaign: Campaign, request: ForecastRequest) -> tuple[Campaign, Ju
     return compare_campaign(campaign, request.candidate, request.margin)
 
 
-def _check_pilot(config: CampaignConfig, pilot: int, source: str) -> CampaignConfig:
+def _with_pilot(campaign: Campaign, pilot: int) -> Campaign:
+    """``campaign`` with its first ``pilot`` trials per question sampled before any decision
+    (refused where a pilot could estimate nothing or exceeds the cap)."""
     if pilot < MIN_PILOT:
         raise InputError(
             f"a pilot of {pilot} trial(s) per question estimates nothing; give at least "
             f"{MIN_PILOT}",
             source="--pilot",
         )
-    cap = config.policy.max_trials_per_question
+    cap = campaign.decision.limits.max_trials_per_question
     if pilot > cap:
         raise InputError(
             f"a pilot of {pilot} trials per question exceeds policy.max_trials_per_question={cap}",
             source="--pilot",
         )
-    return with_pilot(config, pilot)
+    return campaign.with_min_trials(pilot)
 
 
 def _sample_pilot(
-    config: CampaignConfig,
     campaign: Campaign,
     run_dir: Path,
     pilot: int,
@@ -180,15 +177,15 @@ def _sample_pilot(
     grow: Grow | None = None,
 ) -> None:
     cost = pilot * campaign.num_models * campaign.num_questions
-    budget = campaign.settings.budget.trials
+    budget = campaign.run.settings.budget.trials
     if budget is not None and budget < cost:
         raise InputError(
             f"budget.trials={budget} is below the pilot's own cost: {pilot} trials per question "
             f"x {campaign.num_questions} questions x {campaign.num_models} models = {cost}",
-            source=config.source,
+            source=campaign.run.settings.source,
             field="budget.trials",
         )
-    trials = campaign.settings.policy.min_trials_per_question  # K, or the config's if larger
+    trials = campaign.decision.policy.min_trials_per_question  # K, or the config's if larger
     earlier = pilot_trials(run_dir) if run_dir.exists() else None
     if earlier is not None and earlier != trials and _holds_run(run_dir):
         raise InputError(
@@ -211,7 +208,7 @@ def _growth(campaign: Campaign, seed: int) -> Grow:
         core = controller.core
         inner = getattr(core, "core", core)  # the pilot's core wraps the campaign's
         assert isinstance(inner, DecisionCore)
-        return next_target(campaign, inner, controller.state, seed)
+        return next_target(campaign.decision, inner, controller.state, seed)
 
     return grow
 
@@ -232,7 +229,7 @@ def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
         return evidence_from_run(campaign, request.from_dir, replayed=same)
     if own is not None:
         return evidence_from_run(campaign, own, replayed=True)
-    held = library_trials(campaign, campaign.settings.policy.max_trials_per_question)
+    held = library_trials(campaign, campaign.decision.policy.max_trials_per_question)
     if held:
         columns = np.asarray(held, dtype=np.float64).T
         ints = columns[:5].astype(np.int64)
@@ -246,7 +243,7 @@ def gather_evidence(campaign: Campaign, request: ForecastRequest) -> Evidence:
             columns[5],
             replayed=True,
             source="library",
-            detail=f"{len(held)} trials of the trial library {campaign.settings.library}",
+            detail=f"{len(held)} trials of the trial library {campaign.run.settings.library}",
         )
     return Evidence.none(
         shape,
@@ -277,7 +274,7 @@ def evidence_from_run(campaign: Campaign, run_dir: Path, *, replayed: bool) -> E
         store.close()
     _check_same_campaign(campaign, run_dir, identity, names, questions)
     if replayed:  # the rest of that very run: it must be this campaign, as `run` requires
-        changes = identity_changes(identity, campaign.identity)
+        changes = identity_changes(identity, campaign.run.identity)
         if changes:
             raise InputError(
                 "holds a different campaign's run; its rest cannot be forecast with this "
@@ -340,7 +337,7 @@ def _check_same_campaign(
         problems.append(
             f"rubric categories: {stored_categories} there, {campaign.num_categories} here"
         )
-    for change in differences(identity, campaign.identity):
+    for change in differences(identity, campaign.run.identity):
         # Which entry lists a model, and in what order, is not the model (the library's
         # cells drop them too).
         if change.startswith(SAME_TRIALS) and not NOT_THE_MODEL.match(change):
@@ -367,7 +364,7 @@ VALIDATE_CELLS = 2_000
 VALIDATE_SIMULATIONS = 10
 
 
-def short_forecast(config: CampaignConfig, campaign: Campaign) -> list[str]:
+def short_forecast(campaign: Campaign) -> list[str]:
     """validate's forecast in two lines, from the library or the prior (never a pilot)."""
     hint = "`adaptive-eval forecast CONFIG --pilot 4 --out DIR` for ranges worth planning on"
     cells = campaign.num_models * campaign.num_questions
@@ -379,7 +376,7 @@ def short_forecast(config: CampaignConfig, campaign: Campaign) -> list[str]:
     found = forecast(
         campaign.without_budget(),
         evidence,
-        campaign.settings.budget,
+        campaign.run.settings.budget,
         simulations=VALIDATE_SIMULATIONS,
         processes=1,
     )

@@ -100,16 +100,16 @@ def save_posterior(campaign: Campaign, run_dir: Path) -> None:
         arrays = store.trial_arrays()
     finally:
         store.close()
-    counts = np.zeros(campaign.prior.shape, dtype=np.int64)
+    counts = np.zeros(campaign.decision.prior.shape, dtype=np.int64)
     np.add.at(counts, (arrays.model, arrays.question, arrays.category), 1)
     with atomic_output(run_dir / "posterior.npz", "wb") as handle:
         np.savez_compressed(
             handle,
             names=np.array(campaign.names),
             questions=np.array(campaign.question_ids),
-            prior=campaign.prior,
+            prior=campaign.decision.prior,
             counts=counts,
-            weights=campaign.weights,
+            weights=campaign.decision.weights,
         )
 
 
@@ -129,11 +129,12 @@ def _two_model_view(
     prior = np.stack([before["prior"][i], now["prior"][j]])
     counts = np.stack([before["counts"][i], now["counts"][j]]).astype(np.int64)
     trials = counts.sum(axis=2)
-    state = RunState(prior, campaign.weights, bayes_prior=campaign.settings.policy.bayes_prior)
+    decision = campaign.decision
+    state = RunState(prior, decision.weights, bayes_prior=decision.policy.bayes_prior)
     state.add_plan(trials)
     state.apply_counts(counts)
     name = str(now["names"][j])
-    policy = campaign.settings.policy
+    policy = campaign.decision.policy
     settings = ViewSettings(
         (f"{name} (last night)", f"{name} (tonight)"),
         np.full(2, int(trials.max())),
@@ -154,7 +155,7 @@ def score_drops(
     if list(before["questions"]) != list(now["questions"]):
         return alerts  # another question set: scores are not comparable model by model
     earlier = {str(n): i for i, n in enumerate(before["names"])}
-    core = campaign.decision_core()
+    core = campaign.decision.decision_core()
     for j, raw in enumerate(now["names"]):
         name = str(raw)
         if name not in earlier:
@@ -380,7 +381,8 @@ def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | No
     if (run_dir / TrialStore.FILENAME).exists():
         return None  # a night re-run over its own trials: its forecast was made before
     try:
-        found = run_forecast(config, ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS))
+        request = ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS)
+        found = run_forecast(build_campaign(config), request)
     except (AdaptiveEvalError, OSError) as error:
         # The night's samples matter more than its forecast: it goes on without one.
         print(f"nightly: no forecast tonight ({error}); sampling goes on", file=sys.stderr)
@@ -557,7 +559,7 @@ def run_nightly(
     if runner is None:
 
         def runner(c: CampaignConfig, d: Path) -> Summary:
-            return run_campaign(c, d, quiet=quiet)
+            return run_campaign(build_campaign(c), d, quiet=quiet)
 
     run_dir = runs / tonight
     forecast = night_forecast(config, run_dir)

@@ -10,6 +10,7 @@ from typing import Any
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Summary
 from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.loop import runner
@@ -33,8 +34,9 @@ def report_run(config: CampaignConfig, run_dir: Path) -> Summary:
     if steering is not None:  # a compare folder: the same steered campaign and its verdicts
         candidate = str(steering["candidate"])
         if "margin" not in steering:  # recorded without one: the config's compare.margin neither
-            settings = dataclasses.replace(campaign.settings, compare=None)
-            campaign = dataclasses.replace(campaign, settings=settings)
+            settings = dataclasses.replace(campaign.run.settings, compare=None)
+            run = dataclasses.replace(campaign.run, settings=settings)
+            campaign = Campaign(campaign.decision, run)
         campaign, judge = compare_campaign(campaign, candidate, steering.get("margin"))
         finish = comparison_finish(candidate, judge)
 

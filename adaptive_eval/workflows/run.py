@@ -18,9 +18,7 @@ from pydantic import ValidationError
 from adaptive_eval.base import interrupts
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Comparison, LiveForecastPoint, Summary
-from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.pilot import Grow
 from adaptive_eval.control.run_result import FinishedRun
 from adaptive_eval.dispatch import cluster
@@ -55,39 +53,27 @@ def pilot_trials(run_dir: Path) -> int | None:
         raise InputError(f"cannot be read ({error})", source=str(path)) from None
 
 
-def with_recorded_pilot(config: CampaignConfig, run_dir: Path) -> CampaignConfig:
-    """``config`` as every leg in ``run_dir`` runs it: a pilot there raised
+def with_recorded_pilot(campaign: Campaign, run_dir: Path) -> Campaign:
+    """``campaign`` as every leg in ``run_dir`` runs it: a pilot there raised
     ``min_trials_per_question`` to its trials (never lowered it)."""
     trials = pilot_trials(run_dir)
-    return config if trials is None else with_pilot(config, trials)
-
-
-def with_pilot(config: CampaignConfig, trials: int) -> CampaignConfig:
-    """``config`` with ``min_trials_per_question`` at least ``trials``."""
-    policy = config.policy
-    if policy.min_trials_per_question >= trials:
-        return config
-    raised = policy.model_copy(update={"min_trials_per_question": trials})
-    return config.model_copy(update={"policy": raised})
+    return campaign if trials is None else campaign.with_min_trials(trials)
 
 
 def run_campaign(
-    config: CampaignConfig,
+    campaign: Campaign,
     run_dir: Path,
     *,
     console: IO[str] | None = None,
     quiet: bool = False,
-    campaign: Campaign | None = None,
     finish: Finish | None = None,
 ) -> Summary:
-    """Run (or resume) a campaign to its stop; write summary.json, report.md and report.html.
-
-    ``campaign`` runs a campaign built from ``config`` by another command (compare), which adds
-    ``finish``'s keys to the summary. Where the workers run is the config's
-    ``execution.dispatch`` (:mod:`adaptive_eval.dispatch.launch`).
-    """
-    if campaign is None:
-        campaign = build_campaign(config)  # every input is validated before Ray starts
+    """Run (or resume) ``campaign`` in ``run_dir`` to its stop; write summary.json, report.md
+    and report.html. A pilot recorded in the folder raises the campaign's minimum trials
+    (:func:`with_recorded_pilot`); ``finish`` (compare's) adds its verdicts to the summary.
+    Where the workers run is the campaign's ``execution.dispatch``
+    (:mod:`adaptive_eval.dispatch.launch`)."""
+    campaign = with_recorded_pilot(campaign, run_dir)
     summary = sample(campaign, run_dir, console=console, quiet=quiet, finish=finish)
     assert summary is not None  # only a pilot ends without one
     return summary
@@ -156,7 +142,7 @@ def concluder(run_dir: Path, finish: Finish | None = None) -> runner.Conclude:
             forecast = forecast_check(
                 recorded,
                 run,
-                campaign.fingerprint,
+                campaign.run.fingerprint,
                 reused=int(store.get_meta("library_reused") or 0),
                 exit_code=None if comparison is None else comparison.exit_code,
             )
