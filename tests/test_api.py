@@ -160,3 +160,13 @@ def test_a_pilot_is_a_typed_change_equal_to_the_campaign_built_with_its_minimum(
     assert raised.run.settings.run_record == asked.run.settings.run_record
     assert raised.run.fingerprint != api.campaign(SMALL).run.fingerprint
     assert asked.with_min_trials(3) is asked  # never lowered
+
+
+def test_a_library_is_a_typed_change_equal_to_the_campaign_built_naming_it(tmp_path: Path) -> None:
+    """Issue 49, item 1: nightly's library is a typed change of the built campaign; the run's
+    settings and config.yaml are those of a config naming it, and the identity is kept."""
+    library = (tmp_path / "library.sqlite").resolve()
+    kept = api.campaign(SMALL).with_library(library)
+    named = api.campaign({**SMALL, "library": str(library)})
+    assert kept.run.settings == named.run.settings
+    assert kept.run.identity == named.run.identity == api.campaign(SMALL).run.identity

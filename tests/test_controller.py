@@ -85,7 +85,7 @@ def test_resumed_posterior_is_rebuilt_exactly_from_the_store(
 ) -> None:
     config = load(config_path)
     done = run_inline(config, tmp_path / "run")
-    summary = summary_dict(report_run(config, tmp_path / "run"))
+    summary = summary_dict(report_run(build_campaign(config), tmp_path / "run"))
     mu, _sigma = done.state.moments()
     theta, _se, _ = done.state.estimate()
     names = done.campaign.names

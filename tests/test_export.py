@@ -114,7 +114,7 @@ def test_score_of_an_export_gives_the_runs_own_anytime_interval(
     from adaptive_eval.base.summary_schema import record
     from adaptive_eval.workflows.report import report_run
 
-    summary = record(report_run(load(tmp_path / "c.yaml"), run_dir))
+    summary = record(report_run(build_campaign(load(tmp_path / "c.yaml")), run_dir))
     assert summary["score"]["interval"] == "anytime"
     out = tmp_path / "export.npz"
     assert main(["export", str(run_dir), "--out", str(out)]) == 0
@@ -160,7 +160,7 @@ def test_every_eval_ever_records_say_the_trials_were_sampled_adaptively(
     from adaptive_eval.base.summary_schema import record
     from adaptive_eval.workflows.report import report_run
 
-    summary = record(report_run(load(tmp_path / "c.yaml"), run_dir))
+    summary = record(report_run(build_campaign(load(tmp_path / "c.yaml")), run_dir))
     by_name = {m["name"]: m for m in summary["models"]}
     out = tmp_path / "eee"
     assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0

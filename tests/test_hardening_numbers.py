@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 
 
@@ -40,7 +41,7 @@ def _summary(tmp_path: Path) -> dict[str, object]:
     write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.5, 0.7], questions=12))
     config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
     run_inline(load(config), tmp_path / "run")
-    summary: dict[str, object] = record(report_run(load(config), tmp_path / "run"))
+    summary: dict[str, object] = record(report_run(build_campaign(load(config)), tmp_path / "run"))
     return summary
 
 

@@ -19,6 +19,7 @@ from helpers import (
 
 from adaptive_eval._testing.bigstore import write_big_run
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.store import SCHEMA_VERSION, RunLock, StoreError, TrialStore
 from adaptive_eval.workflows.report import report_run
@@ -184,9 +185,9 @@ def test_report_reads_the_store_in_memory_that_does_not_grow_with_trials(tmp_pat
             tmp_path / f"r{rounds}", models=4, questions=250, per_cell_per_round=4, rounds=rounds
         )
         config = load(tmp_path / f"r{rounds}" / "config.yaml")
-        report_run(config, run_dir)
+        report_run(build_campaign(config), run_dir)
         tracemalloc.start()
-        summary = summary_dict(report_run(config, run_dir))
+        summary = summary_dict(report_run(build_campaign(config), run_dir))
         peaks.append(tracemalloc.get_traced_memory()[1] / 2**20)
         tracemalloc.stop()
         assert summary["trials_used"] == 4 * 250 * 4 * rounds
@@ -197,7 +198,7 @@ def test_report_reads_the_store_in_memory_that_does_not_grow_with_trials(tmp_pat
 def test_aggregated_resume_matches_the_trials_exactly(tmp_path: Path) -> None:
     """The counts a report rebuilds from per-round SQL aggregates equal a direct count."""
     run_dir = write_big_run(tmp_path, models=3, questions=20, per_cell_per_round=3, rounds=4)
-    summary = summary_dict(report_run(load(tmp_path / "config.yaml"), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(tmp_path / "config.yaml")), run_dir))
     store = TrialStore(run_dir, readonly=True)
     trials = list(store.trials())
     store.close()

@@ -70,7 +70,7 @@ def test_a_second_run_samples_nothing_and_matches_the_first(
     assert reused == second.state.trials_used == first.state.trials_used
     assert ledger(tmp_path / "a") == ledger(tmp_path / "b")
     assert second.decisions == first.decisions
-    summary = summary_dict(report_run(load(config_path), tmp_path / "b"))
+    summary = summary_dict(report_run(build_campaign(load(config_path)), tmp_path / "b"))
     assert summary["provenance"]["library"]["reused"] == reused
     assert summary["provenance"]["library"]["sampled"] == 0
     assert (

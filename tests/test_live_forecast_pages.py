@@ -15,6 +15,7 @@ from helpers import base_config, load, mimic_success, run_inline, write_config, 
 
 from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.outputs.headline import headline
 from adaptive_eval.outputs.presentation import (
     LIVE_PLOT_MIN,
@@ -35,7 +36,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     write_scenario(tmp_path / "s.npz", mimic_success(SCORES, questions=12))
     config = write_config(tmp_path / "c.yaml", base_config("s.npz"))
     run_inline(load(config), tmp_path / "run")
-    return tmp_path / "run", summary_dict(report_run(load(config), tmp_path / "run"))
+    return tmp_path / "run", summary_dict(
+        report_run(build_campaign(load(config)), tmp_path / "run")
+    )
 
 
 def _point(trials_used: int, total: float, **extra: Any) -> dict[str, Any]:

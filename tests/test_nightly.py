@@ -13,9 +13,8 @@ import yaml
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import ModelRow, Summary
-from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.command_line.cli import main
-from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.control.controller import Controller
 from adaptive_eval.control.library import attach
 from adaptive_eval.dispatch import InlineDispatcher
@@ -27,8 +26,7 @@ from adaptive_eval.workflows.report import report_run
 QUESTIONS = 12
 
 
-def inline(config: CampaignConfig, run_dir: Path) -> Summary:
-    campaign = build_campaign(config)
+def inline(campaign: Campaign, run_dir: Path) -> Summary:
     store, campaign_id, _ = open_run_dir(campaign, run_dir)
     port = attach(
         campaign, store, InlineDispatcher(campaign.run.plans, campaign.run.offsets), campaign_id
@@ -38,7 +36,7 @@ def inline(config: CampaignConfig, run_dir: Path) -> Summary:
     finally:
         port.shutdown()
         store.close()
-    return report_run(config, run_dir)
+    return report_run(campaign, run_dir)
 
 
 def _setup(tmp_path: Path) -> Path:

@@ -12,6 +12,7 @@ from helpers import base_config, load, mimic_success, run_inline, write_config, 
 
 from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.base.summary_schema import record as summary_dict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.loop import rundir
 from adaptive_eval.outputs.summary import SCHEMA_VERSION
@@ -32,7 +33,7 @@ def run(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_summary_json_leads_with_its_schema_version(run: tuple[Path, Path]) -> None:
     config, run_dir = run
-    report_run(load(config), run_dir)
+    report_run(build_campaign(load(config)), run_dir)
     text = (run_dir / "summary.json").read_text()
     summary = json.loads(text)
     assert next(iter(summary)) == "schema_version" and summary["schema_version"] == SCHEMA_VERSION
@@ -43,13 +44,15 @@ def test_report_keeps_the_runs_packages_and_states_its_own_build_apart(
     run: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, run_dir = run
-    recorded = summary_dict(report_run(load(config), run_dir))["provenance"]["packages"]
+    recorded = summary_dict(report_run(build_campaign(load(config)), run_dir))["provenance"][
+        "packages"
+    ]
     assert recorded["numpy"] and recorded == rundir.package_versions()
     # Later, another environment (vllm installed, another numpy) rebuilds the report.
     monkeypatch.setattr(
         rundir, "package_versions", lambda: {**recorded, "numpy": "9.9", "vllm": "0.99"}
     )
-    provenance = summary_dict(report_run(load(config), run_dir))["provenance"]
+    provenance = summary_dict(report_run(build_campaign(load(config)), run_dir))["provenance"]
     assert provenance["packages"] == recorded  # what the run used, not today's
     assert provenance["packages_later"] is None  # a report is not a resume
     assert provenance["report_build"]["numpy"] == "9.9"
@@ -72,7 +75,7 @@ def test_report_reads_a_run_folder_written_before_versions_were_kept(
     # A summary.json of schema version 1 (no version, Bayes@N as mu / sigma / ci_*).
     old = {"name": "x", "models": [{"name": "model-0", "mu": 0.3, "sigma": 0.1, "rank": 1}]}
     (run_dir / "summary.json").write_text(json.dumps(old))
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     assert summary["schema_version"] == SCHEMA_VERSION
     assert summary["provenance"]["packages"] is None
     assert "Packages the run used: not recorded" in (run_dir / "report.md").read_text()
@@ -80,7 +83,7 @@ def test_report_reads_a_run_folder_written_before_versions_were_kept(
 
 def test_no_credible_interval_in_tables_or_headlines(run: tuple[Path, Path]) -> None:
     config, run_dir = run
-    report_run(load(config), run_dir)
+    report_run(build_campaign(load(config)), run_dir)
     for page in ("report.md", "report.html"):
         text = (run_dir / page).read_text().replace(str(run_dir.parent), "DIR")
         assert "credible" not in text, page
@@ -99,7 +102,7 @@ def test_export_then_score_gives_the_runs_scores_from_all_trials(
     run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     out = tmp_path / "e.npz"
     assert main(["export", str(run_dir), "--out", str(out)]) == 0
     result = scored(capsys, str(out))
@@ -130,7 +133,7 @@ def test_export_to_every_eval_ever_validates_against_its_schema(
         json.loads((schemas / "instance_level_eval.schema.json").read_text())
     )
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     out = tmp_path / "eee"
     assert main(["export", str(run_dir), "--format", "eee", "--out", str(out)]) == 0
     records = sorted(out.glob("data/*/*/*/*.json"))
@@ -186,7 +189,7 @@ def test_a_summary_missing_a_field_is_refused_naming_it(run: tuple[Path, Path]) 
     from adaptive_eval.base.summary_schema import validate
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     del summary["trials_used"]
     with pytest.raises(ValidationError, match=r"trials_used\n  Field required"):
         validate(summary)
@@ -199,7 +202,7 @@ def test_an_unfinished_run_says_so_everywhere_and_never_none(run: tuple[Path, Pa
     from adaptive_eval.outputs.report import render_console, write_outputs
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     assert summary["finished"] is True
     summary.update(stop_reason=None, stop_detail=None)
     summary.pop("finished")
@@ -220,7 +223,7 @@ def test_negative_savings_long_names_and_device_seconds(run: tuple[Path, Path]) 
     from adaptive_eval.outputs.report import render_console, render_markdown
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     summary["compute_saved"]["trials_fraction"] = -0.391
     typed = read_summary(summary)
     assert "saved -" not in render_console(typed) and "spent 39.1% more trials" in (
@@ -248,7 +251,7 @@ def test_a_width_campaign_leads_with_its_goal_not_the_ranking(run: tuple[Path, P
     from adaptive_eval.outputs.report import render_console
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     summary["score"]["half_width"] = 0.05
     summary["stop_reason"] = "ci_width"
     for model in summary["models"]:
@@ -269,7 +272,7 @@ def test_a_run_ended_by_its_budget_says_so_before_its_saving(run: tuple[Path, Pa
     from adaptive_eval.outputs.headline import Tone, headline
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     assert "budget" not in headline(read_summary(summary)).text
     summary["stop_reason"] = "trial_budget"
     summary["stop_detail"] = "3000 trials used of 3000"
@@ -330,7 +333,7 @@ def test_a_night_whose_cost_left_its_forecast_leads_with_that_alert() -> None:
 
 def test_an_ordinary_headline_is_not_styled_as_a_warning(run: tuple[Path, Path]) -> None:
     config, run_dir = run
-    report_run(load(config), run_dir)
+    report_run(build_campaign(load(config)), run_dir)
     page = (run_dir / "report.html").read_text()
     tag = page.split("<p id='headline'", 1)[1].split(">", 1)[0]
     assert "tone-" in tag
@@ -377,7 +380,7 @@ def test_plots_are_readable_and_labelled_for_what_they_draw(run: tuple[Path, Pat
     from adaptive_eval.outputs.report_html import plural
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     page = (run_dir / "report.html").read_text()
     sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", page)}
     assert sizes and min(sizes) >= 9, sorted(sizes)  # ticks and legends were 7 px
@@ -393,7 +396,7 @@ def test_a_compare_page_labels_its_stop_and_ignores_the_incumbents_own_pairs(
     from adaptive_eval.outputs.report import write_outputs
 
     config, run_dir = run
-    summary = summary_dict(report_run(load(config), run_dir))
+    summary = summary_dict(report_run(build_campaign(load(config)), run_dir))
     summary["stop_reason"] = "goal_met"
     summary["pairs"][0]["decision"] = "undecided"  # two incumbents: not the gate's business
     name = summary["models"][0]["name"]
@@ -452,10 +455,12 @@ def test_report_reads_a_run_whose_inputs_changed_since_and_a_resume_refuses_it(
     from adaptive_eval.loop.rundir import open_run_dir
 
     config, run_dir = run
-    before = summary_dict(report_run(load(config), run_dir))["provenance"]["models"][0]["sha256"]
+    before = summary_dict(report_run(build_campaign(load(config)), run_dir))["provenance"][
+        "models"
+    ][0]["sha256"]
     write_scenario(config.parent / "s.npz", mimic_success(SCORES, questions=12, seed=9))
     capsys.readouterr()
-    after = summary_dict(report_run(load(config), run_dir))
+    after = summary_dict(report_run(build_campaign(load(config)), run_dir))
     assert after["provenance"]["models"][0]["sha256"] == before  # what the run recorded
     assert "the run's input files or engine changed since it ran (files[0].scenario" in (
         capsys.readouterr().err

@@ -16,6 +16,7 @@ import pytest
 from helpers import base_config, load, mimic_success, run_inline, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import read_summary
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.workflows.report import report_run
 
@@ -65,7 +66,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = write_config(root / "c.yaml", base_config("s.npz", futility=0))
     config = load(path, ["budget.trials=1200"])
     run_inline(config, root / "run")
-    report_run(config, root / "run")  # writes summary.json, report.md, report.html
+    report_run(build_campaign(config), root / "run")  # writes summary.json, report.md, report.html
     return root / "run"
 
 

@@ -311,7 +311,7 @@ def test_a_width_campaign_reports_each_interval_its_guarantee_and_trials(
     config = load(write_config(tmp_path / "c.yaml", data))
     done = run_inline(config, tmp_path / "run")
     assert done.stop is not None and done.stop.reason is StopReason.CI_WIDTH
-    summary = summary_dict(report_run(config, tmp_path / "run"))
+    summary = summary_dict(report_run(build_campaign(config), tmp_path / "run"))
     info = summary["score"]
     assert info["interval"] == "group_sequential" and info["half_width"] == 0.06
     assert "repeated confidence interval" in info["guarantee"] and info["width_goal_met"]
@@ -330,7 +330,7 @@ def test_ranking_and_width_together(tmp_path: Path, scenario: Path) -> None:
     data = base_config("s.npz", stopping=[both], max_trials_per_question=400)
     config = load(write_config(tmp_path / "c.yaml", data))
     done = run_inline(config, tmp_path / "run")
-    summary = summary_dict(report_run(config, tmp_path / "run"))
+    summary = summary_dict(report_run(build_campaign(config), tmp_path / "run"))
     assert summary["score"]["width_goal_met"]
     assert all(d.settled or d.futile for d in done.decisions)
 
@@ -340,7 +340,7 @@ def test_the_outputs_lead_with_one_score_in_the_ranking_order(
 ) -> None:
     config = load(write_config(tmp_path / "c.yaml", base_config("s.npz")))
     run_inline(config, tmp_path / "run")
-    report_run(config, tmp_path / "run")
+    report_run(build_campaign(config), tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     models = summary["models"]
     scores = [m["score"] for m in models]

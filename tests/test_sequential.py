@@ -17,6 +17,7 @@ from scipy.stats import binomtest, norm
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import Verdict
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.config.schema import parse_config
 from adaptive_eval.decide.contracts import CampaignView, any_of, decide_pairs, settle_pairs
@@ -428,7 +429,7 @@ def test_summary_states_rule_boundary_budget_and_warns_on_naive(tmp_path: Path, 
     data = base_config("s.npz", pair_rules=[rule])
     config = load_config(write_config(tmp_path / "c.yaml", data))
     run_inline(config, tmp_path / "run")
-    summary = summary_dict(report_run(config, tmp_path / "run"))
+    summary = summary_dict(report_run(build_campaign(config), tmp_path / "run"))
     rules = summary["decision_rules"]
     assert rules["error_control"] == "ranking" and rules["pair_alpha"] == pytest.approx(0.025)
     settled = [p for p in summary["pairs"] if p["decision"] != "undecided"]

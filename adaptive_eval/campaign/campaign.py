@@ -17,16 +17,23 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
+from adaptive_eval.config.settings import BudgetSettings, CampaignSettings, RunRecord
 from adaptive_eval.decide.spec import DecisionSpec
 
 __all__ = ["Campaign", "RunSpec", "fingerprint_of"]
+
+
+def _record(settings: CampaignSettings, recorded: dict[str, Any]) -> RunRecord:
+    """The run folder's record of a config whose dump is ``recorded`` (config.yaml's text as
+    :meth:`~adaptive_eval.config.schema.CampaignConfig.settle` writes it)."""
+    return replace(settings.run_record, config_yaml=yaml.safe_dump(recorded, sort_keys=False))
 
 
 def fingerprint_of(identity: dict[str, Any]) -> str:
@@ -110,10 +117,25 @@ class Campaign:
         settings = self.run.settings
         recorded = yaml.safe_load(settings.run_record.config_yaml)
         recorded["policy"]["min_trials_per_question"] = minimum
-        record = replace(settings.run_record, config_yaml=yaml.safe_dump(recorded, sort_keys=False))
-        settings = replace(settings, policy=decision.policy, run_record=record)
+        settings = replace(settings, policy=decision.policy, run_record=_record(settings, recorded))
         run = replace(self.run, settings=settings).with_identity(identity)
         return Campaign(decision, run)
+
+    def with_library(self, path: Path) -> Campaign:
+        """This campaign keeping and reusing trials in the library ``path`` (absolute), as a
+        config naming it would; the identity is kept (a library never decides a trial, it only
+        holds them)."""
+        settings = self.run.settings
+        recorded = yaml.safe_load(settings.run_record.config_yaml)
+        # Where the config's dump holds it: after the grader, before compare.
+        ordered = {}
+        for key, value in recorded.items():
+            if key != "library":
+                ordered[key] = value
+            if key == "grader":
+                ordered["library"] = str(path)
+        settings = replace(settings, library=path, run_record=_record(settings, ordered))
+        return Campaign(self.decision, replace(self.run, settings=settings))
 
     def with_plans(self, plans: tuple[BackendPlan, ...]) -> Campaign:
         """This campaign with its entries' plans replaced (one to one, the same models)."""

@@ -232,6 +232,7 @@ def _score_line(campaign: Campaign) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from adaptive_eval.base.summary_schema import json_text
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.outputs.report import render_console
     from adaptive_eval.workflows.report import report_run
@@ -245,7 +246,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return report_command(run_dir, args.out, args.html, args.json)
     if not config_path.exists():
         raise InputError("no config.yaml: not a run directory", source=str(run_dir))
-    summary = report_run(load_config(config_path), run_dir)
+    summary = report_run(build_campaign(load_config(config_path)), run_dir)
     if args.html:
         from adaptive_eval.outputs.report_html import FILENAME
 

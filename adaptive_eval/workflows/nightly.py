@@ -76,7 +76,7 @@ from adaptive_eval.workflows.run import run_campaign
 EXIT_ALERT = 3
 #: What a nightly history folder holds (see the module docstring).
 HISTORY_FILES = ("library.sqlite", "nights.jsonl", "summary.md", "runs", "error.log")
-Runner = Callable[[CampaignConfig, Path], Summary]
+Runner = Callable[[Campaign, Path], Summary]
 
 
 def _night(value: str | None) -> str:
@@ -375,14 +375,14 @@ def read_past_summary(run_dir: Path) -> Summary:
 NIGHT_SIMULATIONS = 30
 
 
-def night_forecast(config: CampaignConfig, run_dir: Path) -> dict[str, Any] | None:
+def night_forecast(campaign: Campaign, run_dir: Path) -> dict[str, Any] | None:
     """Tonight's forecast from the library (written to the night's ``forecast.json``), as the
     night's record keeps it; ``None`` where the night cannot be forecast (a resumed night)."""
     if (run_dir / TrialStore.FILENAME).exists():
         return None  # a night re-run over its own trials: its forecast was made before
     try:
         request = ForecastRequest(out=run_dir, simulations=NIGHT_SIMULATIONS)
-        found = run_forecast(build_campaign(config), request)
+        found = run_forecast(campaign, request)
     except (AdaptiveEvalError, OSError) as error:
         # The night's samples matter more than its forecast: it goes on without one.
         print(f"nightly: no forecast tonight ({error}); sampling goes on", file=sys.stderr)
@@ -524,9 +524,11 @@ def run_nightly(
             f"--flip-alerts must be one of {', '.join(FLIP_ALERTS)}, got {flip_alerts!r}"
         )
     tonight = _night(night)
-    if config.library is None:
-        config = config.model_copy(update={"library": str((history / "library.sqlite").resolve())})
+    # Without a library of its own the history keeps one: each night reuses the last's trials.
+    library = None if config.library is not None else (history / "library.sqlite").resolve()
     campaign = build_campaign(config)
+    if library is not None:
+        campaign = campaign.with_library(library)
     check_before_sampling(campaign)
     if history.exists() and not history.is_dir():
         raise InputError("exists and is not a folder", source=str(history), field="--history")
@@ -555,15 +557,20 @@ def run_nightly(
             source=error.source,
             field=error.field,
         ) from None
-    config, prior = last_night_prior(config, previous, campaign.names)
+    betting, prior = last_night_prior(config, previous, campaign.names)
+    tonight_campaign = campaign
+    if prior is not None:
+        tonight_campaign = build_campaign(betting)
+        if library is not None:
+            tonight_campaign = tonight_campaign.with_library(library)
     if runner is None:
 
-        def runner(c: CampaignConfig, d: Path) -> Summary:
-            return run_campaign(build_campaign(c), d, quiet=quiet)
+        def runner(tonight: Campaign, folder: Path) -> Summary:
+            return run_campaign(tonight, folder, quiet=quiet)
 
     run_dir = runs / tonight
-    forecast = night_forecast(config, run_dir)
-    summary = runner(config, run_dir)
+    forecast = night_forecast(tonight_campaign, run_dir)
+    summary = runner(tonight_campaign, run_dir)
     # Read as the nights before it are: summary.json's values, validated.
     tonight_summary = summary_schema.validate(summary_schema.record(summary))
     save_posterior(campaign, run_dir)

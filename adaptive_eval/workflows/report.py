@@ -9,10 +9,8 @@ from typing import Any
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import Summary
-from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
-from adaptive_eval.config.schema import CampaignConfig
 from adaptive_eval.loop import runner
 from adaptive_eval.loop.rundir import earlier_outputs
 from adaptive_eval.store import RunLock, TrialStore
@@ -20,13 +18,13 @@ from adaptive_eval.workflows.compare import comparison_finish
 from adaptive_eval.workflows.run import Finish, concluder
 
 
-def report_run(config: CampaignConfig, run_dir: Path) -> Summary:
-    """Rebuild the posterior from a run's store (no Ray) and rewrite its outputs.
+def report_run(campaign: Campaign, run_dir: Path) -> Summary:
+    """Rebuild the posterior of ``campaign`` (built from the run's config.yaml) from the run's
+    store, without Ray, and rewrite its outputs.
 
     Keeps what only the run itself knew (``dispatch``, ``resumed``) from the store's metadata,
     or from the summary.json being replaced when the run predates that metadata.
     """
-    campaign = build_campaign(config)
     if not (run_dir / TrialStore.FILENAME).exists() and not earlier_outputs(run_dir):
         raise InputError("holds no recorded campaign", source=str(run_dir))
     finish: Finish | None = None
