@@ -252,7 +252,7 @@ def plan_parts(config_path: Path) -> tuple[Any, Any]:
     from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
 
-    plan = build_campaign(load_config(config_path)).plans[0]
+    plan = build_campaign(load_config(config_path)).run.plans[0]
     partial_make = plan.make_worker(0)
     return partial_make.args[0], partial_make.args[1]  # type: ignore[attr-defined]
 

@@ -131,7 +131,7 @@ def test_identity_ignores_execution_settings(tmp_path: Path, scenario: Path) -> 
     a = build_campaign(load_config(path))
     b = build_campaign(load_config(path, ["execution.workers=4", "execution.batch_size=3"]))
     c = build_campaign(load_config(path, ["seed=8"]))
-    assert a.fingerprint == b.fingerprint != c.fingerprint
+    assert a.run.fingerprint == b.run.fingerprint != c.run.fingerprint
 
 
 def test_demo_scenario_matches_the_paper_scores() -> None:

@@ -129,4 +129,4 @@ def test_a_run_recorded_with_limits_in_its_identity_still_resumes(
     )
     store.close()
     assert resumed
-    assert meta(tmp_path / "run", "fingerprint") == build_campaign(load(path)).fingerprint
+    assert meta(tmp_path / "run", "fingerprint") == build_campaign(load(path)).run.fingerprint

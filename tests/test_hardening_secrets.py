@@ -149,7 +149,7 @@ def test_a_worker_process_scrubs_the_key_it_read_itself(
     monkeypatch.setenv("ECHO_TEST_KEY", ENV_KEY)
     with FlakyServer(script=["echo-401"]) as server:
         config = _config(tmp_path, server.url, api_key_env="ECHO_TEST_KEY", max_concurrency=1)
-        plan = build_campaign(load_config(config)).plans[0]
+        plan = build_campaign(load_config(config)).run.plans[0]
         monkeypatch.setattr(redaction, "_known", set())  # a fresh process: nothing remembered
         worker = plan.make_worker(0)()
         with pytest.raises(BackendError) as caught:

@@ -41,7 +41,7 @@ def _data(url: str, **options: Any) -> dict[str, Any]:
 
 
 def _worker(url: str, **options: Any) -> OpenAIWorker:
-    worker = build_campaign(parse_config(_data(url, **options))).plans[0].make_worker(0)()
+    worker = build_campaign(parse_config(_data(url, **options))).run.plans[0].make_worker(0)()
     assert isinstance(worker, OpenAIWorker)
     return worker
 

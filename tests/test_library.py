@@ -113,7 +113,8 @@ def test_the_library_path_is_not_part_of_the_run_identity(
 ) -> None:
     campaign = build_campaign(load(config_path))
     assert (
-        campaign.run.fingerprint == build_campaign(load(config_path, ["library=null"])).fingerprint
+        campaign.run.fingerprint
+        == build_campaign(load(config_path, ["library=null"])).run.fingerprint
     )
 
 

@@ -64,7 +64,7 @@ def config(url: str, *, limit: int = 4, name: str = "srv", **options: Any) -> An
 
 
 def worker_for(url: str, **options: Any) -> OpenAIWorker:
-    plan = build_campaign(config(url, **options)).plans[0]
+    plan = build_campaign(config(url, **options)).run.plans[0]
     worker = plan.make_worker(0)()
     assert isinstance(worker, OpenAIWorker)
     return worker
@@ -177,7 +177,7 @@ def test_missing_api_key_in_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ADAPTIVE_EVAL_TEST_KEY", "sk-test")
     plan = build_campaign(
         config("http://127.0.0.1:9/v1", api_key_env="ADAPTIVE_EVAL_TEST_KEY")
-    ).plans[0]
+    ).run.plans[0]
     monkeypatch.delenv("ADAPTIVE_EVAL_TEST_KEY")
     with pytest.raises(BackendError, match="ADAPTIVE_EVAL_TEST_KEY"):
         plan.make_worker(0)()
@@ -427,7 +427,7 @@ def test_requests_stay_in_flight_across_batch_boundaries() -> None:
     import threading
 
     with SlowServer(slow_s=1.5, fast_s=0.1, answers=ANSWERS) as server:
-        plan = build_campaign(config(server.url, max_concurrency=4)).plans[0]
+        plan = build_campaign(config(server.url, max_concurrency=4)).run.plans[0]
         assert plan.actor_concurrency == 3  # in_flight_per_worker (2) batches + control
         worker = plan.make_worker(0)()
         assert isinstance(worker, OpenAIWorker)
@@ -474,7 +474,7 @@ def test_the_served_model_is_recorded_and_a_stated_revision_is_the_identity(
         data["policy"] = {"min_trials_per_question": 1, "max_trials_per_question": 1}
         run_inline(parse_config(data), tmp_path / "run")
         other = build_campaign(config(server.url, limit=2, revision="2026-11-02"))
-        assert other.fingerprint != build_campaign(cfg).fingerprint
+        assert other.run.fingerprint != build_campaign(cfg).run.fingerprint
     (model,) = collect(tmp_path / "run").models
     assert model.served == [server.model] == ["flaky"]  # what the server said, not our name
     # What it said when the campaign was planned: its /models card (no /version here).
@@ -528,7 +528,7 @@ def test_a_server_serving_other_weights_under_the_same_name_is_resampled(
         server.version = "0.7.0"  # the same weights under another vLLM
         reused, changes = night_against_the_library(tmp_path, server.url)
         assert reused == 0 and "version 0.6.3 -> version 0.7.0" in changes[0]
-        identity = build_campaign(config(server.url)).identity["files"][0]["server"]
+        identity = build_campaign(config(server.url)).run.identity["files"][0]["server"]
     assert identity == (
         "id srv; root /models/candidate-b; owned_by vllm; max_model_len 4096; version 0.7.0"
     )
@@ -543,8 +543,8 @@ def test_a_server_without_models_says_once_what_the_identity_rests_on(
     with FlakyServer(model="srv", models=False) as server:
         first = build_campaign(config(server.url, revision="r7"))
         again = build_campaign(config(server.url, revision="r7"))
-        assert first.fingerprint == again.fingerprint
-        assert first.identity["files"][0]["server"] == "card not reported; version none"
+        assert first.run.fingerprint == again.run.fingerprint
+        assert first.run.identity["files"][0]["server"] == "card not reported; version none"
         (line,) = capsys.readouterr().err.strip().splitlines()  # once, not per plan
         assert line == (
             f"models[0] (srv): the server at {server.url} reports no model card (GET /models: "
@@ -552,11 +552,14 @@ def test_a_server_without_models_says_once_what_the_identity_rests_on(
             "'srv' only"
         )
         server.models = True  # now it answers: the identity is what it reports
-        assert build_campaign(config(server.url, revision="r7")).fingerprint != first.fingerprint
+        assert (
+            build_campaign(config(server.url, revision="r7")).run.fingerprint
+            != first.run.fingerprint
+        )
     # No server at all (nothing listens on port 9): planned all the same, and said once.
     served_identity._said.clear()
     lone = build_campaign(config("http://127.0.0.1:9/v1"))
-    assert lone.identity["files"][0]["server"] == "card not reported; version none"
+    assert lone.run.identity["files"][0]["server"] == "card not reported; version none"
     err = capsys.readouterr().err
     assert "reports no model card (GET /models: no answer" in err
     assert "rests on the served model name 'srv' (state options.revision" in err
@@ -582,7 +585,7 @@ def test_an_older_run_without_the_servers_report_still_resumes(tmp_path: Path) -
     from adaptive_eval.loop.rundir import identity_changes
 
     with FlakyServer(model="srv", card=VLLM_CARD) as server:
-        identity = build_campaign(config(server.url)).identity
+        identity = build_campaign(config(server.url)).run.identity
     older = json.loads(json.dumps(identity))
     del older["files"][0]["server"]
     assert identity_changes(older, identity) == []

@@ -3,8 +3,8 @@
 :func:`adaptive_eval.campaign.checks.check_goals` was not handed the built pair rules, so
 :func:`~adaptive_eval.campaign.checks.check_rule_priors` built them again and read the earlier
 run's summary.json a second time (up to 64 MB, parsed and validated twice). It now checks the
-rules :func:`~adaptive_eval.campaign.build.build_campaign` built; nightly, which has no built
-rules, still has them built for each night it tries.
+rules :func:`~adaptive_eval.campaign.build.build_campaign` built; nightly gives each night it
+tries to the built campaign's rules (:func:`~adaptive_eval.campaign.build.with_rule_prior`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from test_betting_prior import _summary
 
 import policies.betting
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.campaign.build import build_campaign
-from adaptive_eval.campaign.checks import check_rule_priors
+from adaptive_eval.campaign.build import build_campaign, with_rule_prior
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,9 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _config(root: Path, **rule: Any) -> Path:
-    data = base_config("s.npz", pair_rules=[{"name": "betting", "prior": "earlier", **rule}])
+    """A campaign of one betting rule on ``root / "earlier"`` (``prior=None``: on none)."""
+    spec = {"name": "betting", "prior": "earlier", **rule}
+    data = base_config("s.npz", pair_rules=[{k: v for k, v in spec.items() if v is not None}])
     return write_config(root / "betting.yaml", data)
 
 
@@ -68,17 +69,28 @@ def test_a_prior_that_does_not_fit_is_still_refused_naming_the_rule(
     assert len(reads) == 1, reads
 
 
-def test_without_built_rules_check_rule_priors_builds_them(
+def test_a_prior_given_to_the_built_campaign_is_the_campaign_built_with_it(
     earlier: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As nightly calls it, on each past night it could bet on."""
+    """Issue 49, item 1: nightly gives last night's run to its betting rules as a typed change of
+    the built campaign (:func:`with_rule_prior`), which reads the run once and equals the
+    campaign a config naming that prior builds: the rule's scores, the identity, the
+    fingerprint and config.yaml; a run the rule cannot bet on is refused naming the rule."""
+    run = (earlier / "earlier").resolve()
+    plain = build_campaign(load(_config(earlier, prior=None)))
     reads = _reads(monkeypatch)
-    config = load(_config(earlier))
-    check_rule_priors(config, ["a", "b", "c"])
+    given = with_rule_prior(plain, [0], run)
     assert len(reads) == 1
-    with pytest.raises(InputError, match="none of its models"):
-        check_rule_priors(config, ["p", "q"])
-    assert len(reads) == 2
+    named = build_campaign(load(_config(earlier, prior=str(run))))
+    assert given.decision.pair_rules[0].prior_scores == named.decision.pair_rules[0].prior_scores
+    assert given.run.identity == named.run.identity
+    assert given.run.fingerprint == named.run.fingerprint != plain.run.fingerprint
+    assert given.run.settings.run_record == named.run.settings.run_record
+    unfitting = build_campaign(load(_config(earlier, prior=None, prior_models={"x": "a"})))
+    with pytest.raises(InputError) as info:
+        with_rule_prior(unfitting, [0], run)
+    assert info.value.field == "policy.pair_rules[0]"
+    assert "prior_models maps 'x', which is no model of this campaign" in str(info.value)
 
 
 def test_the_identity_holds_the_priors_scores_not_its_path(earlier: Path, tmp_path: Path) -> None:
@@ -91,9 +103,9 @@ def test_the_identity_holds_the_priors_scores_not_its_path(earlier: Path, tmp_pa
     moved = tmp_path / "moved"
     shutil.copytree(earlier, moved)
     again = build_campaign(load(_config(moved)))
-    assert again.fingerprint == first.fingerprint
-    assert str(earlier) not in json.dumps(first.identity)
-    (prior,) = first.identity["config"]["policy"]["pair_rules"]
+    assert again.run.fingerprint == first.run.fingerprint
+    assert str(earlier) not in json.dumps(first.run.identity)
+    (prior,) = first.run.identity["config"]["policy"]["pair_rules"]
     assert set(prior["prior"]) == {"scores_sha256"}
 
     summary = moved / "earlier" / "summary.json"
@@ -101,4 +113,4 @@ def test_the_identity_holds_the_priors_scores_not_its_path(earlier: Path, tmp_pa
     document["models"][0]["score"] = round(document["models"][0]["score"] + 0.01, 6)
     summary.write_text(json.dumps(document))
     changed = build_campaign(load(_config(moved)))
-    assert changed.fingerprint != first.fingerprint
+    assert changed.run.fingerprint != first.run.fingerprint

@@ -446,4 +446,4 @@ def test_a_width_campaigns_default_baseline_is_the_fixed_n_of_its_width(
     # A campaign without a width goal keeps the default N.
     plain = base_config("s.npz", max_trials_per_question=400)
     del plain["baseline"]
-    assert build_campaign(load(write_config(tmp_path / "p.yaml", plain))).fixed_n == 80
+    assert build_campaign(load(write_config(tmp_path / "p.yaml", plain))).run.fixed_n == 80

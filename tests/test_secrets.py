@@ -133,8 +133,8 @@ def test_a_rotated_key_is_the_same_campaign(tmp_path: Path) -> None:
     second = build_campaign(
         load_config(_openai_config(tmp_path, "http://a:1/v1", "sk-new-key-0000"))
     )
-    assert first.fingerprint == second.fingerprint
-    assert KEY not in json.dumps(first.identity)
+    assert first.run.fingerprint == second.run.fingerprint
+    assert KEY not in json.dumps(first.run.identity)
 
 
 def test_a_store_whose_identity_holds_a_credential_resumes_and_forgets_it(

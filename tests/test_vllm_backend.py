@@ -176,7 +176,7 @@ def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
 
     from adaptive_eval.backends.vllm import VllmWorker
 
-    plan = build_campaign(parse_config(campaign_data(models))).plans[0]
+    plan = build_campaign(parse_config(campaign_data(models))).run.plans[0]
     setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
     actor = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=4)(VllmWorker).remote(
         setup, settings, 0
@@ -227,7 +227,7 @@ def test_engine_that_cannot_start_names_the_engine_args(
     from adaptive_eval.backends.vllm import VllmWorker
 
     data = campaign_data(models, cpu_kvcache_gb=1 << 20)  # a KV cache of 1 PiB cannot fit
-    plan = build_campaign(parse_config(data)).plans[0]
+    plan = build_campaign(parse_config(data)).run.plans[0]
     setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
     actor = ray.remote(num_cpus=1, max_restarts=0)(VllmWorker).remote(setup, settings, 0)
     with pytest.raises(ray.exceptions.RayActorError) as info:

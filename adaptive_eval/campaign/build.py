@@ -11,15 +11,19 @@ refused at the first of these that finds it, always the same one.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adaptive_eval.base.summary_schema import DecisionRules, PluginRecord
-from adaptive_eval.campaign.campaign import Campaign, RunSpec, fingerprint_of
-from adaptive_eval.campaign.checks import check_goals, check_plans
+from adaptive_eval.campaign.campaign import Campaign, RunSpec, fingerprint_of, recorded_with
+from adaptive_eval.campaign.checks import check_goals, check_plans, check_rule_priors
 from adaptive_eval.campaign.parts import (
     DEFAULT_PAIR_RULE,
     build_allocator,
@@ -31,7 +35,7 @@ from adaptive_eval.campaign.parts import (
 )
 from adaptive_eval.config import registry
 from adaptive_eval.config.registry import pair_rules
-from adaptive_eval.config.schema import CampaignConfig, plugin_spec
+from adaptive_eval.config.schema import CampaignConfig, PluginSpec, plugin_spec
 from adaptive_eval.decide.contracts import PairRule
 from adaptive_eval.decide.core import Limits
 from adaptive_eval.decide.noninferiority import VARIANCE_INFLATION
@@ -47,6 +51,7 @@ __all__ = [
     "describe_stopping",
     "fingerprint_of",
     "plugin_records",
+    "with_rule_prior",
 ]
 
 #: Fields of the default pair rule that belong to its design (the rest come from ``policy``).
@@ -176,6 +181,37 @@ def build_campaign(config: CampaignConfig) -> Campaign:
         fixed_n_note,
     )
     return Campaign(decision, run)
+
+
+def with_rule_prior(campaign: Campaign, indices: Sequence[int], prior: Path) -> Campaign:
+    """``campaign`` with each pair rule at ``indices`` (``betting`` rules that name no earlier
+    run) betting on the earlier run ``prior`` (an absolute folder), as a config giving them that
+    ``prior`` would build it: the rules built anew (the run's scores read, an unreadable or
+    unfitting run refused naming ``policy.pair_rules[i]``), the identity naming the scores by
+    content (:func:`rule_priors_by_content`) and config.yaml the run (nightly's last night)."""
+    settings = campaign.run.settings
+    identity = copy.deepcopy(campaign.run.identity)
+    refs = identity["config"]["policy"]["pair_rules"]
+    rules = list(campaign.decision.pair_rules)
+    for index in indices:
+        ref = refs[index] if isinstance(refs[index], dict) else {"name": refs[index]}
+        refs[index] = {**ref, "prior": str(prior)}
+        name, params = plugin_spec(PluginSpec(**refs[index]))
+        field = f"policy.pair_rules[{index}]"
+        rules[index] = pair_rules.build(name, params, source=settings.source, field=field)
+    decision = campaign.decision
+    check_rule_priors(rules, decision.names, decision.weights, settings.source, indices)
+    identity["config"] = rule_priors_by_content(identity["config"], tuple(rules))
+
+    def edit(recorded: dict[str, Any]) -> dict[str, Any]:
+        written = recorded["policy"]["pair_rules"]
+        for index in indices:
+            ref = written[index] if isinstance(written[index], dict) else {"name": written[index]}
+            written[index] = {**ref, "prior": str(prior)}
+        return recorded
+
+    run = replace(campaign.run, settings=recorded_with(settings, edit)).with_identity(identity)
+    return Campaign(replace(decision, pair_rules=tuple(rules)), run)
 
 
 def rule_priors_by_content(

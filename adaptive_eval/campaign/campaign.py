@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,16 +25,21 @@ import numpy as np
 import yaml
 
 from adaptive_eval.backends.base import BackendPlan
-from adaptive_eval.config.settings import BudgetSettings, CampaignSettings, RunRecord
+from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.decide.spec import DecisionSpec
 
-__all__ = ["Campaign", "RunSpec", "fingerprint_of"]
+__all__ = ["Campaign", "RunSpec", "fingerprint_of", "recorded_with"]
 
 
-def _record(settings: CampaignSettings, recorded: dict[str, Any]) -> RunRecord:
-    """The run folder's record of a config whose dump is ``recorded`` (config.yaml's text as
-    :meth:`~adaptive_eval.config.schema.CampaignConfig.settle` writes it)."""
-    return replace(settings.run_record, config_yaml=yaml.safe_dump(recorded, sort_keys=False))
+def recorded_with(
+    settings: CampaignSettings, edit: Callable[[dict[str, Any]], dict[str, Any]]
+) -> CampaignSettings:
+    """``settings`` whose run-folder record (config.yaml, as
+    :meth:`~adaptive_eval.config.schema.CampaignConfig.settle` writes the config's dump) is
+    ``edit`` of the recorded dump: a typed change records what a config making it would."""
+    recorded = edit(yaml.safe_load(settings.run_record.config_yaml))
+    text = yaml.safe_dump(recorded, sort_keys=False)
+    return replace(settings, run_record=replace(settings.run_record, config_yaml=text))
 
 
 def fingerprint_of(identity: dict[str, Any]) -> str:
@@ -114,10 +120,12 @@ class Campaign:
         minimum = decision.policy.min_trials_per_question
         identity = copy.deepcopy(self.run.identity)
         identity["config"]["policy"]["min_trials_per_question"] = minimum
-        settings = self.run.settings
-        recorded = yaml.safe_load(settings.run_record.config_yaml)
-        recorded["policy"]["min_trials_per_question"] = minimum
-        settings = replace(settings, policy=decision.policy, run_record=_record(settings, recorded))
+
+        def edit(recorded: dict[str, Any]) -> dict[str, Any]:
+            recorded["policy"]["min_trials_per_question"] = minimum
+            return recorded
+
+        settings = replace(recorded_with(self.run.settings, edit), policy=decision.policy)
         run = replace(self.run, settings=settings).with_identity(identity)
         return Campaign(decision, run)
 
@@ -125,16 +133,18 @@ class Campaign:
         """This campaign keeping and reusing trials in the library ``path`` (absolute), as a
         config naming it would; the identity is kept (a library never decides a trial, it only
         holds them)."""
-        settings = self.run.settings
-        recorded = yaml.safe_load(settings.run_record.config_yaml)
-        # Where the config's dump holds it: after the grader, before compare.
-        ordered = {}
-        for key, value in recorded.items():
-            if key != "library":
-                ordered[key] = value
-            if key == "grader":
-                ordered["library"] = str(path)
-        settings = replace(settings, library=path, run_record=_record(settings, ordered))
+
+        def edit(recorded: dict[str, Any]) -> dict[str, Any]:
+            # Where the config's dump holds it: after the grader, before compare.
+            ordered = {}
+            for key, value in recorded.items():
+                if key != "library":
+                    ordered[key] = value
+                if key == "grader":
+                    ordered["library"] = str(path)
+            return ordered
+
+        settings = replace(recorded_with(self.run.settings, edit), library=path)
         return Campaign(self.decision, replace(self.run, settings=settings))
 
     def with_plans(self, plans: tuple[BackendPlan, ...]) -> Campaign:

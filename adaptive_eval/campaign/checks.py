@@ -19,7 +19,7 @@ import numpy as np
 
 from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.campaign.parts import COMPOSITES, build_pair_rules
+from adaptive_eval.campaign.parts import COMPOSITES
 from adaptive_eval.config.registry import pair_rules
 from adaptive_eval.config.schema import CampaignConfig, plugin_spec
 from adaptive_eval.decide.contracts import PairRule
@@ -83,7 +83,8 @@ def check_goals(
     goal (:func:`_check_width_goal`), a fixed-N baseline no larger than a replay's recorded
     trials per question, the prior of each of the campaign's pair rules ``rules`` (as built
     from ``policy.pair_rules``) fitting the campaign (:func:`check_rule_priors`)."""
-    check_rule_priors(config, [name for plan in plans for name in plan.models], rules)
+    names = [name for plan in plans for name in plan.models]
+    check_rule_priors(rules, names, config.rubric.weights, config.source)
     _check_width_goal(config, design, capacity, len(plans[0].question_ids))
     recorded = [plan.capacity for plan in plans if plan.capacity is not None]
     fixed_n = config.baseline.fixed_n
@@ -106,19 +107,21 @@ class ChecksItsPrior(Protocol):
 
 
 def check_rule_priors(
-    config: CampaignConfig, names: Sequence[str], rules: Sequence[PairRule] | None = None
+    rules: Sequence[PairRule],
+    names: Sequence[str],
+    weights: Sequence[float] | np.ndarray,
+    source: str | None,
+    indices: Sequence[int] | None = None,
 ) -> None:
-    """Each pair rule's prior fits the campaign of models ``names``: its scores within the
-    rubric's range, at least one of its models in the campaign, ``prior_models`` naming models
-    of it (:meth:`policies.betting.Betting.check_campaign`). ``rules`` are the config's pair
-    rules as :func:`~adaptive_eval.campaign.parts.build_pair_rules` built them, in
-    ``policy.pair_rules`` order (the campaign's, so an earlier run's summary.json is read once);
-    without them they are built here, and a prior that cannot be read at all is refused then,
-    naming ``policy.pair_rules[i]``. Nightly calls this on each past night it could bet on."""
-    weights = config.rubric.weights
+    """Each built pair rule's prior fits the campaign of models ``names`` and rubric ``weights``:
+    its scores within the rubric's range, at least one of its models in the campaign,
+    ``prior_models`` naming models of it (:meth:`policies.betting.Betting.check_campaign`).
+    ``rules`` are in ``policy.pair_rules`` order, whose index the error names; ``indices``:
+    check only those (nightly checks the rules it gave last night's run)."""
     low, high = float(min(weights)), float(max(weights))
-    built = build_pair_rules(config) if rules is None else rules
-    for index, rule in enumerate(built):
+    for index, rule in enumerate(rules):
+        if indices is not None and index not in indices:
+            continue
         if not isinstance(rule, ChecksItsPrior):
             continue
         try:
@@ -126,7 +129,7 @@ def check_rule_priors(
         except ValueError as error:
             label = pair_rules.label(pair_rules.resolved(rule).name)
             raise InputError(
-                f"{label}: {error}", source=config.source, field=f"policy.pair_rules[{index}]"
+                f"{label}: {error}", source=source, field=f"policy.pair_rules[{index}]"
             ) from None
 
 

@@ -58,9 +58,9 @@ from adaptive_eval.base.errors import AdaptiveEvalError, InputError, first_few
 from adaptive_eval.base.files import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.base.summary_schema import ModelRow, Nightly, Summary
 from adaptive_eval.base.types import Verdict
-from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.build import build_campaign, with_rule_prior
 from adaptive_eval.campaign.campaign import Campaign
-from adaptive_eval.campaign.checks import check_rule_priors, plugin_spec
+from adaptive_eval.campaign.checks import plugin_spec
 from adaptive_eval.config.schema import CampaignConfig, PluginSpec
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
@@ -246,49 +246,41 @@ def ranking_flips(before: Sequence[ModelRow], now: Sequence[ModelRow]) -> list[d
     return flips
 
 
-def last_night_prior(
-    config: CampaignConfig, previous: list[Path], names: Sequence[str]
-) -> tuple[CampaignConfig, str | None]:
-    """The config with last night's run as the prior of each ``betting`` pair rule that names
-    none (its bets lean on last night's scores, a changed candidate's included; none of its
+def last_night_prior(campaign: Campaign, previous: list[Path]) -> tuple[Campaign, str | None]:
+    """``campaign`` with last night's run as the prior of each ``betting`` pair rule that
+    names none (its bets lean on last night's scores, a changed candidate's included; none of its
     trials count as tonight's), and that run's folder (None: no rule took it, or no night
     before tonight can be its prior).
 
     "Last night" is the newest finished night whose summary.json can be tonight's prior, checked
     as a configured prior is (readable, finite scores, in the rubric's range, sharing a model
-    with tonight's campaign of models ``names``): a night that cannot (a damaged file, such as a
+    with tonight's campaign): a night that cannot (a damaged file, such as a
     NaN score) is passed over with one warning naming it and the way out, and the night before
     it is tried. A damaged night used to fail every later night until its file was mended by
     hand (issue 48); a prior only chooses the bets, never the guarantee, so an older night's is
     as sound, if less sharp."""
-    refs = list(config.policy.pair_rules or [])
-    taking: dict[int, dict[str, Any]] = {}
+    refs = campaign.run.identity["config"]["policy"].get("pair_rules") or []
+    taking = []
     for index, ref in enumerate(refs):
-        name, params = plugin_spec(ref)
+        name, params = plugin_spec(ref if isinstance(ref, str) else PluginSpec(**ref))
         if name == "betting" and "prior" not in params and "scores" not in params:
-            taking[index] = params
+            taking.append(index)
     if not taking:
-        return config, None
+        return campaign, None
     passed: list[tuple[Path, str]] = []
     for night in reversed(previous):
         if not (night / "summary.json").exists():
             continue  # a night that did not finish
         last = night.resolve()  # the config's relative paths are its folder's, not ours
-        rules = [
-            PluginSpec(name="betting", **taking[i], prior=str(last)) if i in taking else ref
-            for i, ref in enumerate(refs)
-        ]
-        policy = config.policy.model_copy(update={"pair_rules": rules})
-        candidate = config.model_copy(update={"policy": policy})
         try:
-            check_rule_priors(candidate, names)
+            betting = with_rule_prior(campaign, taking, last)
         except InputError as error:
             passed.append((night, error.message))
             continue
         _warn_passed_over(passed, f"night {night.name}'s scores")
-        return candidate, str(last)
+        return betting, str(last)
     _warn_passed_over(passed, "no prior (as on a first night)")
-    return config, None
+    return campaign, None
 
 
 def _warn_passed_over(passed: list[tuple[Path, str]], instead: str) -> None:
@@ -557,12 +549,7 @@ def run_nightly(
             source=error.source,
             field=error.field,
         ) from None
-    betting, prior = last_night_prior(config, previous, campaign.names)
-    tonight_campaign = campaign
-    if prior is not None:
-        tonight_campaign = build_campaign(betting)
-        if library is not None:
-            tonight_campaign = tonight_campaign.with_library(library)
+    tonight_campaign, prior = last_night_prior(campaign, previous)
     if runner is None:
 
         def runner(tonight: Campaign, folder: Path) -> Summary:
