@@ -47,25 +47,29 @@ is parsed and dumped again with sorted keys; the value of each of these keys bec
 * ``first_result`` (the store's meta: when the first batch came back and, under Ray, how many
   trials it held: whichever worker answered first);
 * the live forecast, whose forecasts are made whenever its process is free (how many, at which
-  round and with how many simulations depends on the machine's load): summary.json's
-  ``live_forecast``; ``live_forecast`` events are dropped from events.jsonl;
+  round and with how many simulations, and whether one finishes at all in a short run, depends
+  on the machine's load): the ``live_forecast`` key is dropped wherever it stands (summary.json,
+  the store's meta); ``live_forecast`` events are dropped from events.jsonl, and so are
+  ``policy_warmup`` and ``slow_policy`` (logged when a decision phase took longer than its
+  threshold: the machine's load again);
 * the environment: ``packages``, ``packages_later``, ``report_build``, ``hostname``, ``host``,
   ``pid``.
 
 A trial's ``worker`` in the store keeps its name with digits replaced by ``N`` (under Ray, which
 actor drew a batch is scheduling). Masked in every string and text file, by exact value or
-regular expression: the temporary folder (``<TMP>``), the repository's folder (``<REPO>``),
-this machine's hostname (``<HOST>``), the campaign ids read from the runs' summary.json and
-events.jsonl (``name-`` + 8 random hex digits: ``<CAMPAIGN_ID>``), ISO date-times (``<TIME>``;
-a night's date, 2026-01-0N, is an input and stays), durations ("took 2 s", "(3s)", "4.1 s
-wall", "about 4 min (3-5)"), Inspect's version banner, the console's ``wall time:`` forecast
-line, and its timed ``progress:`` lines (printed every few seconds; the final ``progress:
-done ...`` line is kept). report.md and report.html: the "Live forecast over the run" section
-(and the page's live-forecast figure) is removed, the forecast table's "wall time (s)" row, the
-"Packages the run used" and "This report was written by" lines are masked, and matplotlib's SVG
-ids (``p``/``m``/``image`` + 10 hex digits: a random salt per process) become ``<ID>``.
-Nothing else is masked: trials, seeds, decisions, scores, z, boundaries, exit codes, plans,
-digest chains and the sha256s of inputs must match byte for byte.
+regular expression: the temporary folder (``<TMP>``), the repository's folder (``<REPO>``), this
+machine's hostname (``<HOST>``), the campaign ids read from the runs' summary.json and
+events.jsonl (``name-`` + 8 random hex digits: ``<CAMPAIGN_ID>``), ISO date-times (``<TIME>``; a
+night's date, 2026-01-0N, is an input and stays), durations ("took 2 s", "(3s)", "4.1 s wall",
+"about 4 min (3-5)"), Inspect's version banner, the console's ``wall time:`` forecast line, the
+name Inspect gives the bridge's hook (it names the distribution it finds the module in: the
+checkout's path), and its timed ``progress:`` lines (printed every few seconds; the final
+``progress: done ...`` line is kept). report.md and report.html: the "Live forecast over the
+run" section (and the page's live-forecast figure) is removed, the forecast table's "wall time
+(s)" row, the "Packages the run used" and "This report was written by" lines are masked, and
+matplotlib's SVG ids (``p``/``m``/``image`` + 10 hex digits: a random salt per process) become
+``<ID>``. Nothing else is masked: trials, seeds, decisions, scores, z, boundaries, exit codes,
+plans, digest chains and the sha256s of inputs must match byte for byte.
 
 ``--only demo,compare,...`` runs some steps (``forecast`` needs ``demo``: ``--from`` reads its
 run); ``--keep`` keeps the temporary work folder. The sweep stops at nothing: a command that
@@ -124,6 +128,9 @@ TIME_KEYS = {
 }
 ENV_KEYS = {"packages", "packages_later", "report_build", "hostname", "host", "pid"}
 RUN_KEYS = {"live_forecast"}
+#: Events that exist or not by timing: a live forecast (made when its process was free) and a
+#: decision phase slower than its threshold (``policy_warmup``, ``slow_policy``).
+TIMED_EVENTS = {"live_forecast", "policy_warmup", "slow_policy"}
 MASKED_KEYS = TIME_KEYS | ENV_KEYS | RUN_KEYS
 COPIED = (
     "summary.json",
@@ -204,6 +211,8 @@ class Sweep:
         text = text.replace(str(self.work.resolve()), "<TMP>").replace(str(self.work), "<TMP>")
         text = text.replace(str(REPO), "<REPO>")
         text = re.sub(r"\binspect_ai v\d[\w.+]*", "inspect_ai <VERSION>", text)
+        # Inspect names a hook by the distribution it finds the module in (the checkout's path).
+        text = re.sub(r"^(\s+)\S+: (adaptive_eval\.inspect:)", r"\1<HOOK>: \2", text, flags=re.M)
         host = socket.gethostname()
         text = re.sub(rf"\b{re.escape(host)}\b", "<HOST>", text) if len(host) > 2 else text
         # Date-times of the run (a night's date, 2026-01-0N, is an input and stays).
@@ -223,7 +232,11 @@ class Sweep:
         if key is not None and (key in MASKED_KEYS or key.endswith(("_wall_s", "_utc"))):
             return MASK
         if isinstance(value, dict):
-            return {str(k): self.mask_json(v, str(k)) for k, v in value.items()}
+            # A live forecast is made when its process is free: whether a run has one at all
+            # depends on the machine's load, so the key is dropped, not only its value.
+            return {
+                str(k): self.mask_json(v, str(k)) for k, v in value.items() if k not in RUN_KEYS
+            }
         if isinstance(value, list):
             return [self.mask_json(v) for v in value]
         if isinstance(value, str):
@@ -248,6 +261,7 @@ class Sweep:
     def mask_report_md(self, text: str) -> str:
         # The live forecast's section (present only where one was made in time): removed.
         text = re.sub(r"## Live forecast over the run\n.*?(?=\n## |\Z)", "", text, flags=re.S)
+        text = re.sub(r"\n{3,}", "\n\n", text)
         text = re.sub(
             r"^\| wall time \(s\) \|.*$", "| wall time (s) | <masked> |", text, flags=re.M
         )
@@ -288,7 +302,7 @@ class Sweep:
             rows = [
                 self.mask_json(row)
                 for row in map(json.loads, filter(str.strip, text.splitlines()))
-                if row.get("event") != "live_forecast"  # made when its process was free
+                if row.get("event") not in TIMED_EVENTS
             ]
             text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
         elif name == "report.md":
@@ -349,6 +363,7 @@ class Sweep:
             meta = {
                 key: self.mask_json(_json_or_text(value), key)
                 for key, value in conn.execute("SELECT key, value FROM meta ORDER BY key")
+                if key not in RUN_KEYS
             }
             trials = [
                 list(row)
