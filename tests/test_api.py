@@ -37,7 +37,8 @@ def readme_python() -> str:
 
 def test_readme_python_section_runs_as_written(tmp_path: Path) -> None:
     (tmp_path / "configs").symlink_to(REPO / "configs")
-    code = readme_python() + "\nprint('FORECAST', forecast.trials.p50)\n"
+    code = readme_python() + "\nprint('FORECAST', forecast.trials.p50)"
+    code += "\nprint('MODELS', decision.num_models)\n"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -51,7 +52,8 @@ def test_readme_python_section_runs_as_written(tmp_path: Path) -> None:
     assert first.split()[0] in ("pairs_settled", "futility", "max_trials")
     summary = json.loads((tmp_path / "runs/notebook/summary.json").read_text())
     assert summary["models"][0]["name"] in first  # what it printed is what the folder holds
-    assert float(done.stdout.split("FORECAST")[1]) > 0
+    assert float(done.stdout.split("FORECAST")[1].split()[0]) > 0
+    assert int(done.stdout.split("MODELS")[1]) == len(summary["models"])
 
 
 def _without_ids(path: Path) -> dict[str, object]:
