@@ -152,9 +152,7 @@ def test_an_earlier_run_is_the_prior_by_model_name(tmp_path: Path) -> None:
     data = base_config("s.npz", pair_rules=[{"name": "betting", "prior": "earlier"}])
     campaign = build_campaign(load(write_config(tmp_path / "b.yaml", data)))
     (built,) = campaign.decision.pair_rules  # the config's relative path is its folder's
-    assert (
-        built.decision.prior == str(earlier.resolve()) and built.prior_scores == rule.prior_scores
-    )
+    assert built.prior == str(earlier.resolve()) and built.prior_scores == rule.prior_scores
     again = tmp_path / "again"
     run_inline(load(tmp_path / "b.yaml"), again)
     assert main(["report", str(again), "--json"]) == 0

@@ -15,6 +15,7 @@ from test_nightly import _checkpoint, _setup, inline
 
 from adaptive_eval.base import markdown as md
 from adaptive_eval.base.errors import InputError
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.workflows.nightly import alert_text, run_nightly
 
@@ -25,14 +26,16 @@ def test_a_past_night_whose_predecessor_was_pruned_is_refused_not_overwritten(
 ) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-07-01", keep=1, runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-07-01", keep=1, runner=inline)
     _checkpoint(tmp_path, 0.3)  # a regression: night 07-02 alerts
-    alerting = run_nightly(load(path), history, night="2026-07-02", keep=1, runner=inline)
+    alerting = run_nightly(
+        build_campaign(load(path)), history, night="2026-07-02", keep=1, runner=inline
+    )
     assert alerting["exit_code"] == 3
     assert not (history / "runs" / "2026-07-01").exists()  # pruned by --keep 1
     before = (history / "nights.jsonl").read_text()
     with pytest.raises(InputError, match=r"follows night 2026-07-01, whose run folder was pruned"):
-        run_nightly(load(path), history, night="2026-07-02", keep=1, runner=inline)
+        run_nightly(build_campaign(load(path)), history, night="2026-07-02", keep=1, runner=inline)
     assert (history / "nights.jsonl").read_text() == before  # the alerting record is kept
     records = [json.loads(line) for line in before.splitlines()]
     assert records[-1]["exit_code"] == 3
@@ -44,14 +47,14 @@ def test_a_checkpoint_restored_to_one_the_library_knows_is_said_to_be_reused(
 ) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-08-01", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-08-01", runner=inline)
     _checkpoint(tmp_path, 0.3)
-    changed = run_nightly(load(path), history, night="2026-08-02", runner=inline)
+    changed = run_nightly(build_campaign(load(path)), history, night="2026-08-02", runner=inline)
     assert any(
         "ckpt" in line and "sampled anew, none reused" in line for line in changed["changed"]
     )
     _checkpoint(tmp_path, 0.7)  # restored: the library holds its trials from 08-01
-    restored = run_nightly(load(path), history, night="2026-08-03", runner=inline)
+    restored = run_nightly(build_campaign(load(path)), history, night="2026-08-03", runner=inline)
     (line,) = [line for line in restored["changed"] if "ckpt" in line]
     assert "none reused" not in line and "which are reused" in line
     assert restored["sampled"] < restored["trials_used"]
@@ -75,14 +78,14 @@ def test_a_night_whose_summary_holds_a_nan_is_passed_over_as_the_prior(
     damaged file and the way out (``adaptive-eval report`` rewrites it from the night's store)."""
     path = _betting(_setup(tmp_path))
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-09-01", runner=inline)
-    run_nightly(load(path), history, night="2026-09-02", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-09-01", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-09-02", runner=inline)
     damaged = history / "runs" / "2026-09-02" / "summary.json"
     document = json.loads(damaged.read_text())
     document["models"][0]["score"] = float("nan")
     damaged.write_text(json.dumps(document))
     capsys.readouterr()
-    third = run_nightly(load(path), history, night="2026-09-03", runner=inline)
+    third = run_nightly(build_campaign(load(path)), history, night="2026-09-03", runner=inline)
     assert third["prior"] == str((history / "runs" / "2026-09-01").resolve())
     (warning,) = [line for line in capsys.readouterr().err.splitlines() if "prior" in line]
     assert "night 2026-09-02 cannot be tonight's prior" in warning
@@ -92,7 +95,7 @@ def test_a_night_whose_summary_holds_a_nan_is_passed_over_as_the_prior(
     # The way out works: the night's summary.json is rewritten from its store, and is a prior.
     assert main(["report", str(history / "runs" / "2026-09-02")]) == 0
     assert "NaN" not in damaged.read_text()
-    fourth = run_nightly(load(path), history, night="2026-09-04", runner=inline)
+    fourth = run_nightly(build_campaign(load(path)), history, night="2026-09-04", runner=inline)
     assert fourth["prior"] == str((history / "runs" / "2026-09-03").resolve())
 
 
@@ -102,9 +105,11 @@ def test_summary_md_lists_each_alert_in_words(tmp_path: Path) -> None:
     the night's alert.md, which ``--keep`` deletes with the night's folder."""
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-10-01", keep=1, runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-10-01", keep=1, runner=inline)
     _checkpoint(tmp_path, 0.3)  # a regression: night 10-02 alerts
-    alerting = run_nightly(load(path), history, night="2026-10-02", keep=1, runner=inline)
+    alerting = run_nightly(
+        build_campaign(load(path)), history, night="2026-10-02", keep=1, runner=inline
+    )
     assert alerting["exit_code"] == 3 and alerting["alerts"]
     text = (history / "summary.md").read_text()
     section = text.split("## 2026-10-02", 1)[1].split("## ", 1)[0]
@@ -120,13 +125,18 @@ def test_a_last_night_that_cannot_be_read_is_refused_before_sampling(tmp_path: P
     after tonight's trials were sampled. Now before, naming the file and the way out."""
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-11-01", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-11-01", runner=inline)
     damaged = history / "runs" / "2026-11-01" / "summary.json"
     damaged.write_text("{not json")
     with pytest.raises(InputError, match="cannot be read as JSON") as info:
-        run_nightly(load(path), history, night="2026-11-02", runner=inline)
+        run_nightly(build_campaign(load(path)), history, night="2026-11-02", runner=inline)
     assert info.value.source == str(damaged)
     assert f"`adaptive-eval report {damaged.parent}` rewrites" in str(info.value)
     assert not (history / "runs" / "2026-11-02").exists()  # nothing sampled
     assert main(["report", str(damaged.parent)]) == 0
-    assert run_nightly(load(path), history, night="2026-11-02", runner=inline)["exit_code"] == 0
+    assert (
+        run_nightly(build_campaign(load(path)), history, night="2026-11-02", runner=inline)[
+            "exit_code"
+        ]
+        == 0
+    )

@@ -13,6 +13,7 @@ import yaml
 from helpers import TEST_SET, NullLog, load, mimic_success, write_config, write_scenario
 
 from adaptive_eval.base.summary_schema import ModelRow, Summary
+from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.control.controller import Controller
@@ -98,16 +99,16 @@ def test_nights_reuse_sample_nothing_new_and_alert_on_a_planted_regression(
 ) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    first = run_nightly(load(path), history, night="2026-01-01", runner=inline)
+    first = run_nightly(build_campaign(load(path)), history, night="2026-01-01", runner=inline)
     assert first["sampled"] == first["trials_used"] > 0 and first["exit_code"] == 0
 
-    second = run_nightly(load(path), history, night="2026-01-02", runner=inline)
+    second = run_nightly(build_campaign(load(path)), history, night="2026-01-02", runner=inline)
     assert second["sampled"] == 0 and second["reused"] == first["trials_used"]
     assert second["alerts"] == [] and second["exit_code"] == 0
     assert second["ranking"] == first["ranking"]
 
     _checkpoint(tmp_path, 0.3)  # the checkpoint regressed: new files, new library cells
-    third = run_nightly(load(path), history, night="2026-01-03", runner=inline)
+    third = run_nightly(build_campaign(load(path)), history, night="2026-01-03", runner=inline)
     assert third["exit_code"] == 3
     drops = [a for a in third["alerts"] if a["kind"] == "score_drop"]
     assert [a["model"] for a in drops] == ["ckpt"]
@@ -212,7 +213,9 @@ def test_retention_keeps_the_last_nights(tmp_path: Path) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
     for day in (1, 2, 3):
-        run_nightly(load(path), history, night=f"2026-02-0{day}", keep=2, runner=inline)
+        run_nightly(
+            build_campaign(load(path)), history, night=f"2026-02-0{day}", keep=2, runner=inline
+        )
     assert sorted(p.name for p in (history / "runs").iterdir()) == ["2026-02-02", "2026-02-03"]
     assert len((history / "nights.jsonl").read_text().splitlines()) == 3
     assert (history / "library.sqlite").exists()
@@ -257,9 +260,9 @@ def _estimates(run_dir: Path) -> dict[str, float]:
 def test_history_and_alerts_compare_the_estimate_not_bayes_at_n(tmp_path: Path) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    first = run_nightly(load(path), history, night="2026-04-01", runner=inline)
+    first = run_nightly(build_campaign(load(path)), history, night="2026-04-01", runner=inline)
     _checkpoint(tmp_path, 0.3)
-    second = run_nightly(load(path), history, night="2026-04-02", runner=inline)
+    second = run_nightly(build_campaign(load(path)), history, night="2026-04-02", runner=inline)
     for record, night in ((first, "2026-04-01"), (second, "2026-04-02")):
         estimates = _estimates(history / "runs" / night)
         assert {m["name"]: m["score"] for m in record["ranking"]} == estimates
@@ -280,9 +283,9 @@ def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
     workers), night 2 finds every trial in the library and must not start the workers at all."""
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    first = run_nightly(load(path, [TEST_SET]), history, night="2026-05-01")
+    first = run_nightly(build_campaign(load(path, [TEST_SET])), history, night="2026-05-01")
     assert first["sampled"] > 0 and len(no_ray) == 1
-    second = run_nightly(load(path, [TEST_SET]), history, night="2026-05-02")
+    second = run_nightly(build_campaign(load(path, [TEST_SET])), history, night="2026-05-02")
     assert second["sampled"] == 0 and second["reused"] == first["trials_used"]
     assert len(no_ray) == 1  # no worker was started for the second night
     events = (history / "runs" / "2026-05-02" / "events.jsonl").read_text()
@@ -295,10 +298,10 @@ def test_a_night_with_nothing_new_to_sample_does_not_start_ray(
 def test_a_past_night_rerun_takes_its_place_in_date_order(tmp_path: Path) -> None:
     path = _setup(tmp_path)
     history = tmp_path / "history"
-    run_nightly(load(path), history, night="2026-05-01", runner=inline)
-    run_nightly(load(path), history, night="2026-05-05", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-05-01", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-05-05", runner=inline)
     _checkpoint(tmp_path, 0.3)  # what 05-02 evaluated: a regressed checkpoint
-    late = run_nightly(load(path), history, night="2026-05-02", runner=inline)
+    late = run_nightly(build_campaign(load(path)), history, night="2026-05-02", runner=inline)
     # Compared with the night before it (05-01), not with the newest (05-05).
     assert [a["model"] for a in late["alerts"] if a["kind"] == "score_drop"] == ["ckpt"]
     nights = [json.loads(x)["night"] for x in (history / "nights.jsonl").read_text().splitlines()]
@@ -315,9 +318,9 @@ def test_a_recovered_model_is_news_not_an_alert(
     path = _setup(tmp_path)
     history = tmp_path / "history"
     _checkpoint(tmp_path, 0.3)
-    run_nightly(load(path), history, night="2026-06-01", runner=inline)
+    run_nightly(build_campaign(load(path)), history, night="2026-06-01", runner=inline)
     _checkpoint(tmp_path, 0.7)  # the checkpoint recovered: it moves up past "medium"
-    night = run_nightly(load(path), history, night="2026-06-02", runner=inline)
+    night = run_nightly(build_campaign(load(path)), history, night="2026-06-02", runner=inline)
     assert night["exit_code"] == 0 and night["alerts"] == []
     (flip,) = [n for n in night["news"] if n["pair"] == ["ckpt", "medium"]]
     assert flip["direction"] == "up" and flip["now"] == "ckpt"
@@ -326,10 +329,12 @@ def test_a_recovered_model_is_news_not_an_alert(
         in (history / "summary.md").read_text()
     )
     # Opted in, an upward flip alerts too; a drop alerts by default.
-    every = run_nightly(load(path), history, night="2026-06-02", runner=inline, flip_alerts="any")
+    every = run_nightly(
+        build_campaign(load(path)), history, night="2026-06-02", runner=inline, flip_alerts="any"
+    )
     assert every["exit_code"] == 3 and flip in every["alerts"]
     _checkpoint(tmp_path, 0.3)
-    down = run_nightly(load(path), history, night="2026-06-03", runner=inline)
+    down = run_nightly(build_campaign(load(path)), history, night="2026-06-03", runner=inline)
     flips = [a for a in down["alerts"] if a["kind"] == "ranking_flip"]
     assert flips and all(a["direction"] == "down" for a in flips)
     # The console line of an alert is a sentence, not a raw dict.
@@ -344,10 +349,10 @@ def test_a_betting_rule_takes_last_nights_run_as_its_prior(tmp_path: Path) -> No
     data["policy"]["pair_rules"] = [{"name": "betting", "futility": 0.0}]
     path.write_text(yaml.safe_dump(data))
     history = tmp_path / "history"
-    first = run_nightly(load(path), history, night="2026-01-01", runner=inline)
+    first = run_nightly(build_campaign(load(path)), history, night="2026-01-01", runner=inline)
     assert "prior" not in first  # no night before it
     _checkpoint(tmp_path, 0.72)  # new weights, nearly the same score
-    second = run_nightly(load(path), history, night="2026-01-02", runner=inline)
+    second = run_nightly(build_campaign(load(path)), history, night="2026-01-02", runner=inline)
     last = (history / "runs" / "2026-01-01").resolve()
     assert second["prior"] == str(last)
     summary = json.loads((history / "runs" / "2026-01-02" / "summary.json").read_text())

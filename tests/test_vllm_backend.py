@@ -419,12 +419,12 @@ def test_a_checkpoint_replaced_in_place_is_sampled_anew_by_the_next_night(
     data["models"] = [{**data["models"][0], "path": str(candidate), "name": "candidate"}]
     monkeypatch.setenv("ADAPTIVE_EVAL_HASH_CACHE", str(tmp_path / "hashes.sqlite"))
     history = tmp_path / "history"
-    first = run_nightly(parse_config(data), history, night="2026-11-01")
+    first = run_nightly(build_campaign(parse_config(data)), history, night="2026-11-01")
     assert first["sampled"] > 0 and first["reused"] == 0
-    same = run_nightly(parse_config(data), history, night="2026-11-02")
+    same = run_nightly(build_campaign(parse_config(data)), history, night="2026-11-02")
     assert same["sampled"] == 0 and same["reused"] == first["sampled"]
     shutil.copyfile(other / "model.safetensors", weights)  # same size, other weights
-    swapped = run_nightly(parse_config(data), history, night="2026-11-03")
+    swapped = run_nightly(build_campaign(parse_config(data)), history, night="2026-11-03")
     assert swapped["reused"] == 0 and swapped["sampled"] == first["sampled"]
     (line,) = swapped["changed"]
     assert line.startswith("model candidate changed since the library last saw it (model_files ")

@@ -418,13 +418,14 @@ def cmd_forecast(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
+    from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
     from adaptive_eval.workflows.nightly import alert_text, run_nightly
 
-    config = load_config(args.config, args.set)
+    campaign = build_campaign(load_config(args.config, args.set))
     print(f"nightly: running {args.config} with the history in {args.history}", flush=True)
     record = run_nightly(
-        config,
+        campaign,
         Path(args.history),
         night=args.night,
         keep=args.keep,

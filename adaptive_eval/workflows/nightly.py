@@ -58,10 +58,10 @@ from adaptive_eval.base.errors import AdaptiveEvalError, InputError, first_few
 from adaptive_eval.base.files import atomic_output, atomic_write, foreign_entries
 from adaptive_eval.base.summary_schema import ModelRow, Nightly, Summary
 from adaptive_eval.base.types import Verdict
-from adaptive_eval.campaign.build import build_campaign, with_rule_prior
+from adaptive_eval.campaign.build import with_rule_prior
 from adaptive_eval.campaign.campaign import Campaign
 from adaptive_eval.campaign.checks import plugin_spec
-from adaptive_eval.config.schema import CampaignConfig, PluginSpec
+from adaptive_eval.config.schema import PluginSpec
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import CoreState
 from adaptive_eval.decide.state import RunState, ViewSettings
@@ -499,7 +499,7 @@ def _check_predecessor(history: Path, runs: Path, tonight: str) -> None:
 
 
 def run_nightly(
-    config: CampaignConfig,
+    campaign: Campaign,
     history: Path,
     *,
     night: str | None = None,
@@ -517,10 +517,8 @@ def run_nightly(
         )
     tonight = _night(night)
     # Without a library of its own the history keeps one: each night reuses the last's trials.
-    library = None if config.library is not None else (history / "library.sqlite").resolve()
-    campaign = build_campaign(config)
-    if library is not None:
-        campaign = campaign.with_library(library)
+    if campaign.run.settings.library is None:
+        campaign = campaign.with_library((history / "library.sqlite").resolve())
     check_before_sampling(campaign)
     if history.exists() and not history.is_dir():
         raise InputError("exists and is not a folder", source=str(history), field="--history")
