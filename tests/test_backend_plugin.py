@@ -170,10 +170,11 @@ def engine_less() -> Any:
 def test_a_missing_engine_is_named_with_the_install_hint_its_registration_gave(
     engine_less: Any,
 ) -> None:
-    campaign = SimpleNamespace(
+    run = SimpleNamespace(
         plans=[SimpleNamespace(backend="simulated"), SimpleNamespace(backend="engine_less")],
         settings=SimpleNamespace(source="c.yaml"),
     )
+    campaign = SimpleNamespace(run=run)
     with pytest.raises(InputError) as info:
         cluster.check_engines(campaign)  # type: ignore[arg-type]
     assert info.value.message == (

@@ -217,4 +217,4 @@ def test_simulated_engine_runs_queued_batches_together(tmp_path: Path) -> None:
         tmp_path,
         {"backend": "simulated", "path": "s.npz", "latency": {**latency, "feed": False}},
     )
-    assert sequential.plans[0].actor_concurrency == 1
+    assert sequential.run.plans[0].actor_concurrency == 1

@@ -168,7 +168,7 @@ def test_rubric_weights_must_match_the_grader(tmp_path: Path) -> None:
 
 def test_vllm_plan_cpu_and_gpu_resources(tmp_path: Path) -> None:
     model = fake_model(tmp_path / "m", weights_mb=2)
-    cpu = build(tmp_path, [vllm_entry(model, device="cpu", max_model_len=256)]).plans[0]
+    cpu = build(tmp_path, [vllm_entry(model, device="cpu", max_model_len=256)]).run.plans[0]
     assert cpu.actor_options == {"num_cpus": 1}
     assert cpu.num_categories == 2 and cpu.models == ("m",) and cpu.capacity is None
     assert len(cpu.question_ids) == 20 and set(cpu.files) == {"dataset", "model_files", "engine"}
@@ -179,7 +179,7 @@ def test_vllm_plan_cpu_and_gpu_resources(tmp_path: Path) -> None:
     gpu = build(
         tmp_path,
         [vllm_entry(model, device="cuda", tensor_parallel_size=2, load_cost_s=90, num_cpus=4)],
-    ).plans[0]
+    ).run.plans[0]
     assert gpu.actor_options == {"num_cpus": 4, "num_gpus": 2}
     assert gpu.load_cost_s == 90
     settings = gpu.make_worker(0).args[1]  # type: ignore[attr-defined]
@@ -194,7 +194,7 @@ def test_engine_cpus_default_values_errors_and_run_identity(tmp_path: Path) -> N
     model = fake_model(tmp_path / "m")
 
     def settings(**options: Any) -> Any:
-        plan = build(tmp_path, [vllm_entry(model, **options)]).plans[0]
+        plan = build(tmp_path, [vllm_entry(model, **options)]).run.plans[0]
         return plan.make_worker(0).args[1]  # type: ignore[attr-defined]
 
     assert settings(device="cpu").engine_cpus == "auto"
@@ -207,7 +207,7 @@ def test_engine_cpus_default_values_errors_and_run_identity(tmp_path: Path) -> N
         assert "auto, off or a list of distinct core numbers" in str(error)
         assert repr(bad) in str(error)
     fingerprints = {
-        build(tmp_path, [vllm_entry(model, device="cpu", **options)]).fingerprint
+        build(tmp_path, [vllm_entry(model, device="cpu", **options)]).run.fingerprint
         for options in ({}, {"engine_cpus": "off"}, {"engine_cpus": [0]})
     }
     assert len(fingerprints) == 1
@@ -226,7 +226,7 @@ def test_openai_plan_and_option_errors(tmp_path: Path) -> None:
         "name": "srv",
         "options": {"base_url": "http://127.0.0.1:9/v1", "max_concurrency": 3},
     }
-    plan = build(tmp_path, [entry]).plans[0]
+    plan = build(tmp_path, [entry]).run.plans[0]
     assert plan.models == ("srv",) and plan.actor_options == {"num_cpus": 0.25}
     settings = plan.make_worker(0).args[1]  # type: ignore[attr-defined]
     assert settings.model == "srv" and settings.max_concurrency == 3
@@ -284,7 +284,7 @@ class EchoWorker(GenerationWorker):
 
 
 def echo_worker(tmp_path: Path) -> EchoWorker:
-    plan = build(tmp_path, [vllm_entry(fake_model(tmp_path / "m"))]).plans[0]
+    plan = build(tmp_path, [vllm_entry(fake_model(tmp_path / "m"))]).run.plans[0]
     setup = plan.make_worker(0).args[0]  # type: ignore[attr-defined]
     return EchoWorker(setup, 0, "echo")
 
@@ -504,7 +504,7 @@ class _FakeTokenizer:
 def fake_vllm_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: bool = True
 ) -> vllm.VllmWorker:
-    plan = build(tmp_path, [vllm_entry(fake_model(tmp_path / "m"), device="cpu")]).plans[0]
+    plan = build(tmp_path, [vllm_entry(fake_model(tmp_path / "m"), device="cpu")]).run.plans[0]
     setup, settings = plan.make_worker(0).args[:2]  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", type(sys)("vllm"))
     sys.modules["vllm"].SamplingParams = _FakeParams  # type: ignore[attr-defined]

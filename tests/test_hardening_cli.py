@@ -300,7 +300,9 @@ def test_a_moved_openai_server_is_the_same_campaign(tmp_path: Path) -> None:
         }
         return build_campaign(load(write_config(tmp_path / "c.yaml", data)))
 
-    assert campaign("http://a:8000/v1").fingerprint == campaign("http://b:9000/v1").fingerprint
+    assert (
+        campaign("http://a:8000/v1").run.fingerprint == campaign("http://b:9000/v1").run.fingerprint
+    )
 
 
 def test_make_bench_has_its_entry_point() -> None:

@@ -142,7 +142,7 @@ def test_another_engine_version_is_another_model(
 ) -> None:
     model = fake_model(tmp_path / "candidate", b"A" * 64)
     before = campaign_of(tmp_path, model)
-    engine = before.identity["files"][0]["engine"]
+    engine = before.run.identity["files"][0]["engine"]
     assert "device cpu" in engine and "dtype auto" in engine and "quantization none" in engine
     night(tmp_path, before)
     real = model_files._version
@@ -154,10 +154,10 @@ def test_another_engine_version_is_another_model(
     (line,) = changes
     assert "engine torch " in line and "-> torch 9.9.9" in line
     # dtype and quantisation are part of it too.
-    assert campaign_of(tmp_path, model, dtype="bfloat16").fingerprint != before.fingerprint
+    assert campaign_of(tmp_path, model, dtype="bfloat16").run.fingerprint != before.run.fingerprint
     assert (
         "dtype bfloat16"
-        in campaign_of(tmp_path, model, dtype="bfloat16").identity["files"][0]["engine"]
+        in campaign_of(tmp_path, model, dtype="bfloat16").run.identity["files"][0]["engine"]
     )
 
 

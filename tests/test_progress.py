@@ -44,9 +44,10 @@ def fake_controller(
         seconds_per_trial=lambda: rate,
         state=SimpleNamespace(planned=planned),
         campaign=SimpleNamespace(
-            capacity=np.array([10] * len(planned)),
-            fixed_n=5,
-            settings=SimpleNamespace(budget=SimpleNamespace(trials=None)),
+            decision=SimpleNamespace(capacity=np.array([10] * len(planned))),
+            run=SimpleNamespace(
+                fixed_n=5, settings=SimpleNamespace(budget=SimpleNamespace(trials=None))
+            ),
         ),
         wanted=np.array(wanted),
         store=SimpleNamespace(count_trials=lambda: recorded),
