@@ -352,7 +352,7 @@ class AdaptiveStopping:
 
     def _reset(self) -> None:
         """A fresh campaign (a new attempt rebuilds it from the runs Inspect reuses)."""
-        self.evals: dict[str, str] = {}  # eval id -> model, this attempt
+        self.evals: dict[str, EvalSpec] = {}  # model -> its eval, this attempt
         self.completed: set[str] = set()  # models whose eval completed
         self.questions: tuple[str, ...] | None = None
         self.epochs: int | None = None
@@ -373,11 +373,6 @@ class AdaptiveStopping:
         #: An eval retried alone whose partners' evals are over: the campaign rebuilt from
         #: their logs (None: not such a retry).
         self.resumed: dict[str, Any] | None = None
-        self._task_ids: dict[str, str] = {}  # model -> task id, this attempt
-        self._task_name = ""  # the task's name (Inspect's EvalSpec.task)
-        self._eval_set: str | None = None  # the attempt's eval set (EvalSpec.eval_set_id)
-        #: eval id -> its fail_on_error (EvalConfig), which says when its errored runs fail it
-        self._fail_on_error: dict[str, bool | float | None] = {}
         #: How many evals of this task the attempt's eval() call runs at once (None: not
         #: known; :func:`~adaptive_eval.inspect.context.evals_at_once`).
         self._at_once: int | None = None
@@ -400,7 +395,7 @@ class AdaptiveStopping:
     @property
     def done(self) -> bool:
         """Every eval that started has completed (a new eval() call gets a new bridge)."""
-        return bool(self.evals) and set(self.evals.values()) <= self.completed
+        return bool(self.evals) and set(self.evals) <= self.completed
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:
@@ -414,7 +409,7 @@ class AdaptiveStopping:
     # -- the protocol ---------------------------------------------------------------------------
     async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
         ids = tuple(str(s.id) for s in samples)
-        if task.model in self.evals.values() or task.run_id != (self._run or task.run_id):
+        if task.model in self.evals or task.run_id != (self._run or task.run_id):
             # The same model starts again, or a new eval() call: a new attempt (eval_set's
             # retry of a failed call, retry(), eval_retry's next log, a task re-run). The
             # campaign is rebuilt from the runs Inspect hands back.
@@ -441,11 +436,7 @@ class AdaptiveStopping:
                 f"the eval of {task.model} started after the campaign opened with "
                 f"{', '.join(self._index)}; pass models=[...] or start the evals in one call"
             )
-        self.evals[task.eval_id] = task.model
-        self._task_ids[task.model] = task.task_id
-        self._task_name = task.task
-        self._eval_set = task.eval_set_id
-        self._fail_on_error[task.eval_id] = task.config.fail_on_error
+        self.evals[task.model] = task
         self._at_once = context.evals_at_once(task.run_id, task.task, task.config.max_tasks)
         self.score_map.check_scorers(task.scorers, task.task)
         minimum = int(self.policy.get("min_trials_per_question", 2))
@@ -566,10 +557,10 @@ class AdaptiveStopping:
         campaign's evals together."""
         if self.failed is None:
             runs = len(self.questions or ()) * (self.epochs or 0)
-            for eval_id, model in self.evals.items():
+            for model, spec in self.evals.items():
                 if model in self.completed:
                     continue
-                if context.eval_failed(eval_id, self._fail_on_error.get(eval_id), runs):
+                if context.eval_failed(spec.eval_id, spec.config.fail_on_error, runs):
                     self.failed = CampaignEnded(
                         f"the eval of {model} failed before the campaign ended; its partners "
                         "end too, so that a retry (eval_set) resumes them together"
@@ -583,10 +574,10 @@ class AdaptiveStopping:
         """The model of the eval this call belongs to: the model Inspect evaluates in the
         call's context (``get_model()``), one of the attempt's evals."""
         name = context.current_model()
-        if name is None or name not in self.evals.values():
+        if name is None or name not in self.evals:
             raise InputError(
                 f"cannot tell which eval a call belongs to (active model {name!r}; evals: "
-                f"{', '.join(sorted(set(self.evals.values())))})"
+                f"{', '.join(sorted(self.evals))})"
             )
         return name
 
@@ -608,7 +599,7 @@ class AdaptiveStopping:
             while self.book is None:
                 if self.failed is not None:
                     raise self.failed
-                names = sorted(set(self.evals.values()))
+                names = sorted(self.evals)
                 since = time.monotonic() - self._last_start
                 try:
                     if self.models is not None and set(self.models) <= set(names):
@@ -650,7 +641,7 @@ class AdaptiveStopping:
     def _cannot_open(self, started: list[str], absent: list[str], never: bool) -> InputError:
         """One line: the evals of ``absent`` cannot (``never``: not while this eval runs) or
         did not (within ``wait_s``) start beside ``started``'s; nothing was run."""
-        task_ids = [self._task_ids[m] for m in started if m in self._task_ids]
+        task_ids = [self.evals[m].task_id for m in started]
         resuming = bool(
             self._reused or self._prior_folder or any(map(context.ran_before, task_ids))
         )
@@ -692,15 +683,16 @@ class AdaptiveStopping:
         if not started:
             return False
         model = started[0]
-        folder = context.log_folder(self._eval_set, self._task_ids[model])
+        spec = self.evals[model]
+        folder = context.log_folder(spec.eval_set_id, spec.task_id)
         if folder is None:
             return False
         prior = await prior_logs(
             folder,
-            self._task_ids[model],
-            next(e for e, m in self.evals.items() if m == model),
+            spec.task_id,
+            spec.eval_id,
             self._run or "",
-            self._task_name,
+            spec.task,
         )
         models = tuple(self.models or sorted(set(prior) | set(started)))
         partners = [m for m in models if m not in started]
