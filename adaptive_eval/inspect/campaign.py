@@ -101,19 +101,17 @@ class CampaignSpec:
                 f"cannot follow; use one of {', '.join(EPOCH_ALLOCATORS)}"
             )
         policy["max_trials_per_question"] = self.epochs
+        options: dict[str, Any] = {"models": list(self.models), "questions": list(self.questions)}
+        options["trials"] = self.epochs
         return {
             "name": self.name,
             "seed": 0,
-            "models": [dict(REPLAY) if recorded else self._entry()],
+            "models": [dict(REPLAY) if recorded else {"backend": "external", "options": options}],
             "rubric": {"weights": list(self.weights)},
             "policy": policy,
             "baseline": {"fixed_n": self.epochs},  # the task's epochs, every sample
             "execution": {"dispatch": "inline", "workers": 1},
         }
-
-    def _entry(self) -> dict[str, Any]:
-        options = {"models": list(self.models), "questions": list(self.questions)}
-        return {"backend": "external", "options": {**options, "trials": self.epochs}}
 
     def write(self, folder: Path, outcomes: np.ndarray) -> Path:
         """Write ``campaign.yaml`` and ``trials.npz`` (``outcomes`` (L, M, epochs))."""

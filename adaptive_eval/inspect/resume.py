@@ -228,14 +228,19 @@ def retry(logs: Any, **options: Any) -> list[Any]:
         if "args_passed" in {f.name for f in dataclasses.fields(SolverSpec)}:
             args["args_passed"] = getattr(spec, "solver_args_passed", None) or {}
         defaults["solver"] = SolverSpec(spec.solver, **args)
-    with _where(spec.task_file), resuming({str(h.eval.task_id) for h, _ in newest}):
-        _, logs_out = eval_set(
-            tasks=task,
-            task_args=spec.task_args_passed,
-            model=models,
-            log_dir=folder,
-            **{**defaults, **options},
-        )
+    global _RESUMING
+    _RESUMING = {str(h.eval.task_id) for h, _ in newest}  # the task ids its evals must have
+    try:
+        with _where(spec.task_file):
+            _, logs_out = eval_set(
+                tasks=task,
+                task_args=spec.task_args_passed,
+                model=models,
+                log_dir=folder,
+                **{**defaults, **options},
+            )
+    finally:
+        _RESUMING = None
     return list(logs_out)
 
 
@@ -256,23 +261,11 @@ def _where(task_file: str | None) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def resuming(task_ids: set[str]) -> Iterator[None]:
-    """While :func:`retry` runs, the task ids its evals must have: ``eval_set`` keeps a log's
-    task id when it resumes the log, and gives a task it could not pair with its log a new
-    one (it would run that eval from scratch; the bridge refuses it, see
-    :func:`resumed_elsewhere`)."""
-    global _RESUMING
-    _RESUMING = set(task_ids)
-    try:
-        yield
-    finally:
-        _RESUMING = None
-
-
 def resumed_elsewhere(task_id: str, model: str) -> str | None:
     """One line when :func:`retry` is running and an eval did not resume one of its logs
-    (None: it did, or no retry runs)."""
+    (None: it did, or no retry runs): ``eval_set`` keeps a log's task id when it resumes the
+    log, and gives a task it could not pair with its log a new one (it would run that eval
+    from scratch)."""
     if _RESUMING is None or task_id in _RESUMING:
         return None
     return (
