@@ -456,7 +456,7 @@ class AdaptiveStopping:
         self._scheduled.add((model, str(id), epoch))
         book = await self._book()
         started = time.perf_counter()  # the bridge's own time, waits excluded
-        if book is None or self.disengaged:
+        if self.disengaged:
             return self._timed(started, None)
         m, q = self._index[model], self._question_index[str(id)]
         deadline = time.monotonic() + self.wait_s
@@ -505,8 +505,6 @@ class AdaptiveStopping:
             self.failed = error
             await self._notify()
             raise
-        if book is None:
-            return
         applied = book.record(
             self._index[model], self._question_index[str(id)], epoch - 1, category
         )
@@ -581,7 +579,7 @@ class AdaptiveStopping:
             )
         return name
 
-    async def _book(self) -> RoundBook | None:
+    async def _book(self) -> RoundBook:
         """The campaign's round book, built once every eval of the campaign has registered.
 
         After ``register_s`` without them: an eval retried alone whose partners' evals are
@@ -628,6 +626,7 @@ class AdaptiveStopping:
                 finally:
                     condition.notify_all()
                 await _wait(condition, self.register_s / 4)
+        assert self.book is not None  # the loop ends once it is opened
         return self.book
 
     def _coming(self, started: list[str]) -> int | None:
