@@ -239,19 +239,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     config_path = Path(args.config) if args.config else run_dir / "config.yaml"
+    found = None
     if not config_path.exists() and args.config is None:
-        from adaptive_eval.inspect.report import is_inspect_folder, report_command
+        from adaptive_eval.inspect.report import is_inspect_folder, report_inspect
 
         if is_inspect_folder(run_dir):  # Inspect logs decided by adaptive_eval.inspect
-            return report_command(run_dir, args.out, args.html, args.json)
-    if not config_path.exists():
-        raise InputError("no config.yaml: not a run directory", source=str(run_dir))
-    summary = report_run(build_campaign(load_config(config_path)), run_dir)
+            found = report_inspect(run_dir, Path(args.out) if args.out else None)
+            summary, run_dir = found.summary, found.run_dir
+    if found is None:
+        if not config_path.exists():
+            raise InputError("no config.yaml: not a run directory", source=str(run_dir))
+        summary = report_run(build_campaign(load_config(config_path)), run_dir)
+    code = found.exit_code if found is not None else 0  # compare's, for Inspect logs
     if args.html:
         from adaptive_eval.outputs.report_html import FILENAME
 
         print(run_dir / FILENAME)
-        return 0
+        return code
     if args.json:
         print(json_text(summary))
     elif summary.comparison is not None:  # a compare folder: its verdict, as compare printed it
@@ -260,7 +264,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(render_console(summary) + "\n\n" + render(summary.comparison))
     else:
         print(render_console(summary))
-    return 0
+    if found is not None and not args.json:
+        print(found.runs_line())  # every run the Inspect logs hold against the trials used
+    return code
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

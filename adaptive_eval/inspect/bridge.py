@@ -1,27 +1,23 @@
-"""``inspect_ai.util.EarlyStopping`` backed by the project's decision core.
+"""``inspect_ai.util.EarlyStopping`` backed by the project's decision core (docs/inspect.md).
 
 One :class:`AdaptiveStopping` serves every model of an ``eval(task, model=[...])`` call:
 Inspect calls ``start_task`` once per eval (one per model), then ``schedule_sample(id, epoch)``
-before each run and ``complete_sample(id, epoch, scores)`` after it, without naming the model.
-The eval a call belongs to is read through Inspect's public API
-(:mod:`~adaptive_eval.inspect.context`): every call runs in its eval's task context, whose
-model ``inspect_ai.model.get_model()`` returns, and each model has one eval in a campaign's
-attempt (``start_task``'s spec names its model and ``eval_id``).
-
-Rounds are :class:`~adaptive_eval.inspect.rounds.RoundBook`'s: ``schedule_sample`` for an epoch
-whose round boundary has not come yet waits for it (the sample holds its slot meanwhile;
-Inspect schedules epoch by epoch, so the runs a round needs were scheduled before).
-A wait longer than ``wait_s`` (a trial that errored without a score) disengages the bridge:
-every later epoch runs, no further decision is taken, and the log says why. Never a decision on
-a partial view. Evals of the campaign that cannot start while this one runs (``max_tasks`` below
-the number of models, an eval retried alone by ``eval_retry``) end it with one line before any
-run: the campaign's evals resume together (:func:`~adaptive_eval.inspect.resume.retry`).
+before each run and ``complete_sample(id, epoch, scores)`` after it, without naming the model;
+:mod:`~adaptive_eval.inspect.context` tells which eval a call belongs to. Rounds are
+:class:`~adaptive_eval.inspect.rounds.RoundBook`'s: a run whose round boundary has not come
+waits for it (Inspect schedules epoch by epoch, so the runs a round needs were scheduled
+before). A wait longer than ``wait_s`` (a trial that errored without a score) disengages the
+bridge: every later epoch runs, no further decision is taken, and the log says why; never a
+decision on a partial view. Evals of the campaign that cannot start while this one runs end it
+with one line before any run: the campaign's evals resume together
+(:func:`~adaptive_eval.inspect.resume.retry`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -32,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.base.types import Verdict
 from adaptive_eval.campaign.checkpoint import Judge, exit_code
 from adaptive_eval.forecast.forecaster import LiveForecaster
 from adaptive_eval.forecast.live import LIVE_SIMULATIONS
@@ -91,15 +86,9 @@ def check_inspect_version(version: str | None = None) -> str:
 #: (not known). A scorer of one's own declares its values as ``@scorer(metrics=[...],
 #: score_values=["C", "P", "I"])`` (Inspect keeps extra ``@scorer`` arguments as its metadata).
 BUILTIN_VALUES: dict[str, tuple[str, ...]] = {
-    "match": ("C", "I"),
-    "includes": ("C", "I"),
-    "pattern": ("C", "I"),
-    "answer": ("C", "I"),
-    "exact": ("C", "I"),
-    "math": ("C", "I"),
+    **dict.fromkeys(("match", "includes", "pattern", "answer", "exact", "math"), ("C", "I")),
     "choice": ("C", "I", "N"),
-    "model_graded_qa": ("C", "I"),
-    "model_graded_fact": ("C", "I"),
+    **dict.fromkeys(("model_graded_qa", "model_graded_fact"), ("C", "I")),
 }
 #: Values an Inspect scorer returns from a release on only: ``choice`` answers ``N`` (no
 #: answer) from 0.3.264; before it an unanswered choice was ``I``.
@@ -121,9 +110,13 @@ class ScoreMap:
         mapping: Mapping[Any, int] | Sequence[str] | None = None,
         scorer: str | None = None,
     ) -> None:
+        if isinstance(mapping, str):
+            raise InputError(f"score_map {mapping!r}: give a dict ({{'P': 1}}) or a list (['P=1'])")
         if mapping is None:
             table = dict(DEFAULT_MAP)
-        elif isinstance(mapping, Mapping):
+        elif not isinstance(mapping, Mapping):
+            table = parse_map([str(item) for item in mapping])
+        else:
             table = {}
             for key, value in mapping.items():
                 try:
@@ -138,16 +131,11 @@ class ScoreMap:
                         f"(score_map={{{key!r}: CATEGORY}})"
                     )
                 table[norm] = int(value)
-        elif isinstance(mapping, str):
-            raise InputError(f"score_map {mapping!r}: give a dict ({{'P': 1}}) or a list (['P=1'])")
-        else:
-            table = parse_map([str(item) for item in mapping])
         if not table:
             raise InputError("score_map is empty; map at least the scores C and I")
-        negative = {k: v for k, v in table.items() if v < 0}
-        if negative:
-            key, value = next(iter(negative.items()))
-            raise InputError(f"score_map {key!r}: category {value} is below 0")
+        for key, value in table.items():
+            if value < 0:
+                raise InputError(f"score_map {key!r}: category {value} is below 0")
         if scorer is not None and (not isinstance(scorer, str) or not scorer):
             raise InputError(f"scorer= names a scorer of the task, got {scorer!r}")
         self.table: dict[float | str, int] = table
@@ -166,24 +154,10 @@ class ScoreMap:
         keys: list[str] = []
         for spec in scorers:
             keys.append(context.unique_scorer_name(str(spec.name), keys))
-        if self.scorer is not None:
-            if self.scorer not in keys:
-                raise InputError(
-                    f"task {task}: no scorer {self.scorer!r} (scorers: {', '.join(keys)}); "
-                    "name one with scorer="
-                )
-            spec = scorers[keys.index(self.scorer)]
-        elif len(scorers) > 1:
-            raise InputError(
-                f"task {task}: {len(scorers)} scorers ({', '.join(keys)}); name one with scorer="
-            )
-        else:
-            spec = scorers[0]
-        name = str(spec.name)
-        metadata = dict(spec.metadata or {})
-        options = dict(spec.options or {})
-        values: tuple[Any, ...] | None = None
-        source = f"scorer {name!r}"
+        absent = f"no scorer {self.scorer!r} (scorers: {', '.join(keys)}); name one with scorer="
+        spec = self._chosen(dict(zip(keys, scorers, strict=True)), f"task {task}", absent)
+        name, options, metadata = str(spec.name), dict(spec.options or {}), spec.metadata or {}
+        values: tuple[Any, ...]
         if DECLARED in metadata:
             declared = metadata[DECLARED]
             if isinstance(declared, str) or not isinstance(declared, Sequence):
@@ -198,33 +172,33 @@ class ScoreMap:
                 "grade the task with a scorer that returns C / I (exact(), match(), ...)"
             )
         elif name in BUILTIN_VALUES and not options.get("grade_pattern"):
-            values = tuple(v for v in BUILTIN_VALUES[name] if _returns(name, v))
-            if options.get("partial_credit"):
-                values = (*values, "P")
+            known = BUILTIN_VALUES[name]
+            values = tuple(v for v in known if context.since(VALUE_SINCE.get((name, v), ())))
+            values += ("P",) if options.get("partial_credit") else ()
             source = f"Inspect's scorer {name!r}"
-        if values is None:
+        else:
             return
+        where = f"task {task}: {source}"
         for value in values:
-            where = f"task {task}: {source}"
             self._mapped(value, where, f"{where} can return {value!r}, which has")
 
     def category(self, scores: Mapping[str, SampleScore], where: str) -> int:
-        if self.scorer is not None:
-            if self.scorer not in scores:
-                raise InputError(
-                    f"{where}: no score from scorer {self.scorer!r} (scorers: "
-                    f"{', '.join(sorted(scores)) or 'none'})"
-                )
-            score = scores[self.scorer]
-        elif len(scores) == 1:
-            score = next(iter(scores.values()))
-        else:
-            raise InputError(
-                f"{where}: {len(scores)} scorers ({', '.join(sorted(scores))}); "
-                "name one with scorer="
-            )
-        value = score.score.value
+        names = ", ".join(sorted(scores)) or "none"
+        absent = f"no score from scorer {self.scorer!r} (scorers: {names})"
+        value = self._chosen(dict(sorted(scores.items())), where, absent).score.value
         return self.table[self._mapped(value, where, f"{where}: score {value!r} has")]
+
+    def _chosen(self, found: Mapping[str, Any], where: str, absent: str) -> Any:
+        """The entry of ``found`` (by scorer key) of ``scorer=``, else the only one."""
+        if self.scorer is not None:
+            if self.scorer not in found:
+                raise InputError(f"{where}: {absent}")
+            return found[self.scorer]
+        if len(found) != 1:
+            raise InputError(
+                f"{where}: {len(found)} scorers ({', '.join(found)}); name one with scorer="
+            )
+        return next(iter(found.values()))
 
     def _mapped(self, value: Any, where: str, said: str) -> Any:
         """``value``'s key in the table, else one error naming ``where`` it came from (``said``
@@ -239,17 +213,6 @@ class ScoreMap:
                 f"score_map={{{value!r}: CATEGORY}} (mapped: {sorted(map(str, self.table))})"
             )
         return key
-
-
-def _returns(scorer: str, value: str) -> bool:
-    """Whether Inspect's scorer returns ``value`` in the installed release."""
-    since = VALUE_SINCE.get((scorer, value))
-    if since is None:
-        return True
-    try:
-        return context.inspect_version() >= since
-    except ValueError:  # not a release number (a local build): the newest behaviour
-        return True
 
 
 #: How often a waiting call looks whether a partner eval has failed (seconds).
@@ -384,14 +347,12 @@ class AdaptiveStopping:
                 "policy.max_trials_per_question is the task's epochs under Inspect; set epochs"
             )
         check_policy(name, self.policy)
-        self._attempt: set[str] = set()  # models started in this attempt
         self._run: str | None = None  # the attempt's eval() call (Inspect's run_id)
         self._reset()
 
     def _reset(self) -> None:
         """A fresh campaign (a new attempt rebuilds it from the runs Inspect reuses)."""
-        self._attempt = set()
-        self.evals: dict[str, str] = {}  # eval id -> model
+        self.evals: dict[str, EvalSpec] = {}  # model -> its eval, this attempt
         self.completed: set[str] = set()  # models whose eval completed
         self.questions: tuple[str, ...] | None = None
         self.epochs: int | None = None
@@ -412,12 +373,6 @@ class AdaptiveStopping:
         #: An eval retried alone whose partners' evals are over: the campaign rebuilt from
         #: their logs (None: not such a retry).
         self.resumed: dict[str, Any] | None = None
-        self._eval_ids: dict[str, str] = {}  # model -> eval id, this attempt
-        self._task_ids: dict[str, str] = {}  # model -> task id, this attempt
-        self._task_name = ""  # the task's name (Inspect's EvalSpec.task)
-        self._eval_set: str | None = None  # the attempt's eval set (EvalSpec.eval_set_id)
-        #: eval id -> its fail_on_error (EvalConfig), which says when its errored runs fail it
-        self._fail_on_error: dict[str, bool | float | None] = {}
         #: How many evals of this task the attempt's eval() call runs at once (None: not
         #: known; :func:`~adaptive_eval.inspect.context.evals_at_once`).
         self._at_once: int | None = None
@@ -440,17 +395,21 @@ class AdaptiveStopping:
     @property
     def done(self) -> bool:
         """Every eval that started has completed (a new eval() call gets a new bridge)."""
-        return bool(self.evals) and set(self.evals.values()) <= self.completed
+        return bool(self.evals) and set(self.evals) <= self.completed
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:
             self._changed = asyncio.Condition()
         return self._changed
 
+    async def _notify(self) -> None:
+        async with self._condition():
+            self._condition().notify_all()
+
     # -- the protocol ---------------------------------------------------------------------------
     async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
         ids = tuple(str(s.id) for s in samples)
-        if task.model in self._attempt or (self._run is not None and task.run_id != self._run):
+        if task.model in self.evals or task.run_id != (self._run or task.run_id):
             # The same model starts again, or a new eval() call: a new attempt (eval_set's
             # retry of a failed call, retry(), eval_retry's next log, a task re-run). The
             # campaign is rebuilt from the runs Inspect hands back.
@@ -477,13 +436,7 @@ class AdaptiveStopping:
                 f"the eval of {task.model} started after the campaign opened with "
                 f"{', '.join(self._index)}; pass models=[...] or start the evals in one call"
             )
-        self._attempt.add(task.model)
-        self.evals[task.eval_id] = task.model
-        self._eval_ids[task.model] = task.eval_id
-        self._task_ids[task.model] = task.task_id
-        self._task_name = task.task
-        self._eval_set = task.eval_set_id
-        self._fail_on_error[task.eval_id] = task.config.fail_on_error
+        self.evals[task.model] = task
         self._at_once = context.evals_at_once(task.run_id, task.task, task.config.max_tasks)
         self.score_map.check_scorers(task.scorers, task.task)
         minimum = int(self.policy.get("min_trials_per_question", 2))
@@ -493,8 +446,7 @@ class AdaptiveStopping:
                 f"task with epochs >= {minimum} (the cap of trials per sample)"
             )
         self._last_start = time.monotonic()
-        async with self._condition():
-            self._condition().notify_all()
+        await self._notify()
         return MANAGER
 
     async def schedule_sample(self, id: str | int, epoch: int) -> EarlyStop | None:
@@ -504,7 +456,7 @@ class AdaptiveStopping:
         self._scheduled.add((model, str(id), epoch))
         book = await self._book()
         started = time.perf_counter()  # the bridge's own time, waits excluded
-        if book is None or self.disengaged:
+        if self.disengaged:
             return self._timed(started, None)
         m, q = self._index[model], self._question_index[str(id)]
         deadline = time.monotonic() + self.wait_s
@@ -551,11 +503,8 @@ class AdaptiveStopping:
             category = self._category(scores, where)
         except InputError as error:  # every eval of the campaign ends with this one line
             self.failed = error
-            async with self._condition():
-                self._condition().notify_all()
+            await self._notify()
             raise
-        if book is None:
-            return
         applied = book.record(
             self._index[model], self._question_index[str(id)], epoch - 1, category
         )
@@ -563,8 +512,7 @@ class AdaptiveStopping:
         self.calls += 1
         self._forecast(book)
         if applied:
-            async with self._condition():
-                self._condition().notify_all()
+            await self._notify()
 
     async def complete_task(self) -> dict[str, Any]:
         model = self._model_of_call()
@@ -607,10 +555,10 @@ class AdaptiveStopping:
         campaign's evals together."""
         if self.failed is None:
             runs = len(self.questions or ()) * (self.epochs or 0)
-            for eval_id, model in self.evals.items():
+            for model, spec in self.evals.items():
                 if model in self.completed:
                     continue
-                if context.eval_failed(eval_id, self._fail_on_error.get(eval_id), runs):
+                if context.eval_failed(spec.eval_id, spec.config.fail_on_error, runs):
                     self.failed = CampaignEnded(
                         f"the eval of {model} failed before the campaign ended; its partners "
                         "end too, so that a retry (eval_set) resumes them together"
@@ -624,14 +572,14 @@ class AdaptiveStopping:
         """The model of the eval this call belongs to: the model Inspect evaluates in the
         call's context (``get_model()``), one of the attempt's evals."""
         name = context.current_model()
-        if name is None or name not in self.evals.values():
+        if name is None or name not in self.evals:
             raise InputError(
                 f"cannot tell which eval a call belongs to (active model {name!r}; evals: "
-                f"{', '.join(sorted(set(self.evals.values())))})"
+                f"{', '.join(sorted(self.evals))})"
             )
         return name
 
-    async def _book(self) -> RoundBook | None:
+    async def _book(self) -> RoundBook:
         """The campaign's round book, built once every eval of the campaign has registered.
 
         After ``register_s`` without them: an eval retried alone whose partners' evals are
@@ -649,7 +597,7 @@ class AdaptiveStopping:
             while self.book is None:
                 if self.failed is not None:
                     raise self.failed
-                names = sorted(set(self.evals.values()))
+                names = sorted(self.evals)
                 since = time.monotonic() - self._last_start
                 try:
                     if self.models is not None and set(self.models) <= set(names):
@@ -678,6 +626,7 @@ class AdaptiveStopping:
                 finally:
                     condition.notify_all()
                 await _wait(condition, self.register_s / 4)
+        assert self.book is not None  # the loop ends once it is opened
         return self.book
 
     def _coming(self, started: list[str]) -> int | None:
@@ -691,7 +640,7 @@ class AdaptiveStopping:
     def _cannot_open(self, started: list[str], absent: list[str], never: bool) -> InputError:
         """One line: the evals of ``absent`` cannot (``never``: not while this eval runs) or
         did not (within ``wait_s``) start beside ``started``'s; nothing was run."""
-        task_ids = [self._task_ids[m] for m in started if m in self._task_ids]
+        task_ids = [self.evals[m].task_id for m in started]
         resuming = bool(
             self._reused or self._prior_folder or any(map(context.ran_before, task_ids))
         )
@@ -722,31 +671,27 @@ class AdaptiveStopping:
 
     async def _look_back(self, started: list[str]) -> bool:
         """For an eval retried alone whose partners' evals are all over, open the campaign from
-        their logs (its models and every run Inspect kept; returns True), read from the folder
-        of the eval's earlier attempts where this process can know it
-        (:func:`~adaptive_eval.inspect.context.log_folder`: an eval set's folder, or that of
-        a log of the same task that ended here) by
-        :func:`~adaptive_eval.inspect.resume.prior_logs`.
+        their logs (its models and every run Inspect kept; returns True), where this process
+        can know their folder (:func:`~adaptive_eval.inspect.context.log_folder`).
 
         An eval retried alone while a partner's eval is not over is refused by :meth:`_book`
         (nothing run): ``eval_retry`` runs that partner only after this eval ends, so this eval
-        cannot wait for the rounds that need it. It used to run every epoch its model might
-        still need ahead of the plan (192 runs where the campaign used 144), and its log kept
-        a record that was not the campaign's end. The evals resume together with
-        :func:`~adaptive_eval.inspect.resume.retry`."""
+        cannot wait for the rounds that need it (it used to run every epoch its model might
+        still need ahead of the plan: 192 runs where the campaign used 144)."""
         self._looked_back = True
         if not started:
             return False
         model = started[0]
-        folder = context.log_folder(self._eval_set, self._task_ids[model])
+        spec = self.evals[model]
+        folder = context.log_folder(spec.eval_set_id, spec.task_id)
         if folder is None:
             return False
         prior = await prior_logs(
             folder,
-            self._task_ids[model],
-            self._eval_ids[model],
+            spec.task_id,
+            spec.eval_id,
             self._run or "",
-            self._task_name,
+            spec.task,
         )
         models = tuple(self.models or sorted(set(prior) | set(started)))
         partners = [m for m in models if m not in started]
@@ -820,12 +765,7 @@ class AdaptiveStopping:
             "version": METADATA_VERSION,
             "campaign": self.name,
             "model": model,
-            "goal": {
-                "kind": self.goal.kind,
-                "candidate": self.goal.candidate,
-                "margin": self.goal.margin,
-                "settle_all": self.goal.settle_all,
-            },
+            "goal": dataclasses.asdict(self.goal),
             "policy": self.policy,
             "weights": list(self.weights),
             "score_map": {str(k): v for k, v in self.score_map.table.items()},
@@ -835,7 +775,7 @@ class AdaptiveStopping:
         }
         if book is None or spec is None:
             return out
-        trials = book.used_trials()
+        trials = book.state.trials
         names = spec.models
         index = names.index(model)
         fixed = len(spec.questions) * spec.epochs
@@ -901,18 +841,3 @@ async def _wait(condition: asyncio.Condition, timeout: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(max(timeout, 0.0)):
             await condition.wait()
-
-
-def settled(decisions: Sequence[Mapping[str, Any]]) -> int:
-    """How many of the logged decisions are settled (not undecided)."""
-    return sum(1 for d in decisions if d["verdict"] != Verdict.UNDECIDED.value)
-
-
-__all__ = [
-    "MANAGER",
-    "SUPPORTED",
-    "AdaptiveStopping",
-    "ScoreMap",
-    "adaptive_stopping",
-    "check_inspect_version",
-]

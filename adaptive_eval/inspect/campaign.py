@@ -1,20 +1,16 @@
-"""The campaign an Inspect eval is decided by: the project's own config, built by its own builder.
-
-While the evals run, the campaign is built from the eval's models, samples and epochs as values
-(an ``external`` entry: :mod:`adaptive_eval.backends.external`, no file written or read) with
-:func:`~adaptive_eval.campaign.build.build_campaign` (and
-:func:`~adaptive_eval.campaign.checkpoint.compare_campaign` for a candidate), exactly as
-``adaptive-eval run`` / ``compare`` build a campaign from a config. So the rules, their checks
-and their error messages are the project's. ``adaptive-eval report`` of the Inspect logs writes
-the same campaign as a ``replay`` of the recorded trials (``campaign.yaml``, ``trials.npz``) and
-runs it.
-"""
+"""The campaign an Inspect eval is decided by: the project's own config, built by its own builder
+(:func:`~adaptive_eval.campaign.build.build_campaign`, and
+:func:`~adaptive_eval.campaign.checkpoint.compare_campaign` for a candidate), as ``run`` and
+``compare`` build one, from the eval's models, samples and epochs as values (an ``external``
+entry: no file read). ``adaptive-eval report`` of the logs writes it as a ``replay`` of the
+recorded trials (``campaign.yaml``, ``trials.npz``) and runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +37,7 @@ EPOCH_ALLOCATORS = ("pairwise", "uniform")
 #: What the bridge sets unless the policy given says otherwise: one epoch per needed model and
 #: round (the finest look Inspect's epochs allow), pairs served by the pairwise allocator.
 BRIDGE_POLICY: dict[str, Any] = {"allocation": "pairwise", "round_trials": 1}
+REPLAY = {"backend": "replay", "path": "trials.npz", "key": "outcomes"}
 
 
 @dataclass(frozen=True)
@@ -90,8 +87,7 @@ class CampaignSpec:
     goal: Goal = Goal()
 
     def config(self, recorded: bool = False) -> dict[str, Any]:
-        """The campaign's config as a dict: of ``external`` models while the evals sample them,
-        or (``recorded``) a ``replay`` of ``trials.npz`` beside it."""
+        """The config: of ``external`` models, or (``recorded``) a replay of ``trials.npz``."""
         policy = {**BRIDGE_POLICY, **dict(self.policy)}
         if "max_trials_per_question" in policy:
             raise InputError(
@@ -105,25 +101,20 @@ class CampaignSpec:
                 f"cannot follow; use one of {', '.join(EPOCH_ALLOCATORS)}"
             )
         policy["max_trials_per_question"] = self.epochs
+        options: dict[str, Any] = {"models": list(self.models), "questions": list(self.questions)}
+        options["trials"] = self.epochs
         return {
             "name": self.name,
             "seed": 0,
-            "models": [self._entry(recorded)],
+            "models": [dict(REPLAY) if recorded else {"backend": "external", "options": options}],
             "rubric": {"weights": list(self.weights)},
             "policy": policy,
             "baseline": {"fixed_n": self.epochs},  # the task's epochs, every sample
             "execution": {"dispatch": "inline", "workers": 1},
         }
 
-    def _entry(self, recorded: bool) -> dict[str, Any]:
-        if recorded:
-            return {"backend": "replay", "path": "trials.npz", "key": "outcomes"}
-        options = {"models": list(self.models), "questions": list(self.questions)}
-        return {"backend": "external", "options": {**options, "trials": self.epochs}}
-
     def write(self, folder: Path, outcomes: np.ndarray) -> Path:
-        """Write ``campaign.yaml`` and ``trials.npz`` (the recorded ``outcomes`` (L, M,
-        epochs)) into ``folder``; returns the config's path."""
+        """Write ``campaign.yaml`` and ``trials.npz`` (``outcomes`` (L, M, epochs))."""
         folder.mkdir(parents=True, exist_ok=True)
         np.savez(
             folder / "trials.npz",
@@ -136,43 +127,39 @@ class CampaignSpec:
         return path
 
     def build(self, folder: Path | None = None) -> tuple[Campaign, Judge | None]:
-        """The campaign as ``run`` (or ``compare``) builds it from a config, from the values
-        (``folder``: its config also written there as ``campaign.yaml``, for the record). An
-        error names the field and value as the CLI does, in its message (Inspect shows an
-        error's ``message``), and the bridge, not a config of its own."""
+        """The campaign as ``run`` (or ``compare``) builds it from a config (``folder``: the
+        config also written there as ``campaign.yaml``, for the record)."""
         values = self.config()
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "campaign.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
-        try:
-            return build(parse_config(values, source=INTERNAL), self.goal)
-        except InputError as error:
-            raise named(error, self.name, INTERNAL) from None
+        with named(self.name):
+            built = build(parse_config(values, source=INTERNAL), self.goal)
+        return built
 
 
 def check_policy(name: str, policy: Mapping[str, Any]) -> None:
     """``policy=`` checked against the project's schema where the task is built, before any
-    eval starts (unknown keys, values out of range, a per-sample allocator): one line naming
-    the field and value (``policy.bogus: unknown key (value 1)``), as the CLI names them. The
-    checks that need the eval (its samples, epochs and models) come when the campaign opens."""
+    eval starts; the checks that need the eval (its samples, epochs, models) come when the
+    campaign opens."""
     spec = CampaignSpec(
         name, ("model-a", "model-b"), ("sample",), MAX_TRIALS_PER_QUESTION, (0.0, 1.0), policy
     )
-    try:
+    with named(name):
         parse_config(spec.config(), source=INTERNAL)
+
+
+@contextlib.contextmanager
+def named(name: str) -> Iterator[None]:
+    """An error of the campaign's config as one line naming its field as the CLI does
+    (``adaptive_stopping 'x': policy.bogus: unknown key (value 1)``): Inspect shows an error's
+    ``message`` only, and the bridge's own config is no source to name."""
+    try:
+        yield
     except InputError as error:
-        raise named(error, name, INTERNAL) from None
-
-
-def named(error: InputError, name: str, internal: str) -> InputError:
-    """``error`` with its field in the message (``policy.bogus: unknown key (value 1)``), its
-    source dropped where it is the bridge's own config (``internal``), prefixed by the bridge."""
-    parts = [f"adaptive_stopping {name!r}"]
-    if error.source and error.source != internal:
-        parts.append(error.source)
-    if error.field:
-        parts.append(error.field)
-    return InputError(": ".join([*parts, error.message]))
+        source = error.source if error.source != INTERNAL else None
+        parts = [part for part in (f"adaptive_stopping {name!r}", source, error.field) if part]
+        raise InputError(": ".join([*parts, error.message])) from None
 
 
 def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
@@ -185,17 +172,4 @@ def build(config: CampaignConfig, goal: Goal) -> tuple[Campaign, Judge | None]:
     if goal.kind == "rank":
         return campaign, None
     assert goal.candidate is not None  # Goal.check
-    steered, judge = compare_campaign(campaign, goal.candidate, goal.margin, goal.settle_all)
-    return steered, judge
-
-
-__all__ = [
-    "BRIDGE_POLICY",
-    "EPOCH_ALLOCATORS",
-    "GOALS",
-    "CampaignSpec",
-    "Goal",
-    "build",
-    "check_policy",
-    "named",
-]
+    return compare_campaign(campaign, goal.candidate, goal.margin, goal.settle_all)

@@ -1,24 +1,13 @@
 """What the bridge learns about Inspect's evals, through Inspect's public API only.
 
-Inspect's ``EarlyStopping`` protocol hands ``start_task`` the eval's ``EvalSpec`` (its model,
-``eval_id``, ``run_id``, ``task_id``, task, scorers and config), then calls
-``schedule_sample(id, epoch)`` and ``complete_sample(id, epoch, scores)`` without naming the
-eval. The rest comes from public calls:
-
-* the model a call belongs to: :func:`current_model`, ``inspect_ai.model.get_model()`` with no
-  argument, which returns "the model currently being evaluated": every protocol call runs in
-  its eval's task context, whose active model Inspect sets when the eval starts;
-* the ``eval()`` call an eval is part of, and what ends: Inspect's public hooks
-  (``inspect_ai.hooks``), registered once by :func:`watch` when the first bridge is built.
-  ``RunStart`` names the task of every eval of an ``eval()`` call (a task over three models
-  is three entries), ``EvalSetStart`` the log folder of an ``eval_set``, ``RunEnd`` and
-  ``TaskEnd`` every finished eval's log (where it was written), ``SampleEnd`` each run's end
-  and its error;
-* the keys Inspect gives a task's scorers' scores: :func:`unique_scorer_name`, Inspect's rule
-  written out (``match``, ``match1``, ``match2`` ...).
-
-None of it reads a module of ``inspect_ai`` whose path has a ``_``-prefixed part
-(``tests/test_inspect_public_api.py`` checks every module of ``adaptive_eval/``).
+The ``EarlyStopping`` protocol names the eval in ``start_task`` only (its ``EvalSpec``). The
+model of a later call is ``inspect_ai.model.get_model()`` with no argument ("the model
+currently being evaluated": every protocol call runs in its eval's task context). The rest
+comes from Inspect's public hooks (``inspect_ai.hooks``), registered once by :func:`watch`:
+``RunStart`` names the task of every eval of an ``eval()`` call, ``EvalSetStart`` the log
+folder of an ``eval_set``, ``RunEnd`` and ``TaskEnd`` every finished eval's log, ``SampleEnd``
+each run's error. No module of ``inspect_ai`` whose path has a ``_``-prefixed part is read
+(``tests/test_inspect_public_api.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +25,10 @@ _TASK_FOLDERS: dict[str, str] = {}
 #: eval id -> how many of its runs ended with an error (``SampleEnd``)
 _ERRORS: dict[str, int] = {}
 _watching = False
+#: From this release ``max_tasks`` bounds the evals of one task over several models too
+#: (Inspect's issue #4195); before it, ``eval(task, model=[...])`` ran every model's eval at
+#: once whatever ``max_tasks`` said (``max_tasks`` bounded several tasks only).
+MAX_TASKS_BOUNDS_MODELS = (0, 3, 241)
 
 
 def current_model() -> str | None:
@@ -63,19 +56,10 @@ def watch() -> None:
     global _watching
     if _watching:
         return
-    from inspect_ai.hooks import (
-        EvalSetStart,
-        Hooks,
-        RunEnd,
-        RunStart,
-        SampleEnd,
-        TaskEnd,
-        hooks,
-    )
+    from inspect_ai.hooks import EvalSetStart, Hooks, RunEnd, RunStart, SampleEnd, TaskEnd, hooks
 
     class Watch(Hooks):
-        """What the bridge needs to know about the evals of this process (cheap: a dict
-        entry per call, per eval set and per finished log, one per errored run)."""
+        """Cheap: a dict entry per call, per eval set, per finished log and per errored run."""
 
         async def on_run_start(self, data: RunStart) -> None:
             _RUNS[data.run_id] = tuple(data.task_names)
@@ -101,18 +85,12 @@ def watch() -> None:
 def _finished(log: Any) -> None:
     location = str(getattr(log, "location", "") or "")
     if location:
-        _TASK_FOLDERS[str(log.eval.task_id)] = folder_of(location)
+        _TASK_FOLDERS[str(log.eval.task_id)] = str(local_path(location).parent)
 
 
-def folder_of(location: str) -> str:
-    """The folder of a log (Inspect names local logs ``file:///...``)."""
-    return str(Path(location.removeprefix("file://")).parent)
-
-
-#: From this release ``max_tasks`` bounds the evals of one task over several models too
-#: (Inspect's issue #4195); before it, ``eval(task, model=[...])`` ran every model's eval at
-#: once whatever ``max_tasks`` said (``max_tasks`` bounded several tasks only).
-MAX_TASKS_BOUNDS_MODELS = (0, 3, 241)
+def local_path(location: str) -> Path:
+    """A log's location as a local path (Inspect names local logs ``file:///...``)."""
+    return Path(location.removeprefix("file://"))
 
 
 def evals_at_once(run_id: str, task: str, max_tasks: int | None) -> int | None:
@@ -125,11 +103,7 @@ def evals_at_once(run_id: str, task: str, max_tasks: int | None) -> int | None:
     count = sum(1 for name in names if name == task)
     if max_tasks is None:
         return count
-    try:
-        bounds_models = inspect_version() >= MAX_TASKS_BOUNDS_MODELS
-    except ValueError:  # not a release number (a local build): the newest behaviour
-        bounds_models = True
-    if not bounds_models and len(set(names)) == 1:
+    if not since(MAX_TASKS_BOUNDS_MODELS) and len(set(names)) == 1:
         return count  # one task over several models: all at once (issue #4195)
     return min(count, max_tasks)
 
@@ -144,6 +118,15 @@ def inspect_version() -> tuple[int, ...]:
 def release(version: str) -> tuple[int, ...]:
     """``0.3.285`` (or ``0.3.286.dev3+g1a2b``) -> ``(0, 3, 285)``; ValueError if not one."""
     return tuple(int(part) for part in version.split("+")[0].split(".")[:3])
+
+
+def since(version: tuple[int, ...]) -> bool:
+    """Whether the installed inspect-ai is ``version`` or later (a local build, whose version
+    is not a release number, behaves as the newest)."""
+    try:
+        return inspect_version() >= version
+    except ValueError:
+        return True
 
 
 def log_folder(eval_set_id: str | None, task_id: str) -> str | None:
@@ -168,20 +151,14 @@ def eval_failed(eval_id: str, fail_on_error: bool | float | None, runs: int) -> 
         return False
     if fail_on_error is None or fail_on_error is True:
         return True
-    if fail_on_error < 1:
-        return errors >= fail_on_error * runs
-    return errors >= fail_on_error
+    return errors >= (fail_on_error * runs if fail_on_error < 1 else fail_on_error)
 
 
-__all__ = [
-    "current_model",
-    "eval_failed",
-    "evals_at_once",
-    "folder_of",
-    "inspect_version",
-    "log_folder",
-    "ran_before",
-    "release",
-    "unique_scorer_name",
-    "watch",
-]
+def sample_scores(sample: Any) -> dict[str, Any]:
+    """A logged sample's scores as Inspect hands them to ``complete_sample``."""
+    from inspect_ai.scorer import SampleScore
+
+    return {
+        name: SampleScore(score=score, sample_id=sample.id, scorer=name)
+        for name, score in (sample.scores or {}).items()
+    }

@@ -2,12 +2,10 @@
 
 For examples, tests and benchmarks of the bridge without a model server: epoch ``e`` of sample
 ``id`` answers ``C`` when ``outcomes[model, id, e - 1]`` is 1 (else ``I``), with a token usage
-(without one Inspect fetches a tokenizer from the internet to count the tokens). Score it with
-``replay_task``'s scorer (the answer is the grade) and the bridge's default score map.
-
-A model is not told which sample and epoch it answers; ``replay_task``'s solver
-(:func:`recorded_run`) writes them into the sample's store (``TaskState.store``), which the
-model reads with Inspect's public ``inspect_ai.util.store()`` (:func:`current_run`).
+(without one Inspect fetches a tokenizer from the internet to count the tokens). A model is not
+told which sample and epoch it answers: ``replay_task``'s solver (:func:`recorded_run`) writes
+them into the sample's store, which the model reads with Inspect's public
+``inspect_ai.util.store()`` (:func:`current_run`).
 
     import adaptive_eval.inspect.replay  # registers the provider
     eval(replay_task(path), model=["replay/m1", "replay/m2"], model_args={"path": path})
@@ -141,15 +139,3 @@ def replay_task(
         epochs=epochs or int(outcomes.shape[2]),
         early_stopping=early_stopping,
     )
-
-
-__all__ = [
-    "RUN_KEY",
-    "ReplayAPI",
-    "current_run",
-    "graded_answer",
-    "recorded",
-    "recorded_run",
-    "replay",
-    "replay_task",
-]
