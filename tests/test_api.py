@@ -172,3 +172,21 @@ def test_a_library_is_a_typed_change_equal_to_the_campaign_built_naming_it(tmp_p
     named = api.campaign({**SMALL, "library": str(library)})
     assert kept.run.settings == named.run.settings
     assert kept.run.identity == named.run.identity == api.campaign(SMALL).run.identity
+
+
+def test_a_typed_variant_runs_as_the_config_that_gives_it(tmp_path: Path) -> None:
+    """A built campaign changed by a typed variant is taken by run as it is, and runs as the
+    campaign of a config giving the change: the same summary (ids and times aside) and the same
+    recorded config; a built campaign is refused where values are wanted."""
+    variant = api.campaign(SMALL).with_min_trials(6)
+    ran = api.run(variant, tmp_path / "variant")
+    asked = {**SMALL, "policy": {**SMALL["policy"], "min_trials_per_question": 6}}  # type: ignore[dict-item]
+    api.run(asked, tmp_path / "asked")
+    assert min(row.trials_per_question_min for row in ran.models) >= 6
+    assert _without_ids(tmp_path / "variant/summary.json") == _without_ids(
+        tmp_path / "asked/summary.json"
+    )
+    config_yaml = (tmp_path / "variant/config.yaml").read_text()
+    assert config_yaml == (tmp_path / "asked/config.yaml").read_text()
+    with pytest.raises(api.InputError, match="built campaign"):
+        api.config(variant)

@@ -13,13 +13,14 @@ as typed values, in a notebook or a script, without writing a config file.
     summary = api.run(values, "runs/notebook")  # a typed Summary (summary.json)
     print(summary.stop_reason, [model.name for model in summary.models])
 
-Each function takes the campaign as the same values a YAML config holds (a mapping) or as a
-:class:`~adaptive_eval.config.schema.CampaignConfig`, checks it in the one pass the YAML user's
-config goes through, and calls the workflow the command of the same name calls: the run folder,
-its outputs and its resume are the command's, byte for byte. Relative paths resolve against the
-current folder. Bad input raises :class:`~adaptive_eval.base.errors.InputError` (its ``field``
-names the field, its message the value) before anything samples, the same one line the command
-prints.
+Each function takes the campaign as the same values a YAML config holds (a mapping), as a
+:class:`~adaptive_eval.config.schema.CampaignConfig`, or built (:func:`campaign`, or a typed
+variant of a built one: ``api.campaign(values).with_min_trials(8)``); it checks the values in
+the one pass the YAML user's config goes through, and calls the workflow the command of the same
+name calls: the run folder, its outputs and its resume are the command's, byte for byte.
+Relative paths resolve against the current folder. Bad input raises
+:class:`~adaptive_eval.base.errors.InputError` (its ``field`` names the field, its message the
+value) before anything samples, the same one line the command prints.
 """
 
 from __future__ import annotations
@@ -49,11 +50,18 @@ __all__ = [
 SOURCE = "<python>"
 
 #: A campaign as Python values: what a YAML config holds, or the typed config itself.
-Values = Mapping[str, Any] | CampaignConfig
+#: A built :class:`~adaptive_eval.campaign.campaign.Campaign` (``campaign(values)``, or a typed
+#: variant of one: ``.with_min_trials(8)``, ``.without_budget()``) is taken as it is.
+Values = Mapping[str, Any] | CampaignConfig | Campaign
 
 
 def config(values: Values) -> CampaignConfig:
     """``values`` checked as a YAML config is (every field, one line naming each bad one)."""
+    if isinstance(values, Campaign):
+        raise InputError(
+            "is a built campaign: its config was read when it was built; give the values",
+            source=SOURCE,
+        )
     if isinstance(values, CampaignConfig):
         return values
     if not isinstance(values, Mapping):
@@ -67,9 +75,12 @@ def config(values: Values) -> CampaignConfig:
 
 def campaign(values: Values) -> Campaign:
     """The campaign ``values`` describe, every input checked and its plug-ins built (what
-    ``adaptive-eval validate`` checks); nothing is sampled."""
+    ``adaptive-eval validate`` checks); nothing is sampled. Its ``decision`` is what decides
+    (:class:`~adaptive_eval.decide.spec.DecisionSpec`), its ``run`` how it runs."""
     from adaptive_eval.campaign.build import build_campaign
 
+    if isinstance(values, Campaign):
+        return values
     return build_campaign(config(values))
 
 
