@@ -140,7 +140,7 @@ def test_without_budget_is_a_typed_change_equal_to_the_campaign_built_without_on
     assert [rule.name for rule in budgeted.decision.stopping.rules] == ["pairs_settled", "budget"]
     assert [rule.name for rule in variant.decision.stopping.rules] == ["pairs_settled"]
     assert variant.run.settings.budget == BudgetSettings(None, None, None)
-    assert variant.run.settings.budget == built.run.settings.budget
+    assert variant.run.settings == built.run.settings  # config.yaml and the limits recorded too
     assert variant.run.fingerprint == built.run.fingerprint == budgeted.run.fingerprint
     assert variant.decision.limits == built.decision.limits
     assert budgeted.run.settings.budget.trials == 900  # the campaign it came from is unchanged

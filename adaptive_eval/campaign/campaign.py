@@ -104,9 +104,19 @@ class Campaign:
 
     def without_budget(self) -> Campaign:
         """This campaign with no trial, token or wall-clock budget (a forecast applies the
-        budget to its paths afterwards). The identity is kept: a budget never decides a
-        trial."""
-        settings = replace(self.run.settings, budget=BudgetSettings(None, None, None))
+        budget to its paths afterwards), recorded as a config giving none (config.yaml, the
+        store's limits). The identity is kept: a budget never decides a trial."""
+        none = BudgetSettings(None, None, None)
+
+        def edit(recorded: dict[str, Any]) -> dict[str, Any]:
+            recorded["budget"] = dict.fromkeys(recorded["budget"])
+            return recorded
+
+        settings = recorded_with(self.run.settings, edit)
+        record = replace(
+            settings.run_record, limits=replace(settings.run_record.limits, budget=none)
+        )
+        settings = replace(settings, budget=none, run_record=record)
         return Campaign(self.decision.without_budget(), replace(self.run, settings=settings))
 
     def with_min_trials(self, trials: int) -> Campaign:

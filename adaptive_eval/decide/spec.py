@@ -3,9 +3,10 @@ its trials are produced.
 
 One frozen value holds the models and questions, the rubric's weights, the prior counts, the
 ``policy`` settings, the pair and stopping rules, the allocator, the limits and the interval
-design. The controller, the in-process simulator, both forecasts and compare's gate read it;
-none of them reads a config, a backend plan or a run folder (those are the run spec's,
-:class:`adaptive_eval.campaign.campaign.RunSpec`). As Ray Tune keeps ``TuneConfig`` (what is
+design. The in-process simulator, both forecasts (and the live forecast's process), the
+automatic pilot and compare's gate read it alone; none of them reads a config, a backend plan or
+a run folder (those are the run spec's, :class:`adaptive_eval.campaign.campaign.RunSpec`, which
+the controller reads beside it). As Ray Tune keeps ``TuneConfig`` (what is
 searched and how it is decided) apart from ``RunConfig`` (where and how it runs), a campaign is
 the two values side by side (:class:`adaptive_eval.campaign.campaign.Campaign`).
 

@@ -190,7 +190,8 @@ def simulate_campaign(
     rules, allocator, limits and budget), prior and view settings, with outcomes drawn from
     ``truth`` (or served by ``sampler``) instead of its backends, each round priced by ``costing``
     where given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
-    Build a fresh campaign for each independent run (its sequential rules keep state)."""
+    Each call starts a fresh rule memory (:meth:`DecisionSpec.decision_core`), so one spec
+    serves any number of independent runs."""
     state = decision.empty_state()
     return run_core(
         decision.decision_core(),

@@ -19,7 +19,8 @@ from adaptive_eval.workflows.run import Finish, concluder
 
 
 def report_run(campaign: Campaign, run_dir: Path) -> Summary:
-    """Rebuild the posterior of ``campaign`` (built from the run's config.yaml) from the run's
+    """Rebuild the posterior of ``campaign`` (built from the run's config.yaml, or the config
+    ``report --config`` names) from the run's
     store, without Ray, and rewrite its outputs.
 
     Keeps what only the run itself knew (``dispatch``, ``resumed``) from the store's metadata,
