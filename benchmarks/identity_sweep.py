@@ -15,6 +15,11 @@ other in a fresh temporary folder:
 * ``forecast``: ``forecast configs/demo.yaml --pilot 4 --out DIR`` then ``run`` on DIR (the
   run that reuses the pilot and reports against the forecast), and ``forecast configs/demo.yaml
   --from <the demo's run> --json``, inline;
+* ``variants`` (what a campaign's typed variants change): ``nightly`` over 3 nights with
+  ``policy.pair_rules: [betting]`` (each night bets on the last), ``forecast configs/compare.yaml
+  --candidate LLM_10 --pilot 4 --out DIR`` then ``compare`` in DIR (the pilot's minimum kept),
+  ``run configs/demo.yaml --set budget.trials=5000`` and ``forecast`` of it ``--from`` the
+  demo's run, inline;
 * ``inspect``: ``inspect_ai.eval`` of ``replay_task`` (the replay provider: recorded outcomes
   with a token usage, no model, offline) on 3 synthetic models x 20 samples x 16 epochs under
   ``adaptive_stopping``, then ``adaptive-eval report LOG_DIR --out DIR``;
@@ -508,6 +513,39 @@ def step_nightly(s: Sweep) -> None:
         )
 
 
+def step_variants(s: Sweep) -> None:
+    """What a campaign's typed variants change: nightly's ``betting`` rules on last night's run
+    (three nights), a compare run after its pilot (``forecast --pilot --candidate``, then
+    ``compare`` in the folder: the pilot's minimum kept), a budgeted run and a forecast of it
+    from the demo's trials (its paths without the budget, the budget applied after)."""
+    import yaml
+
+    folder = s.work / "nightly"
+    config = yaml.safe_load((folder / "nightly.yaml").read_text())
+    config["policy"]["pair_rules"] = ["betting"]
+    (folder / "betting.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for day, score in enumerate(NIGHTS[:3], start=1):
+        _scenario(folder / "ckpt.npz", [score], 2, ["ckpt"])
+        s.command(
+            f"betting-{day}",
+            [
+                "nightly",
+                str(folder / "betting.yaml"),
+                "--history",
+                str(folder / "betting-history"),
+                "--night",
+                f"2026-02-0{day}",
+            ],
+        )
+    compare = [str(REPO / "configs/compare.yaml"), "--candidate", "LLM_10", *INLINE]
+    piloted = ["--out", str(s.work / "cmp-pilot")]
+    s.command("compare-pilot", ["forecast", *compare, "--pilot", "4", *piloted])
+    s.command("compare-pilot-run", ["compare", *compare, *piloted])
+    demo = [str(REPO / "configs/demo.yaml"), *INLINE, "--set", "budget.trials=5000"]
+    s.command("budget-run", ["run", *demo, "--out", str(s.work / "budget")])
+    s.command("budget-forecast", ["forecast", *demo, "--from", str(s.work / "demo"), "--json"])
+
+
 def step_forecast(s: Sweep) -> None:
     config = str(REPO / "configs/demo.yaml")
     pilot = str(s.work / "forecast-pilot")
@@ -596,6 +634,7 @@ STEPS: dict[str, Callable[[Sweep], None]] = {
     "compare": step_compare,
     "nightly": step_nightly,
     "forecast": step_forecast,  # after demo: --from reads its run
+    "variants": step_variants,  # after nightly (its config and scenario) and demo
     "inspect": step_inspect,
     "benchmarks": step_benchmarks,
 }
@@ -605,11 +644,13 @@ def collect(s: Sweep) -> None:
     """Every step's outputs, normalised, into the sweep's ``out`` folder."""
     work = s.work
     s.ids_from(work)
-    for folder in ("demo", "cmp", "cmp-all", "cmp-margin", "forecast-pilot"):
+    for folder in ("demo", "cmp", "cmp-all", "cmp-margin", "forecast-pilot", "cmp-pilot", "budget"):
         if (work / folder).is_dir():
             s.collect_run(work / folder, folder)
     if (work / "nightly" / "history").is_dir():
         s.collect_run(work / "nightly" / "history", "nightly")
+    if (work / "nightly" / "betting-history").is_dir():
+        s.collect_run(work / "nightly" / "betting-history", "nightly-betting")
     if (work / "inspect").is_dir():
         s.collect_file(work / "inspect" / "early_stopping.json", "inspect/early_stopping.json")
         s.collect_run(work / "inspect" / "report", "inspect/report")
