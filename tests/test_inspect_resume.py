@@ -275,6 +275,7 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
     import subprocess
     import sys
     import time
+    import zipfile
 
     from adaptive_eval.inspect import retry
     from adaptive_eval.inspect.report import report_inspect
@@ -282,22 +283,28 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
     path = helpers.write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
     script = tmp_path / "killed_campaign.py"
     script.write_text(KILLED_CAMPAIGN)
-    runs_file = tmp_path / "runs.txt"
-    monkeypatch.setenv("RUNS_FILE", str(runs_file))
-    log_dir = tmp_path / "logs"
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(log_dir), str(path)],
-        env={**os.environ, "RUN_DELAY_S": "0.05"},
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while sum(_runs(runs_file).values()) < 120 and time.monotonic() < deadline:
-        assert process.poll() is None, "the campaign ended before it was killed"
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    for attempt in range(3):
+        runs_file = tmp_path / f"runs-{attempt}.txt"
+        monkeypatch.setenv("RUNS_FILE", str(runs_file))
+        log_dir = tmp_path / f"logs-{attempt}"
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(log_dir), str(path)],
+            env={**os.environ, "RUN_DELAY_S": "0.05"},
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while sum(_runs(runs_file).values()) < 120 and time.monotonic() < deadline:
+            assert process.poll() is None, "the campaign ended before it was killed"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        # Inspect before 0.3.241 rewrites a model's .eval zip in place as samples finish: a
+        # kill -9 inside that write leaves a log no one can read, eval_retry included (seen once
+        # in a loaded CI run). Inspect's own loss, not the bridge's: the walk starts again.
+        if all(zipfile.is_zipfile(log) for log in log_dir.glob("*.eval")):
+            break
     before = _runs(runs_file)
     assert 120 <= sum(before.values()) < 336
 
