@@ -271,6 +271,7 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
     the logs. It ran one model's retried eval on every epoch (192 runs against 144
     uninterrupted), left that log a stale record ("undecided", 7 rounds) while the others
     said a>b, and report counted 336 trials against 390 runs in the logs."""
+    import shutil
     import signal
     import subprocess
     import sys
@@ -283,10 +284,14 @@ def test_a_campaign_killed_with_9_resumes_with_retry_sampling_only_what_the_plan
     path = helpers.write_replay(tmp_path, [0.25, 0.55, 0.85], questions=12, epochs=16, seed=1)
     script = tmp_path / "killed_campaign.py"
     script.write_text(KILLED_CAMPAIGN)
-    for attempt in range(3):
-        runs_file = tmp_path / f"runs-{attempt}.txt"
-        monkeypatch.setenv("RUNS_FILE", str(runs_file))
-        log_dir = tmp_path / f"logs-{attempt}"
+    runs_file = tmp_path / "runs.txt"
+    monkeypatch.setenv("RUNS_FILE", str(runs_file))
+    # The campaign's folder is ./logs, where the refused eval_retry below writes its logs too
+    # (Inspect's default folder), beside the killed ones: retry then finds both.
+    log_dir = tmp_path / "logs"
+    for _ in range(3):
+        shutil.rmtree(log_dir, ignore_errors=True)
+        runs_file.unlink(missing_ok=True)
         process = subprocess.Popen(
             [sys.executable, str(script), str(log_dir), str(path)],
             env={**os.environ, "RUN_DELAY_S": "0.05"},
