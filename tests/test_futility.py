@@ -23,7 +23,8 @@ from scipy.stats import binomtest
 
 from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.types import StopReason, Verdict
-from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import fingerprint_of
 from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import (
     NO_MEMORY,

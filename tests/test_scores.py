@@ -24,7 +24,8 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.base.summary_schema import read_summary
 from adaptive_eval.base.summary_schema import record as summary_dict
 from adaptive_eval.base.types import StopReason
-from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import fingerprint_of
 from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.decide.contracts import any_of
 from adaptive_eval.decide.state import RunState

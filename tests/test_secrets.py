@@ -29,7 +29,8 @@ from helpers import (
 
 from adaptive_eval._testing.flaky_server import FlakyServer
 from adaptive_eval.base.redact import REDACTED
-from adaptive_eval.campaign.build import build_campaign, fingerprint_of
+from adaptive_eval.campaign.build import build_campaign
+from adaptive_eval.campaign.campaign import fingerprint_of
 from adaptive_eval.command_line.cli import main
 from adaptive_eval.config.schema import load_config
 from adaptive_eval.loop import rundir

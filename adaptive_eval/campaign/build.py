@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_eval.base.summary_schema import DecisionRules, PluginRecord
-from adaptive_eval.campaign.campaign import Campaign, RunSpec, fingerprint_of, recorded_with
+from adaptive_eval.campaign.campaign import Campaign, RunSpec, fingerprint_of
 from adaptive_eval.campaign.checks import check_goals, check_plans, check_rule_priors
 from adaptive_eval.campaign.parts import (
     DEFAULT_PAIR_RULE,
@@ -49,7 +49,6 @@ __all__ = [
     "describe_design",
     "describe_rules",
     "describe_stopping",
-    "fingerprint_of",
     "plugin_records",
     "with_rule_prior",
 ]
@@ -189,28 +188,25 @@ def with_rule_prior(campaign: Campaign, indices: Sequence[int], prior: Path) -> 
     ``prior`` would build it: the rules built anew (the run's scores read, an unreadable or
     unfitting run refused naming ``policy.pair_rules[i]``), the identity naming the scores by
     content (:func:`rule_priors_by_content`) and config.yaml the run (nightly's last night)."""
-    settings = campaign.run.settings
-    identity = copy.deepcopy(campaign.run.identity)
-    refs = identity["config"]["policy"]["pair_rules"]
+    source = campaign.run.settings.source
+
+    def give_prior(config: dict[str, Any]) -> None:
+        refs = config["policy"]["pair_rules"]
+        for index in indices:
+            ref = refs[index] if isinstance(refs[index], dict) else {"name": refs[index]}
+            refs[index] = {**ref, "prior": str(prior)}
+
+    run = campaign.run.with_config_change(give_prior)
+    refs = run.identity["config"]["policy"]["pair_rules"]
     rules = list(campaign.decision.pair_rules)
     for index in indices:
-        ref = refs[index] if isinstance(refs[index], dict) else {"name": refs[index]}
-        refs[index] = {**ref, "prior": str(prior)}
         name, params = plugin_spec(PluginSpec(**refs[index]))
         field = f"policy.pair_rules[{index}]"
-        rules[index] = pair_rules.build(name, params, source=settings.source, field=field)
+        rules[index] = pair_rules.build(name, params, source=source, field=field)
     decision = campaign.decision
-    check_rule_priors(rules, decision.names, decision.weights, settings.source, indices)
-    identity["config"] = rule_priors_by_content(identity["config"], tuple(rules))
-
-    def edit(recorded: dict[str, Any]) -> dict[str, Any]:
-        written = recorded["policy"]["pair_rules"]
-        for index in indices:
-            ref = written[index] if isinstance(written[index], dict) else {"name": written[index]}
-            written[index] = {**ref, "prior": str(prior)}
-        return recorded
-
-    run = replace(campaign.run, settings=recorded_with(settings, edit)).with_identity(identity)
+    check_rule_priors(rules, decision.names, decision.weights, source, indices)
+    by_content = rule_priors_by_content(copy.deepcopy(run.identity["config"]), tuple(rules))
+    run = run.with_identity({**run.identity, "config": by_content})
     return Campaign(replace(decision, pair_rules=tuple(rules)), run)
 
 

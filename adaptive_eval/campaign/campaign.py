@@ -28,10 +28,10 @@ from adaptive_eval.backends.base import BackendPlan
 from adaptive_eval.config.settings import BudgetSettings, CampaignSettings
 from adaptive_eval.decide.spec import DecisionSpec
 
-__all__ = ["Campaign", "RunSpec", "fingerprint_of", "recorded_with"]
+__all__ = ["Campaign", "RunSpec", "fingerprint_of"]
 
 
-def recorded_with(
+def _recorded_with(
     settings: CampaignSettings, edit: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> CampaignSettings:
     """``settings`` whose run-folder record (config.yaml, as
@@ -74,6 +74,19 @@ class RunSpec:
         """This spec under ``identity`` (and its fingerprint)."""
         return replace(self, identity=identity, fingerprint=fingerprint_of(identity))
 
+    def with_config_change(self, change: Callable[[dict[str, Any]], None]) -> RunSpec:
+        """This spec as a config changed by ``change`` records it: ``change`` edits a config's
+        dump in place, and is applied to the identity's config and to config.yaml's alike
+        (both hold the config's sections under their own names); the fingerprint follows."""
+        identity = copy.deepcopy(self.identity)
+        change(identity["config"])
+
+        def edit(recorded: dict[str, Any]) -> dict[str, Any]:
+            change(recorded)
+            return recorded
+
+        return replace(self, settings=_recorded_with(self.settings, edit)).with_identity(identity)
+
 
 @dataclass(frozen=True)
 class Campaign:
@@ -112,7 +125,7 @@ class Campaign:
             recorded["budget"] = dict.fromkeys(recorded["budget"])
             return recorded
 
-        settings = recorded_with(self.run.settings, edit)
+        settings = _recorded_with(self.run.settings, edit)
         record = replace(
             settings.run_record, limits=replace(settings.run_record.limits, budget=none)
         )
@@ -128,16 +141,14 @@ class Campaign:
         if decision is self.decision:
             return self
         minimum = decision.policy.min_trials_per_question
-        identity = copy.deepcopy(self.run.identity)
-        identity["config"]["policy"]["min_trials_per_question"] = minimum
 
-        def edit(recorded: dict[str, Any]) -> dict[str, Any]:
-            recorded["policy"]["min_trials_per_question"] = minimum
-            return recorded
+        def raise_minimum(config: dict[str, Any]) -> None:
+            config["policy"]["min_trials_per_question"] = minimum
 
-        settings = replace(recorded_with(self.run.settings, edit), policy=decision.policy)
-        run = replace(self.run, settings=settings).with_identity(identity)
-        return Campaign(decision, run)
+        run = self.run.with_config_change(raise_minimum)
+        return Campaign(
+            decision, replace(run, settings=replace(run.settings, policy=decision.policy))
+        )
 
     def with_library(self, path: Path) -> Campaign:
         """This campaign keeping and reusing trials in the library ``path`` (absolute), as a
@@ -154,7 +165,7 @@ class Campaign:
                     ordered["library"] = str(path)
             return ordered
 
-        settings = replace(recorded_with(self.run.settings, edit), library=path)
+        settings = replace(_recorded_with(self.run.settings, edit), library=path)
         return Campaign(self.decision, replace(self.run, settings=settings))
 
     def with_plans(self, plans: tuple[BackendPlan, ...]) -> Campaign:

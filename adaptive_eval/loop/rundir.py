@@ -19,8 +19,7 @@ from adaptive_eval.backends.served_identity import reconcile_servers
 from adaptive_eval.base.errors import InputError, first_few
 from adaptive_eval.base.files import atomic_write, foreign_entries, storage_error
 from adaptive_eval.base.redact import without_secrets
-from adaptive_eval.campaign.build import fingerprint_of
-from adaptive_eval.campaign.campaign import Campaign
+from adaptive_eval.campaign.campaign import Campaign, fingerprint_of
 from adaptive_eval.config.registry import BackendTraits, backends
 from adaptive_eval.config.settings import RunRecord
 from adaptive_eval.store import CorruptStore, RunLock, StoreError, TrialStore
