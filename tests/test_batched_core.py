@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,13 @@ from adaptive_eval.decide.contracts import without_budget
 from adaptive_eval.decide.core import DecisionCore
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.batched import BatchCore, continue_runs
-from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core, thaw_core
+from adaptive_eval.forecast.live import Snapshot, forecast_rest
+from adaptive_eval.forecast.paths import (
+    PathStart,
+    freeze_core,
+    run_path,
+    run_paths,
+)
 from adaptive_eval.forecast.simulate import Truth, replay_sampler, run_core
 from adaptive_eval.stats.allocation import allocation_program, allocation_program_rows
 from policies.allocation import split_integer
@@ -101,32 +106,20 @@ def _both(
     """Each continuation's (final trials, settled pairs after every round): one by one, and
     together."""
     k = campaign.num_categories
-    frozen = freeze_core(core)
+    start = PathStart.of_snapshot(campaign.decision, freeze_core(core), pickle.dumps(state))
+    truth = Truth(np.full((*tapes[0].shape[:2], k), 1 / k), campaign.decision.weights)
     one_by_one = []
     for tape in tapes:
-        single = thaw_core(frozen)
-        single.stopping = without_budget(single.stopping)
-        single.limits = replace(single.limits, trial_budget=None)
-        run = pickle.loads(pickle.dumps(state))
         settled: list[int] = []
 
         def watch(view: Any, outcome: Any, settled: list[int] = settled) -> None:
             settled.append(sum(d.settled for d in outcome.decisions))
 
-        run_core(
-            single,
-            run,
-            campaign.decision.view_settings(),
-            Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights),
-            np.random.default_rng(0),
-            replay_sampler(tape, k),
-            watch,
-            decided=True,
-        )
-        one_by_one.append((run.trials_used, settled))
-    start = thaw_core(frozen)
-    batch = BatchCore.of(start, campaign.decision.capacity, without_budget(start.stopping))
-    assert batch is not None
+        run = run_path(start, truth, np.random.default_rng(0), replay_sampler(tape, k), watch)
+        one_by_one.append((run.state.trials_used, settled))
+    batched = start.batched()
+    assert batched is not None
+    batch, continued, state = batched
     cumulative = [
         np.concatenate(
             [
@@ -152,7 +145,7 @@ def _both(
         campaign.decision.view_settings(), campaign.decision.prior, campaign.decision.weights
     )
     runs = continue_runs(
-        batch, start, state, settings, len(tapes), sample, lambda plan: (None, None, None)
+        batch, continued, state, settings, len(tapes), sample, lambda plan: (None, None, None)
     )
     together = [
         (int(final), [count for _, count in path])
@@ -228,6 +221,43 @@ def test_models_with_different_caps_continue_alike(tmp_path: Path) -> None:
     tapes = [_tape(probs, cap, rng) for _ in range(6)]
     one_by_one, together = _both(campaign, core, state, tapes)
     assert together == one_by_one
+
+
+def test_a_path_continued_from_its_own_snapshot_ends_where_it_would_have(tmp_path: Path) -> None:
+    """The two starts of the one path simulator: a path from before the run, and the same path
+    halted after a round and continued from its snapshot (the live forecast's start), served
+    the same outcomes, end at the same trials with the same decisions."""
+    rng = np.random.default_rng(5)
+    probs = _binary([0.2, 0.35, 0.42, 0.5, 0.7], 10)
+    campaign = _campaign(tmp_path, probs, [0.0, 1.0])
+    k = campaign.num_categories
+    tape = _tape(probs, campaign.decision.policy.max_trials_per_question, rng)
+    truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights)
+    whole = run_path(PathStart.before_run(campaign.decision), truth, rng, replay_sampler(tape, k))
+    for share in (0.0, 0.3, 0.7):
+        core, state = _snapshot(campaign, tape, share)
+        assert state.trials_used < whole.state.trials_used
+        start = PathStart.of_snapshot(campaign.decision, freeze_core(core), pickle.dumps(state))
+        seen: list[int] = []
+
+        def watch(view: Any, outcome: Any, seen: list[int] = seen) -> None:
+            seen.append(view.round)
+
+        continued = run_path(start, truth, rng, replay_sampler(tape, k), watch)
+        assert len(seen) == whole.rounds - state.applied_rounds  # it went on from there
+        assert np.array_equal(continued.trials, whole.trials)
+        assert continued.decisions == whole.decisions
+        assert continued.stop == whole.stop
+
+
+def test_paths_on_forked_processes_are_the_paths_run_here() -> None:
+    def path_of(index: int) -> list[float]:
+        return np.random.default_rng([3, index]).random(4).tolist()
+
+    here = run_paths(path_of, 9)
+    assert run_paths(path_of, 9, processes=2) == here
+    assert len({tuple(p) for p in here}) == 9
+    assert run_paths(path_of, 0, processes=2) == []
 
 
 def test_rules_without_a_batched_form_are_forecast_one_by_one(tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ from adaptive_eval.forecast import forecaster as live_forecast
 from adaptive_eval.forecast.campaign import Range, degenerate_evidence
 from adaptive_eval.forecast.evidence import wall_model
 from adaptive_eval.forecast.forecaster import LiveForecaster
-from adaptive_eval.forecast.live import Snapshot, forecast_rest, freeze_core, thaw_core
+from adaptive_eval.forecast.live import Snapshot, forecast_rest
+from adaptive_eval.forecast.paths import freeze_core, thaw_core
 from adaptive_eval.forecast.predictive import (
     Resolution,
     ScoreEvidence,

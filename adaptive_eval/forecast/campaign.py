@@ -1,7 +1,8 @@
 """What a campaign will settle and what it will cost, before it samples: the campaign's own
 decision core run forward many times on a posterior predictive of what is known.
 
-Every simulated campaign is :func:`~adaptive_eval.forecast.simulate.simulate_campaign`: the very
+Every simulated campaign is a path of :mod:`~adaptive_eval.forecast.paths` (the path simulator
+the live forecast summarises too) from the campaign before its first trial: the very
 pair rules, stopping rules, allocator and limits that ``run`` executes; nothing here decides.
 What differs from a run is only where outcomes come from:
 
@@ -44,11 +45,9 @@ verdict (:class:`VerdictForecast`).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -66,17 +65,17 @@ from adaptive_eval.campaign.checkpoint import (
 from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import RoundDecision
-from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts
 from adaptive_eval.forecast.evidence import CostModel, Evidence, fit_cost, score_resolution
-from adaptive_eval.forecast.predictive import Predictive, Resolution
-from adaptive_eval.forecast.simulate import (
-    Costing,
-    Sampler,
-    Truth,
-    recorded_costing,
-    simulate_campaign,
+from adaptive_eval.forecast.paths import (
+    PathStart,
+    default_processes,
+    prior_trials,
+    run_path,
+    run_paths,
 )
+from adaptive_eval.forecast.predictive import Predictive, Resolution
+from adaptive_eval.forecast.simulate import Costing, Sampler, Truth, recorded_costing
 
 #: forecast.json's format; a renamed or removed field is a new number.
 FORECAST_FORMAT = 1
@@ -124,9 +123,9 @@ class SimPath:
 
 @dataclass(frozen=True)
 class _Job:
-    """What every simulation of one forecast shares (inherited by forked workers)."""
+    """What every simulation of one forecast shares (inherited by forked processes)."""
 
-    decision: DecisionSpec
+    start: PathStart  # the campaign before its first trial
     evidence: Evidence
     predictive: Predictive  # where each simulation's truth is drawn from
     tokens: CostModel | None
@@ -136,9 +135,6 @@ class _Job:
     judge: Judge | None = None  # compare's judge: its exit code is forecast
 
 
-_JOB: _Job | None = None
-
-
 def _replay_table(evidence: Evidence, num_categories: int) -> np.ndarray:
     """(L, M, N + 1, K) category counts among each cell's first n recorded trials."""
     hits = (evidence.categories[..., None] == np.arange(num_categories)).astype(np.int64)
@@ -146,10 +142,11 @@ def _replay_table(evidence: Evidence, num_categories: int) -> np.ndarray:
     return np.concatenate([zero, np.cumsum(hits, axis=2)], axis=2)
 
 
-def _simulate_one(index: int) -> SimPath:
-    job = _JOB
-    assert job is not None
-    decision, evidence = job.decision, job.evidence
+def _simulate_one(job: _Job, index: int) -> SimPath:
+    """Path ``index`` of the forecast: its truth drawn, then the campaign run on it to its stop
+    (:func:`~adaptive_eval.forecast.paths.run_path`), both on the path's own stream."""
+    start, evidence = job.start, job.evidence
+    decision = start.decision
     rng = np.random.default_rng([job.seed, index])
     probs = job.predictive.draw(rng)
     num_categories = decision.num_categories
@@ -210,8 +207,7 @@ def _simulate_one(index: int) -> SimPath:
             sides.append(words)
             codes.append(exit_code(words))
 
-    truth = Truth(probs, decision.weights)
-    result = simulate_campaign(decision, truth, rng, sampler, watch, costing)
+    result = run_path(start, Truth(probs, decision.weights), rng, sampler, watch, costing)
     fresh = result.trials - np.minimum(result.trials, recorded)
     return SimPath(
         np.asarray(trials, dtype=np.int64),
@@ -510,9 +506,8 @@ def forecast(
     default) is ``spacing`` where the evidence tells a typical gap from a tie (an automatic
     pilot's aim), else ``cells``. The evidence's resolution (what pilot size tells a typical gap
     from a tie) is reported either way."""
-    global _JOB
     num_categories = campaign.num_categories
-    extra = np.rint(np.maximum(campaign.decision.prior - 1, 0)).astype(np.int64)
+    extra = prior_trials(campaign.decision)
     counts = evidence.counts(num_categories) + extra
     drawn = Predictive.of(counts, campaign.decision.weights, predictive)
     known_tokens = evidence.tokens >= 0
@@ -540,11 +535,9 @@ def forecast(
     focus = None if candidate is None else campaign.names.index(candidate)
     if judge is not None and judge.candidate != focus:
         raise ValueError(f"the judge's candidate is not {candidate}")
-    _JOB = _Job(campaign.decision, evidence, drawn, token_model, gpu_model, seed, focus, judge)
-    try:
-        paths = _run_all(simulations, processes)
-    finally:
-        _JOB = None
+    start = PathStart.before_run(campaign.decision)
+    job = _Job(start, evidence, drawn, token_model, gpu_model, seed, focus, judge)
+    paths = run_paths(partial(_simulate_one, job), simulations, processes or default_processes())
     found = summarise(
         campaign, evidence, budget, paths, seed, tuple(unknown), judge=judge, meanings=meanings
     )
@@ -600,19 +593,6 @@ def _missing(campaign: Campaign, known: np.ndarray) -> str:
     if len(lacking) == campaign.num_models:
         return "the backends recorded"
     return f"models {first_few(lacking)} recorded"
-
-
-def _run_all(simulations: int, processes: int | None) -> list[SimPath]:
-    # The first simulation runs here: it builds the boundary tables the others share (a
-    # forked worker inherits them instead of rebuilding each one).
-    paths = [_simulate_one(0)]
-    rest = list(range(1, simulations))
-    workers = min(processes or min(os.cpu_count() or 1, 8), len(rest))
-    if workers <= 1:
-        return paths + [_simulate_one(i) for i in rest]
-    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-        paths += list(pool.map(_simulate_one, rest, chunksize=max(1, len(rest) // (4 * workers))))
-    return paths
 
 
 def _at_budget(path: SimPath, budget: BudgetSettings, evidence: Evidence, ahead: int) -> int:

@@ -5,12 +5,14 @@ rule's memory, and its state, with the rounds in flight) to the process beside t
 (:mod:`adaptive_eval.forecast.forecaster`: when, where, and what a failure costs), which runs
 that very core forward on ``simulations`` truths drawn from the evidence
 (:mod:`adaptive_eval.forecast.predictive`: each cell's posterior, tilted to a deconvolved
-spacing of the models' scores, which measured best here; docs/forecast.md), without the budget,
-so each path also says where a pair the budget would leave unsettled settles. Where every
-plug-in has a batched form the continuations advance together
-(:mod:`adaptive_eval.forecast.batched`: one round of numpy calls for all of them, stopped ones
-dropping out); otherwise one by one (:func:`~adaptive_eval.forecast.simulate.run_core`). Nothing
-is replayed and a settled pair stays settled.
+spacing of the models' scores, which measured best here; docs/forecast.md): the paths of
+:mod:`adaptive_eval.forecast.paths` from the snapshot, the path simulator whose paths from
+before the run the pre-run forecast summarises, without the budget, so each path also says where
+a pair the budget would leave unsettled settles. Where every plug-in has a batched form the
+continuations advance together (:func:`~adaptive_eval.forecast.paths.run_together`: one round of
+numpy calls for all of them, stopped ones dropping out); otherwise one by one
+(:func:`~adaptive_eval.forecast.paths.run_path`). Nothing is replayed and a settled pair stays
+settled.
 
 The rest of the run is priced at the run's own costs so far: a new trial of a cell costs the
 cell's mean tokens (the model's where the cell has none) and GPU-seconds, and takes the run's
@@ -20,25 +22,31 @@ what has elapsed, not per trial).
 
 from __future__ import annotations
 
-import copy
 import pickle
 import time
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from adaptive_eval.base.accounting import budget_short_sentence
-from adaptive_eval.decide.batch import BatchSettings
-from adaptive_eval.decide.contracts import CampaignView, without_budget
+from adaptive_eval.decide.contracts import CampaignView
 from adaptive_eval.decide.core import DecisionCore, RoundDecision
 from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts, RunState
-from adaptive_eval.forecast.batched import BatchCore, Continuations, continue_runs
+from adaptive_eval.forecast.batched import Continuations, RowCosting
 from adaptive_eval.forecast.campaign import Range
+from adaptive_eval.forecast.paths import (
+    PathStart,
+    freeze_core,
+    prior_trials,
+    run_path,
+    run_paths,
+    run_together,
+    thaw_core,
+)
 from adaptive_eval.forecast.predictive import Predictive
-from adaptive_eval.forecast.simulate import Costing, Truth, run_core
+from adaptive_eval.forecast.simulate import Costing, Truth
 
 #: Simulated continuations per live forecast unless ``output.live_forecast`` says otherwise:
 #: the 10th and 90th percentiles from 20 draws at the least.
@@ -162,24 +170,6 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def freeze_core(core: DecisionCore) -> bytes:
-    """``core`` pickled (its rules' memories are read-only mappings, sent as dicts)."""
-    memory = core.state.memory
-    portable = copy.copy(core)
-    if memory is not None:
-        portable.state = replace(core.state, memory=tuple(dict(m) for m in memory))
-    return pickle.dumps(portable)
-
-
-def thaw_core(frozen: bytes) -> DecisionCore:
-    """A fresh copy of the core :func:`freeze_core` pickled."""
-    core: DecisionCore = pickle.loads(frozen)
-    memory = core.state.memory
-    if memory is not None:
-        core.state = replace(core.state, memory=tuple(MappingProxyType(m) for m in memory))
-    return core
-
-
 def forecast_rest(
     decision: DecisionSpec,
     snapshot: Snapshot,
@@ -191,51 +181,27 @@ def forecast_rest(
     which knows the true category probabilities)."""
     started = time.process_time()  # compute, not wall: a busy machine slows the wall clock
     state: RunState = pickle.loads(snapshot.state)
-    core = thaw_core(snapshot.core)
     if truths is None:
-        counts = state.counts + np.rint(np.maximum(decision.prior - 1, 0)).astype(np.int64)
-        drawn = Predictive.of(counts, decision.weights, predictive)
+        drawn = Predictive.of(state.counts + prior_trials(decision), decision.weights, predictive)
         truths = [
             drawn.draw(np.random.default_rng([snapshot.seed, snapshot.round, index]))
             for index in range(snapshot.simulations)
         ]
-    stopping = without_budget(core.stopping)
-    batch = BatchCore.of(core, decision.capacity, stopping)
-    if batch is not None:
-        runs = _together(decision, batch, core, state, truths, snapshot)
+    start = PathStart.of_snapshot(decision, snapshot.core, snapshot.state)
+    batched = start.batched()
+    if batched is not None:
+        rng = np.random.default_rng([snapshot.seed, snapshot.round, len(truths)])
+        runs = run_together(start, batched, truths, rng, _row_costs(state))
     else:
-        runs = _one_by_one(decision, snapshot, state, truths)
-    settled_now = sum(d.settled for d in core.decisions)
+        runs = _one_by_one(start, snapshot, state, truths)
+    settled_now = sum(d.settled for d in thaw_core(snapshot.core).decisions)
     return _summarise(decision, snapshot, state, runs, settled_now, started)
 
 
-def _together(
-    decision: DecisionSpec,
-    batch: BatchCore,
-    core: DecisionCore,
-    state: RunState,
-    truths: list[np.ndarray],
-    snapshot: Snapshot,
-) -> Continuations:
-    """The continuations advanced together (:func:`continue_runs`)."""
-    probs = np.stack(truths)
-    rng = np.random.default_rng([snapshot.seed, snapshot.round, len(truths)])
-    settings = BatchSettings.of(decision.view_settings(), decision.prior, decision.weights)
+def _row_costs(state: RunState) -> RowCosting:
+    """Each round of the continuations priced at the run's own costs so far
+    (:func:`_unit_costs`)."""
     unit_tokens, unit_gpu, has_tokens = _unit_costs(state)
-
-    def sample(plan: np.ndarray, ids: np.ndarray, before: np.ndarray) -> np.ndarray:
-        drawn = np.zeros((*plan.shape, probs.shape[-1]), dtype=np.int64)
-        cells = np.nonzero(plan)
-        p = probs[ids[cells[0]], cells[1], cells[2]]
-        n = plan[cells]
-        if p.shape[-1] == 2:  # a binomial draw: the same law, a fifth of the time
-            hits = rng.binomial(n, np.clip(p[:, 1], 0.0, 1.0))
-            drawn[(*cells, np.zeros_like(n))] = n - hits
-            drawn[(*cells, np.ones_like(n))] = hits
-        else:
-            drawn[cells] = rng.multinomial(n, p)
-        return drawn
-
     has_gpu = bool(unit_gpu.any())
 
     def price(plan: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
@@ -244,42 +210,30 @@ def _together(
             return None, None, gpu
         return plan * unit_tokens, plan, gpu
 
-    return continue_runs(batch, core, state, settings, len(truths), sample, price)
+    return price
 
 
 def _one_by_one(
-    decision: DecisionSpec, snapshot: Snapshot, state: RunState, truths: list[np.ndarray]
+    start: PathStart, snapshot: Snapshot, state: RunState, truths: list[np.ndarray]
 ) -> Continuations:
-    """Each continuation by the core itself (:func:`run_core`): plug-ins with no batched form."""
+    """Each continuation by the core itself (:func:`run_path`): plug-ins with no batched form."""
     costing = _run_costs(state)
-    finals, tokens, gpu_s, paths = [], [], [], []
-    for index, probs in enumerate(truths):
+    weights = start.decision.weights
+
+    def continuation(index: int) -> tuple[int, float, float, list[tuple[int, int]]]:
         rng = np.random.default_rng([snapshot.seed, snapshot.round, index, 1])
-        core = thaw_core(snapshot.core)
-        core.stopping = without_budget(core.stopping)
-        core.limits = replace(core.limits, trial_budget=None)
-        run = pickle.loads(snapshot.state)
         path: list[tuple[int, int]] = []
 
-        def watch(
-            view: CampaignView, outcome: RoundDecision, path: list[tuple[int, int]] = path
-        ) -> None:
+        def watch(view: CampaignView, outcome: RoundDecision) -> None:
             path.append((view.trials_used, sum(d.settled for d in outcome.decisions)))
 
-        run_core(
-            core,
-            run,
-            decision.view_settings(),
-            Truth(probs, decision.weights),
-            rng,
-            watch=watch,
-            costing=costing,
-            decided=True,
-        )
-        finals.append(run.trials_used)
-        tokens.append(float(run.tokens_sum.sum() - state.tokens_sum.sum()))
-        gpu_s.append(float(run.gpu_s_sum.sum() - state.gpu_s_sum.sum()))
-        paths.append(path)
+        run = run_path(start, Truth(truths[index], weights), rng, watch=watch, costing=costing)
+        tokens = float(run.state.tokens_sum.sum() - state.tokens_sum.sum())
+        gpu_s = float(run.state.gpu_s_sum.sum() - state.gpu_s_sum.sum())
+        return run.state.trials_used, tokens, gpu_s, path
+
+    runs = run_paths(continuation, len(truths))
+    finals, tokens, gpu_s, paths = zip(*runs, strict=True) if runs else ((), (), (), ())
     return Continuations(np.asarray(finals), np.asarray(tokens), np.asarray(gpu_s), tuple(paths))
 
 
@@ -362,7 +316,4 @@ __all__ = [
     "Snapshot",
     "duration",
     "forecast_rest",
-    "freeze_core",
-    "thaw_core",
-    "without_budget",
 ]

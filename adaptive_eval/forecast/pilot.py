@@ -22,6 +22,7 @@ from adaptive_eval.decide.core import DecisionCore
 from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.live import Snapshot, forecast_rest
+from adaptive_eval.forecast.paths import prior_trials
 from adaptive_eval.forecast.predictive import Predictive, Resolution
 
 #: The largest share of the campaign's forecast total trials an automatic pilot may spend.
@@ -57,8 +58,7 @@ class Growth:
 def resolution_of(state: RunState, decision: DecisionSpec) -> Resolution | None:
     """What the evidence of ``state`` tells of the models' spacing (``None``: too few models
     to say, or a model without a trial)."""
-    extra = np.rint(np.maximum(decision.prior - 1, 0)).astype(np.int64)
-    counts = state.counts + extra
+    counts = state.counts + prior_trials(decision)
     fitted = Predictive.of(counts, decision.weights, "spacing").fitted
     recorded = state.trials[state.trials > 0]
     if fitted is None or not len(recorded):
