@@ -28,7 +28,7 @@ Each replicate of a campaign is one pilot-then-run, seeded:
    :class:`~adaptive_eval.forecast.evidence.Evidence` (``replayed=True``) the forecast is given,
    for the campaign built with ``policy.min_trials_per_question = K`` and no budget.
 3. The realised run is the same campaign
-   (:func:`~adaptive_eval.forecast.simulate.simulate_campaign`) served the tape in order (its
+   (:func:`~adaptive_eval.forecast.paths.simulate_campaign`) served the tape in order (its
    first K trials per cell are the pilot's).
 
 Reported per campaign: the share of replicates whose realised trials, pairs settled and tokens
@@ -94,13 +94,13 @@ from adaptive_eval.control.pilot import PilotCore
 from adaptive_eval.decide.state import RunState
 from adaptive_eval.forecast.campaign import Forecast, forecast
 from adaptive_eval.forecast.evidence import Evidence
+from adaptive_eval.forecast.paths import simulate_campaign
 from adaptive_eval.forecast.pilot import AUTO_START, next_target
 from adaptive_eval.forecast.simulate import (
     Truth,
     recorded_costing,
     replay_sampler,
     run_core,
-    simulate_campaign,
 )
 
 HERE = Path(__file__).resolve().parent

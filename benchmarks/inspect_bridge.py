@@ -39,7 +39,8 @@ import numpy as np
 from inspect_ai import eval as inspect_eval
 
 from adaptive_eval.config.schema import load_config
-from adaptive_eval.forecast.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.forecast.paths import simulate_campaign
+from adaptive_eval.forecast.simulate import Truth, replay_sampler
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal, build
 from adaptive_eval.inspect.replay import replay_task

@@ -69,7 +69,8 @@ def typical_trials(config: str, runs: int = 2) -> float:
     """The campaign's mean total over a few seeded runs in this process (no latency)."""
     from adaptive_eval.campaign.build import build_campaign
     from adaptive_eval.config.schema import load_config
-    from adaptive_eval.forecast.simulate import Truth, simulate_campaign
+    from adaptive_eval.forecast.paths import simulate_campaign
+    from adaptive_eval.forecast.simulate import Truth
 
     totals = []
     for seed in range(runs):

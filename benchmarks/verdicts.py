@@ -6,7 +6,7 @@
 Each campaign is built from a config exactly as ``run`` and ``compare`` build it
 (:func:`adaptive_eval.campaign.build.build_campaign`,
 :func:`adaptive_eval.campaign.checkpoint.compare_campaign`)
-and run by :func:`adaptive_eval.forecast.simulate.simulate_campaign`: the campaign's own decision
+and run by :func:`adaptive_eval.forecast.paths.simulate_campaign`: the campaign's own decision
 core
 (the controller's, ``tests/test_core_parity.py``) with outcomes drawn from a known truth. Per
 case, ``truths`` different per-question rate profiles are drawn (Beta around the stated mean,
@@ -45,7 +45,8 @@ from adaptive_eval.base.errors import InputError
 from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.campaign.checkpoint import compare_campaign
 from adaptive_eval.config.schema import load_config
-from adaptive_eval.forecast.simulate import Truth, simulate_campaign
+from adaptive_eval.forecast.paths import simulate_campaign
+from adaptive_eval.forecast.simulate import Truth
 from adaptive_eval.stats import sequential as seq
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "real"

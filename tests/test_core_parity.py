@@ -24,13 +24,13 @@ from adaptive_eval.campaign.build import build_campaign
 from adaptive_eval.config.registry import allocators, pair_rules, stopping_rules
 from adaptive_eval.config.schema import load_config
 from adaptive_eval.decide.contracts import any_of
+from adaptive_eval.forecast.paths import simulate_campaign
 from adaptive_eval.forecast.simulate import (
     SimPolicy,
     Truth,
     recorded_costing,
     replay_sampler,
     simulate,
-    simulate_campaign,
 )
 from adaptive_eval.store import TrialStore
 

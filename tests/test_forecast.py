@@ -30,11 +30,11 @@ from adaptive_eval.command_line.cli import main
 from adaptive_eval.config.settings import BudgetSettings
 from adaptive_eval.forecast.campaign import Range, forecast
 from adaptive_eval.forecast.evidence import Evidence, fit_cost
+from adaptive_eval.forecast.paths import simulate_campaign
 from adaptive_eval.forecast.simulate import (
     Truth,
     recorded_costing,
     replay_sampler,
-    simulate_campaign,
 )
 
 SCORES = [0.3, 0.45, 0.5, 0.7]

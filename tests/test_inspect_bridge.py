@@ -16,7 +16,8 @@ pytest.importorskip("inspect_ai")
 from inspect_ai import eval as inspect_eval
 
 from adaptive_eval.base.errors import InputError
-from adaptive_eval.forecast.simulate import Truth, replay_sampler, simulate_campaign
+from adaptive_eval.forecast.paths import simulate_campaign
+from adaptive_eval.forecast.simulate import Truth, replay_sampler
 from adaptive_eval.inspect import adaptive_stopping
 from adaptive_eval.inspect.bridge import check_inspect_version
 from adaptive_eval.inspect.campaign import CampaignSpec, Goal

@@ -81,18 +81,20 @@ def prior_trials(decision: DecisionSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PathStart:
-    """Where every path of a forecast starts: ``decision``'s campaign with no trial budget, from
-    its prior state (``core`` and ``state`` ``None``) or from a running campaign's frozen core
-    (:func:`freeze_core`; it has decided on the state) and pickled state."""
+    """Where every path starts: ``decision``'s campaign from its prior state (``core`` and
+    ``state`` ``None``) or from a running campaign's frozen core (:func:`freeze_core`; it has
+    decided on the state) and pickled state; without the trial budget unless ``budgeted`` (an
+    emulated run, :func:`simulate_campaign`: a forecast applies the budget to its paths)."""
 
     decision: DecisionSpec
     core: bytes | None = None
     state: bytes | None = None
+    budgeted: bool = False
 
     @classmethod
     def before_run(cls, decision: DecisionSpec) -> PathStart:
         """The campaign before its first trial."""
-        return cls(decision.without_budget())
+        return cls(decision)
 
     @classmethod
     def of_snapshot(cls, decision: DecisionSpec, core: bytes, state: bytes) -> PathStart:
@@ -100,15 +102,17 @@ class PathStart:
         return cls(decision, core, state)
 
     def begin(self) -> tuple[DecisionCore, RunState, bool]:
-        """A fresh core (rules' memories its own) and state for one path, without the budget,
-        and whether the core has decided on the state."""
+        """A fresh core (rules' memories its own) and state for one path, and whether the core
+        has decided on the state."""
         if self.core is None or self.state is None:
-            return self.decision.decision_core(), self.decision.empty_state(), False
-        core = thaw_core(self.core)
-        core.stopping = without_budget(core.stopping)
-        core.limits = replace(core.limits, trial_budget=None)
-        state: RunState = pickle.loads(self.state)
-        return core, state, True
+            core, state = self.decision.decision_core(), self.decision.empty_state()
+            decided = False
+        else:
+            core, state, decided = thaw_core(self.core), pickle.loads(self.state), True
+        if not self.budgeted:
+            core.stopping = without_budget(core.stopping)
+            core.limits = replace(core.limits, trial_budget=None)
+        return core, state, decided
 
     def batched(self) -> tuple[BatchCore, DecisionCore, RunState] | None:
         """The start's core in its batched form with the core and state it continues, or
@@ -135,6 +139,23 @@ def run_path(
     core, state, decided = start.begin()
     settings = start.decision.view_settings()
     return run_core(core, state, settings, truth, rng, sampler, watch, costing, decided)
+
+
+def simulate_campaign(
+    decision: DecisionSpec,
+    truth: Truth,
+    rng: np.random.Generator,
+    sampler: Sampler | None = None,
+    watch: Watch | None = None,
+    costing: Costing | None = None,
+) -> SimResult:
+    """One campaign to its stop exactly as built for users: the campaign's own decision core
+    (:meth:`~adaptive_eval.decide.spec.DecisionSpec.decision_core`: its pair rules, stopping
+    rules, allocator, limits and budget), prior and view settings, with outcomes drawn from
+    ``truth`` (or served by ``sampler``) instead of its backends, each round priced by ``costing``
+    where given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
+    Each call starts a fresh rule memory, so one spec serves any number of independent runs."""
+    return run_path(PathStart(decision, budgeted=True), truth, rng, sampler, watch, costing)
 
 
 _PATH_OF: Callable[[int], Any] | None = None
@@ -212,5 +233,6 @@ __all__ = [
     "run_path",
     "run_paths",
     "run_together",
+    "simulate_campaign",
     "thaw_core",
 ]

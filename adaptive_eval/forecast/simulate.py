@@ -19,7 +19,6 @@ import numpy as np
 from adaptive_eval.base.types import PairDecision, Stop, Verdict
 from adaptive_eval.decide.contracts import Allocator, CampaignView, PairRule, StoppingRule
 from adaptive_eval.decide.core import DecisionCore, Limits, RoundDecision
-from adaptive_eval.decide.spec import DecisionSpec
 from adaptive_eval.decide.state import RoundCosts, RunState, ViewSettings
 
 
@@ -175,34 +174,6 @@ def simulate(
         futility=policy.futility,
     )
     return run_core(core_of(policy), state, settings, truth, rng, sampler)
-
-
-def simulate_campaign(
-    decision: DecisionSpec,
-    truth: Truth,
-    rng: np.random.Generator,
-    sampler: Sampler | None = None,
-    watch: Watch | None = None,
-    costing: Costing | None = None,
-) -> SimResult:
-    """One campaign to its stop exactly as built for users: the campaign's own decision core
-    (:meth:`~adaptive_eval.decide.spec.DecisionSpec.decision_core`: its pair rules, stopping
-    rules, allocator, limits and budget), prior and view settings, with outcomes drawn from
-    ``truth`` (or served by ``sampler``) instead of its backends, each round priced by ``costing``
-    where given (without it the view knows no cost, and a cost-aware allocator sees equal costs).
-    Each call starts a fresh rule memory (:meth:`DecisionSpec.decision_core`), so one spec
-    serves any number of independent runs."""
-    state = decision.empty_state()
-    return run_core(
-        decision.decision_core(),
-        state,
-        decision.view_settings(),
-        truth,
-        rng,
-        sampler,
-        watch,
-        costing,
-    )
 
 
 def run_core(
