@@ -12,7 +12,9 @@ integer split and the lower-bound program are checked on their own against their
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,8 @@ from adaptive_eval.forecast.paths import (
     freeze_core,
     run_path,
     run_paths,
+    simulate_campaign,
+    thaw_core,
 )
 from adaptive_eval.forecast.simulate import Truth, replay_sampler, run_core
 from adaptive_eval.stats.allocation import allocation_program, allocation_program_rows
@@ -106,18 +110,32 @@ def _both(
     """Each continuation's (final trials, settled pairs after every round): one by one, and
     together."""
     k = campaign.num_categories
-    start = PathStart.of_snapshot(campaign.decision, freeze_core(core), pickle.dumps(state))
-    truth = Truth(np.full((*tapes[0].shape[:2], k), 1 / k), campaign.decision.weights)
+    # The reference is the core continued by hand, as the controller's loop (run_core) would
+    # from the snapshot with no budget; the batched side is PathStart's, as the live forecast's.
+    frozen = freeze_core(core)
     one_by_one = []
     for tape in tapes:
+        single = thaw_core(frozen)
+        single.stopping = without_budget(single.stopping)
+        single.limits = replace(single.limits, trial_budget=None)
+        run = pickle.loads(pickle.dumps(state))
         settled: list[int] = []
 
         def watch(view: Any, outcome: Any, settled: list[int] = settled) -> None:
             settled.append(sum(d.settled for d in outcome.decisions))
 
-        run = run_path(start, truth, np.random.default_rng(0), replay_sampler(tape, k), watch)
-        one_by_one.append((run.state.trials_used, settled))
-    batched = start.batched()
+        run_core(
+            single,
+            run,
+            campaign.decision.view_settings(),
+            Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights),
+            np.random.default_rng(0),
+            replay_sampler(tape, k),
+            watch,
+            decided=True,
+        )
+        one_by_one.append((run.trials_used, settled))
+    batched = PathStart.of_snapshot(campaign.decision, frozen, pickle.dumps(state)).batched()
     assert batched is not None
     batch, continued, state = batched
     cumulative = [
@@ -234,10 +252,12 @@ def test_a_path_continued_from_its_own_snapshot_ends_where_it_would_have(tmp_pat
     tape = _tape(probs, campaign.decision.policy.max_trials_per_question, rng)
     truth = Truth(np.full((*tape.shape[:2], k), 1 / k), campaign.decision.weights)
     whole = run_path(PathStart.before_run(campaign.decision), truth, rng, replay_sampler(tape, k))
+    assert PathStart.before_run(campaign.decision).begin()[2] is False
     for share in (0.0, 0.3, 0.7):
         core, state = _snapshot(campaign, tape, share)
         assert state.trials_used < whole.state.trials_used
         start = PathStart.of_snapshot(campaign.decision, freeze_core(core), pickle.dumps(state))
+        assert start.begin()[2] is True  # the snapshot's core has decided on its round
         seen: list[int] = []
 
         def watch(view: Any, outcome: Any, seen: list[int] = seen) -> None:
@@ -251,13 +271,44 @@ def test_a_path_continued_from_its_own_snapshot_ends_where_it_would_have(tmp_pat
 
 
 def test_paths_on_forked_processes_are_the_paths_run_here() -> None:
-    def path_of(index: int) -> list[float]:
-        return np.random.default_rng([3, index]).random(4).tolist()
+    def path_of(index: int) -> tuple[int, list[float]]:
+        return os.getpid(), np.random.default_rng([3, index]).random(4).tolist()
 
     here = run_paths(path_of, 9)
-    assert run_paths(path_of, 9, processes=2) == here
-    assert len({tuple(p) for p in here}) == 9
+    forked = run_paths(path_of, 9, processes=2)
+    assert [p for _, p in forked] == [p for _, p in here]
+    assert len({tuple(p) for _, p in here}) == 9
+    assert forked[0][0] == os.getpid()  # the first path runs here (it builds the tables)
+    assert {pid for pid, _ in forked[1:]} - {os.getpid()}  # the others on forked processes
     assert run_paths(path_of, 0, processes=2) == []
+
+
+def test_a_forecast_s_paths_run_without_the_budget_an_emulated_run_with_it(
+    tmp_path: Path,
+) -> None:
+    """The trial budget: dropped on every forecast path, before the run and from a snapshot
+    (each forecast applies it to the paths afterwards); kept by :func:`simulate_campaign`."""
+    probs = _binary([0.3, 0.35, 0.5, 0.55], 10)
+    scenario = tmp_path / "s.npz"
+    np.savez(scenario, probs=probs)
+    data = base_config(str(scenario))
+    data["budget"] = {"trials": 400}
+    campaign = build_campaign(load_config(write_config(tmp_path / "c.yaml", data)))
+    assert campaign.decision.limits.trial_budget == 400
+    truth = Truth(probs, campaign.decision.weights)
+    kept = simulate_campaign(campaign.decision, truth, np.random.default_rng(1))
+    assert kept.state.trials_used <= 400
+    assert kept.stop is not None and kept.stop.reason.value == "trial_budget"
+    start = PathStart.before_run(campaign.decision)
+    dropped = run_path(start, truth, np.random.default_rng(1))
+    assert dropped.state.trials_used > 400
+    assert dropped.stop is not None and dropped.stop.reason.value != "trial_budget"
+    halted, state, _ = PathStart(campaign.decision, budgeted=True).begin()
+    assert halted.limits.trial_budget == 400
+    snapshot = PathStart.of_snapshot(campaign.decision, freeze_core(halted), pickle.dumps(state))
+    assert snapshot.begin()[0].limits.trial_budget is None
+    with pytest.raises(ValueError, match="core and state together"):
+        PathStart(campaign.decision, core=freeze_core(halted))
 
 
 def test_rules_without_a_batched_form_are_forecast_one_by_one(tmp_path: Path) -> None:

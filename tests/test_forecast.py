@@ -102,6 +102,8 @@ def test_a_forecast_from_every_trial_of_the_run_is_the_run_itself(tmp_path: Path
     settled = sum(d.settled for d in real.decisions)
     assert found.trials == Range(real.total_trials, real.total_trials, real.total_trials)
     assert found.settled == Range(settled, settled, settled)
+    with pytest.raises(ValueError, match="at least 1 campaign, not 0"):
+        forecast(campaign, _evidence(tape), NO_BUDGET, simulations=0)
 
 
 def test_a_cost_aware_forecast_from_every_trial_is_the_run_itself(tmp_path: Path) -> None:

@@ -495,17 +495,20 @@ def forecast(
     meanings: Mapping[int, str] | None = None,
     predictive: str = "resolved",
 ) -> Forecast:
-    """Forecast ``campaign`` (built with no budget: ``budget`` is applied to the paths) from
-    ``evidence`` over ``simulations`` simulated campaigns, on ``processes`` (default: the CPUs,
-    at most 8). ``candidate``: a ``compare`` campaign's, whose pairs alone count; ``judge``
-    (compare's, :func:`~adaptive_eval.campaign.checkpoint.compare_campaign`'s) adds the
-    forecast of its exit code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``).
+    """Forecast ``campaign`` (its paths run without a trial budget: ``budget`` is applied to
+    them) from ``evidence`` over ``simulations`` (at least 1) simulated campaigns, on
+    ``processes`` (default: the CPUs, at most 8). ``candidate``: a ``compare`` campaign's, whose
+    pairs alone count; ``judge`` (compare's,
+    :func:`~adaptive_eval.campaign.checkpoint.compare_campaign`'s) adds the forecast of its exit
+    code, worded by ``meanings`` (``COMPARE_EXIT_MEANING``).
     ``predictive``: ``cells`` draws each cell's truth from its posterior (measured best from a
     pilot of 4: docs/forecast.md); ``spacing`` tilts those draws onto the deconvolved spacing
     of the models' scores (:mod:`~adaptive_eval.forecast.predictive`); ``resolved`` (the
     default) is ``spacing`` where the evidence tells a typical gap from a tie (an automatic
     pilot's aim), else ``cells``. The evidence's resolution (what pilot size tells a typical gap
     from a tie) is reported either way."""
+    if simulations < 1:
+        raise ValueError(f"a forecast simulates at least 1 campaign, not {simulations}")
     num_categories = campaign.num_categories
     extra = prior_trials(campaign.decision)
     counts = evidence.counts(num_categories) + extra

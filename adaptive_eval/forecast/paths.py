@@ -1,10 +1,11 @@
 """The one path simulator both forecasts summarise.
 
-A forecast is a summary of paths: the campaign's own decision core (its pair rules, stopping
-rules, allocator and limits, from the :class:`~adaptive_eval.decide.spec.DecisionSpec`) run
-forward from a start to its natural stop, on truths drawn from what is known, with no trial
-budget: each forecast applies the budget to the paths afterwards, so one set of paths also says
-where a pair the budget would leave unsettled settles. A path starts from one of two places
+A forecast is a summary of paths: the campaign's own decision core (its pair rules, stopping rules,
+allocator and limits, from the :class:`~adaptive_eval.decide.spec.DecisionSpec`) run forward from a
+start to its natural stop, on truths drawn from what is known, with no trial budget: each forecast
+applies the budget to the paths afterwards, so one set of paths also says where a pair the budget
+would leave unsettled settles. (:func:`simulate_campaign`, a path with the budget kept, is a run
+emulated on a known truth: the benchmarks' and the tests'.) A path starts from one of two places
 (:class:`PathStart`):
 
 * **before the run** (:meth:`PathStart.before_run`): the campaign's prior state and a core that
@@ -16,17 +17,18 @@ where a pair the budget would leave unsettled settles. A path starts from one of
   (:mod:`~adaptive_eval.forecast.live`) records the trials and pairs settled after each round
   and summarises them into a ``live_forecast`` event.
 
-Each path is :func:`run_path`: :func:`~adaptive_eval.forecast.simulate.run_core`, the
-controller's loop with its I/O replaced by draws from the path's truth, on the path's own
-random stream. :func:`run_paths` runs many, on forked processes where asked (the first runs in
-the caller's process and builds the boundary tables the forked ones inherit). Where every
-plug-in of the core has a batched form (:meth:`PathStart.batched`) and what the caller records
-is what the batched engine keeps, :func:`run_together` advances the paths together
+Each path is :func:`run_path`: :func:`~adaptive_eval.forecast.simulate.run_core`, the controller's
+loop with its I/O replaced by draws from the path's truth, on the path's own random stream.
+:func:`run_paths` runs many, on forked processes where asked (the first runs in the caller's
+process and builds the boundary tables the forked ones inherit). Where every plug-in of the core
+has a batched form (:meth:`PathStart.batched`) and what the caller records is what the batched
+engine keeps, :func:`run_together` advances the paths together
 (:mod:`~adaptive_eval.forecast.batched`: path for path the core's, ``tests/test_batched_core.py``)
-on one stream for all; the live forecast does so. The pre-run forecast records per round what
-the batched engine does not keep (score widths, compare's judge on each round's decisions, the
-replayed trials' recorded costs in the ledgers a cost-aware allocator reads) and draws each path
-on a stream of its own, so its paths run one by one: its forecast.json is the same file it was.
+on one stream for all; the live forecast does so. The pre-run forecast records per round what the
+batched engine does not keep (score widths, compare's judge on each round's decisions, the replayed
+trials' recorded costs in the ledgers a cost-aware allocator reads, the stop's reason) and draws
+each path on a stream of its own, so its paths run one by one: its forecast.json is the same file
+it was.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ class PathStart:
     state: bytes | None = None
     budgeted: bool = False
 
+    def __post_init__(self) -> None:
+        if (self.core is None) != (self.state is None):
+            raise ValueError("a path starts from a snapshot's core and state together, or neither")
+
     @classmethod
     def before_run(cls, decision: DecisionSpec) -> PathStart:
         """The campaign before its first trial."""
@@ -104,7 +110,7 @@ class PathStart:
     def begin(self) -> tuple[DecisionCore, RunState, bool]:
         """A fresh core (rules' memories its own) and state for one path, and whether the core
         has decided on the state."""
-        if self.core is None or self.state is None:
+        if self.core is None or self.state is None:  # (both, by __post_init__)
             core, state = self.decision.decision_core(), self.decision.empty_state()
             decided = False
         else:
@@ -179,13 +185,13 @@ def run_paths(path_of: Callable[[int], Path], count: int, processes: int = 1) ->
     workers = min(processes, len(rest))
     if workers <= 1:
         return paths + [path_of(i) for i in rest]
-    _PATH_OF = path_of
+    outer, _PATH_OF = _PATH_OF, path_of
     try:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
             chunks = max(1, len(rest) // (4 * workers))
             paths += list(pool.map(_path, rest, chunksize=chunks))
     finally:
-        _PATH_OF = None
+        _PATH_OF = outer
     return paths
 
 
