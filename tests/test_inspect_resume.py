@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from collections import Counter
 from inspect import signature
 from pathlib import Path
@@ -167,6 +168,19 @@ def test_eval_retry_is_refused_and_retry_resumes_the_campaign_from_the_logs(
         )
         assert f"adaptive_eval.inspect.retry({log_dir!r})" in log.error.message
     assert Counter(CALLS) == ran_before  # nothing was sampled
+
+    # A retry that eval_set cannot pair with the logs (a generation setting changed) would run
+    # each eval from scratch: each ends at once with one line naming both task ids, none run.
+    changed = tmp_path / "changed"
+    shutil.copytree(log_dir, changed)
+    logged = {header.eval.model: header.eval.task_id for header, _ in newest_logs(log_dir)}
+    unpaired = retry(str(changed), display="none", max_samples=8, temperature=0.5)
+    assert [log.status for log in unpaired] == ["error"] * 3
+    for log in unpaired:
+        assert f"did not pair the eval of {log.eval.model} with its log" in log.error.message
+        assert f"the log has {logged[log.eval.model]})" in log.error.message
+        assert log.eval.task_id != logged[log.eval.model]
+    assert Counter(CALLS) == ran_before
 
     retried = retry(log_dir, display="none", max_samples=8)
     assert [log.status for log in retried] == ["success"] * 3, [log.error for log in retried]

@@ -28,8 +28,8 @@ from adaptive_eval.inspect.context import local_path, sample_scores
 
 #: The limits of a log's config that ``eval_set`` compares (part of its ``task_identifier``).
 _LIMITS = ("message_limit", "token_limit", "time_limit", "working_limit")
-#: The task ids of the logs :func:`retry` resumes, while it runs (None: not in a retry).
-_RESUMING: set[str] | None = None
+#: Model -> the task id of its log :func:`retry` resumes, while it runs (None: not in a retry).
+_RESUMING: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ def retry(logs: Any, **options: Any) -> list[Any]:
             args["args_passed"] = getattr(spec, "solver_args_passed", None) or {}
         defaults["solver"] = SolverSpec(spec.solver, **args)
     global _RESUMING
-    _RESUMING = {str(h.eval.task_id) for h, _ in newest}  # the task ids its evals must have
+    _RESUMING = {str(h.eval.model): str(h.eval.task_id) for h, _ in newest}  # ids to keep
     try:
         with _where(spec.task_file):
             _, logs_out = eval_set(
@@ -266,13 +266,15 @@ def resumed_elsewhere(task_id: str, model: str) -> str | None:
     (None: it did, or no retry runs): ``eval_set`` keeps a log's task id when it resumes the
     log, and gives a task it could not pair with its log a new one (it would run that eval
     from scratch)."""
-    if _RESUMING is None or task_id in _RESUMING:
+    if _RESUMING is None or task_id in _RESUMING.values():
         return None
     return (
-        f"retry: eval_set did not pair the eval of {model} with its log (its task, task "
-        "arguments, model arguments, generation settings or limits differ from the logged "
-        "ones), so it would run the eval from scratch; nothing was run. Run retry from the "
-        "folder the campaign's eval() ran in, with the same task code"
+        f"retry: eval_set did not pair the eval of {model} with its log (it gave the eval task "
+        f"id {task_id}, the log has {_RESUMING.get(model, 'none')}), so it would run the eval "
+        "from scratch; nothing was run. eval_set pairs them by the task's file as named from "
+        "the working folder, the task's and the model's arguments, generation settings and "
+        "limits: run retry from the folder the campaign's eval() ran in, with the same task "
+        "code and no changed option"
     )
 
 
