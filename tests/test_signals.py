@@ -379,6 +379,46 @@ def test_the_watcher_ties_the_command_to_its_life() -> None:
     assert int(done.stdout) == signal.SIGTERM
 
 
+#: A watcher whose command is ``argv[1]`` (Python code), in place of adaptive-eval's.
+WATCHING = """
+import subprocess, sys
+from adaptive_eval.command_line import supervise
+real = subprocess.Popen
+subprocess.Popen = lambda args, **options: real([sys.executable, "-c", sys.argv[1]], **options)
+sys.exit(supervise.watch(["run", "c.yaml", "--out", sys.argv[2]], "run"))
+"""
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_command_ended_with_exit_code_1_by_a_passed_on_stop_ends_as_the_stop(
+    tmp_path: Path, stopped: bool
+) -> None:
+    """A SIGTERM to the process group reaches Ray's processes too, and the command then ended
+    now and then with exit code 1 and no line (twice in fresh-clone make test runs: rc 1, not
+    143, in the test above). After a passed-on stop, exit 1 is the stop's one line and code;
+    without one, exit 1 is the command's own."""
+    command = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(1)); "
+        "print('ready', flush=True); " + ("time.sleep(60)" if stopped else "sys.exit(1)")
+    )
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", WATCHING, command, str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert watcher.stdout is not None and watcher.stdout.readline() == "ready\n"
+    if stopped:
+        watcher.send_signal(signal.SIGTERM)
+    _, err = watcher.communicate(timeout=60)
+    if stopped:
+        assert watcher.returncode == 143, err
+        assert one_error_line(err).startswith("adaptive-eval: terminated (SIGTERM"), err
+    else:
+        assert (watcher.returncode, err) == (1, "")
+
+
 def test_a_command_that_ignores_a_passed_on_stop_is_killed_after_the_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

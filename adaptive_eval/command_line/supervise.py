@@ -42,6 +42,8 @@ ENV = interrupts.WATCHER_ENV
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_BAD_INPUT = 2
+#: The command's exit code for a failure (``cli.EXIT_FAILED``), and a Ray core worker's own exit.
+EXIT_FAILED = 1
 #: Seconds the processes left by the command get to end after SIGTERM, before SIGKILL.
 GRACE_S = 3.0
 #: Seconds the command gets to stop after a SIGTERM or SIGHUP passed on, before SIGKILL.
@@ -123,7 +125,10 @@ def watch(argv: list[str], command: str) -> int:
         signal.signal(signum, signal.SIG_IGN)
     code = _wait(child, received)
     end_leftovers()
-    if code >= 0:
+    # A stop signal to the whole process group reaches Ray's own processes too, and the command
+    # then ended now and then with exit code 1 and no line, its handler never run (most likely
+    # Ray's core worker ending the process once its raylet died): the stop is the cause.
+    if code >= 0 and not (received and code == EXIT_FAILED):
         return code
     _note_finished(argv, command, started)
     if received:  # the command was asked to stop; however it then ended, that is the cause
