@@ -43,7 +43,6 @@ from adaptive_eval.forecast.paths import (
     run_path,
     run_paths,
     run_together,
-    thaw_core,
 )
 from adaptive_eval.forecast.predictive import Predictive
 from adaptive_eval.forecast.simulate import Costing, Truth
@@ -180,21 +179,22 @@ def forecast_rest(
     on a truth drawn from ``predictive``; ``truths``: on these instead (a benchmark's oracle,
     which knows the true category probabilities)."""
     started = time.process_time()  # compute, not wall: a busy machine slows the wall clock
-    state: RunState = pickle.loads(snapshot.state)
+    start = PathStart.of_snapshot(decision, snapshot.core, snapshot.state)
+    batched = start.batched()
+    # The snapshot's core and state, thawed once (a path thaws its own copies).
+    core, state = (batched[1], batched[2]) if batched is not None else start.begin()[:2]
     if truths is None:
         drawn = Predictive.of(state.counts + prior_trials(decision), decision.weights, predictive)
         truths = [
             drawn.draw(np.random.default_rng([snapshot.seed, snapshot.round, index]))
             for index in range(snapshot.simulations)
         ]
-    start = PathStart.of_snapshot(decision, snapshot.core, snapshot.state)
-    batched = start.batched()
     if batched is not None:
         rng = np.random.default_rng([snapshot.seed, snapshot.round, len(truths)])
         runs = run_together(start, batched, truths, rng, _row_costs(state))
     else:
         runs = _one_by_one(start, snapshot, state, truths)
-    settled_now = sum(d.settled for d in thaw_core(snapshot.core).decisions)
+    settled_now = sum(d.settled for d in core.decisions)
     return _summarise(decision, snapshot, state, runs, settled_now, started)
 
 
