@@ -70,15 +70,22 @@ def stop_signals_as_they_were() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def ray_local() -> Iterator[None]:
-    """One local Ray cluster for every test that needs one."""
+def _ray_session() -> Iterator[None]:
+    """Shuts down, at the end of the worker's tests, the local Ray cluster they shared."""
+    yield
     import ray
 
+    ray.shutdown()
+
+
+@pytest.fixture()
+def ray_local(_ray_session: None) -> None:
+    """One local Ray cluster for every test that needs one, started again when needed: an
+    in-process run in the same worker ends the Ray session it found (``stop_ray``), and a
+    later test that took the cluster for granted failed with "Ray has not been started yet"."""
     from adaptive_eval.dispatch.cluster import init_ray
 
     init_ray(None, 2)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture()
