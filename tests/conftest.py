@@ -70,22 +70,19 @@ def stop_signals_as_they_were() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def _ray_session() -> Iterator[None]:
-    """Shuts down, at the end of the worker's tests, the local Ray cluster they shared."""
-    yield
+def ray_local() -> Iterator[None]:
+    """One local Ray cluster for every test that needs one, kept to the end of the worker's
+    tests. It is the test session's, not a command's: an in-process run in the same worker
+    ends the Ray session it began (``stop_ray``), and when this cluster counted as that run's,
+    a later test that took it for granted failed with "Ray has not been started yet"."""
     import ray
 
+    from adaptive_eval.dispatch import cluster
+
+    cluster.init_ray(None, 2)
+    cluster._session_is_ours = False  # as for a cluster the caller started: commands leave it
+    yield
     ray.shutdown()
-
-
-@pytest.fixture()
-def ray_local(_ray_session: None) -> None:
-    """One local Ray cluster for every test that needs one, started again when needed: an
-    in-process run in the same worker ends the Ray session it found (``stop_ray``), and a
-    later test that took the cluster for granted failed with "Ray has not been started yet"."""
-    from adaptive_eval.dispatch.cluster import init_ray
-
-    init_ray(None, 2)
 
 
 @pytest.fixture()
