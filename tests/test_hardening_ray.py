@@ -115,3 +115,26 @@ def test_local_cluster_runs_its_workers_at_normal_priority(tmp_path: Path, ray_l
         assert ray.get(actor.host_facts.remote())["niceness"] == inherited
     finally:
         ray.kill(actor)
+
+
+def test_a_run_in_a_process_already_connected_to_ray_says_it_uses_that_cluster(
+    tmp_path: Path, ray_local: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A notebook that called ``ray.init()`` runs its campaigns on that session; a campaign
+    whose ``execution.ray_address`` names another cluster used to run there without a word."""
+    write_scenario(tmp_path / "s.npz", mimic_success([0.3, 0.7], questions=4))
+    data = base_config(str(tmp_path / "s.npz"), max_trials_per_question=4)
+    unreachable = "127.0.0.1:1"  # the run would fail if it were tried
+    run_dir = tmp_path / "run"
+    run_campaign(build_campaign(parse_config(data)), run_dir / "local")
+    data["execution"]["ray_address"] = unreachable
+    run_campaign(build_campaign(parse_config(data)), run_dir / "named")
+    err = capsys.readouterr().err
+    said = "this process is already connected to Ray: the campaign runs on that cluster, not on"
+    assert err.count(said) == 1 and f"execution.ray_address {unreachable}" in err
+    for name, expected in (("local", []), ("named", [unreachable])):
+        events = [json.loads(line) for line in (run_dir / name / "events.jsonl").open()]
+        warned = [e for e in events if e["event"] == "ray_already_connected"]
+        assert [e["ray_address"] for e in warned] == expected
+        assert warned == [] or warned[0]["level"] == "warning"
+        assert "campaign_done" in [e["event"] for e in events]

@@ -96,6 +96,10 @@ CONSOLE_TEXT: dict[str, Callable[[dict[str, Any]], str | None]] = {
         "closed; it is ignored (its trials are sampled again)"
     ),
     "config_ignored": lambda e: str(e.get("message")),
+    "ray_already_connected": lambda e: (
+        "this process is already connected to Ray: the campaign runs on that cluster, not on "
+        f"execution.ray_address {e.get('ray_address')}"
+    ),
 }
 SLOW_POLICY_CONSOLE_S = 1.0
 #: Events shown on the console whatever its level (a resumed run said nothing).

@@ -74,7 +74,9 @@ def init_ray(
     """Connect to ``address`` or start a small local cluster, retrying a slow start.
 
     A local cluster gets no dashboard and ``num_cpus`` (default: this machine's CPUs) worker
-    slots. ``quiet`` keeps Ray's own warnings and the workers' output off the console.
+    slots. ``quiet`` keeps Ray's own warnings and the workers' output off the console. Where
+    this process is already connected to Ray, that session is used as it is (an ``address``
+    given is then not: one warning event says so).
     """
     # Ray reads these when it is imported (RAY_DEDUP_LOGS into a module constant): set after
     # ``import ray``, the workers' repeated lines still came folded ("[repeated 4x across
@@ -84,6 +86,8 @@ def init_ray(
     import ray
 
     if ray.is_initialized():
+        if address:  # a caller's own session (a notebook's ray.init): it is used, say so
+            on_event("warning", "ray_already_connected", {"ray_address": address})
         return
     if quiet:
         logging.getLogger("ray").setLevel(logging.ERROR)
