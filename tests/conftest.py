@@ -30,7 +30,12 @@ if _WORKER:
 
 #: Tests that start vLLM engines run on one xdist worker, one after another (`--dist
 #: loadgroup`): two engines at once would each claim the same cores and most of the memory.
+#: Under pytest 9.2 with pytest-xdist 3.8 the group has no effect (xdist writes it into the
+#: item's ``_nodeid``, which pytest 9 no longer reads): `make test` runs these tests in a
+#: pytest of their own, without workers.
 SERIAL_GROUP = "vllm-engines"
+#: The fixtures that give a test a local Ray cluster.
+RAY_FIXTURES = frozenset({"ray_local", "ray_module"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -69,28 +74,45 @@ def stop_signals_as_they_were() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _local_ray_cluster() -> Iterator[None]:
-    from adaptive_eval.dispatch.cluster import init_ray, stop_ray
-
-    init_ray(None, 2)
+@pytest.fixture(scope="session")
+def _ray_to_the_end() -> Iterator[None]:
     yield
-    stop_ray()
+    _stop_local_ray()
+
+
+def _stop_local_ray() -> None:
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_unless_asked(request: pytest.FixtureRequest) -> None:
+    """A test that did not ask for a Ray cluster starts without one. A cluster left up by the
+    tests before it stood in for the one its command's ``execution.ray_address`` names (and
+    ``ray_local``'s cluster, shared across a worker's tests, was ended by an in-process command
+    between them: "Ray has not been started yet"); consecutive Ray tests still share one."""
+    if not RAY_FIXTURES & set(request.fixturenames):
+        _stop_local_ray()
 
 
 @pytest.fixture()
-def ray_local() -> Iterator[None]:
-    """A local Ray cluster (2 CPUs) for one test, stopped after it. Shared across a worker's
-    tests, it met the in-process commands the worker ran between them: a command ends the
-    Ray session it found as its own (``stop_ray``), and a later test that took the cluster
-    for granted failed ("Ray has not been started yet"); kept up, it stood in for the cluster
-    a command's ``execution.ray_address`` named."""
-    yield from _local_ray_cluster()
+def ray_local(_ray_to_the_end: None) -> None:
+    """A local Ray cluster (2 CPUs) for this test: the one the Ray tests before it left up,
+    else a new one."""
+    from adaptive_eval.dispatch.cluster import init_ray
+
+    init_ray(None, 2)
 
 
 @pytest.fixture(scope="module")
 def ray_module() -> Iterator[None]:
     """:func:`ray_local` for a whole module whose fixtures hold actors across its tests."""
-    yield from _local_ray_cluster()
+    from adaptive_eval.dispatch.cluster import init_ray
+
+    init_ray(None, 2)
+    yield
+    _stop_local_ray()
 
 
 @pytest.fixture()
