@@ -81,6 +81,8 @@ def _ray_to_the_end() -> Iterator[None]:
 
 
 def _stop_local_ray() -> None:
+    """End the Ray session of this process, whoever began it (``stop_ray`` ends only one that
+    ``init_ray`` began and left marked as a command's; a test may have called ``ray.init``)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
